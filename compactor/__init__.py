@@ -1,0 +1,1 @@
+"""PySpark compaction of WAL objects into Iceberg Parquet (a later issue); depends on metadata, wal."""

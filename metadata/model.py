@@ -1,0 +1,81 @@
+"""Plain values that cross the metadata interface, named in Kafka terms."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+
+
+class ObjectType(enum.IntEnum):
+    WAL = 0  # a WAL object: start/size are a byte range of stored record batches
+    PARQUET = 1  # a compacted Parquet file: start/size are a row range (later issue)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
+    """Offsets [base_offset, last_offset] of one partition live in this slice of one object."""
+
+    base_offset: int
+    last_offset: int  # inclusive
+    object_key: str
+    object_type: ObjectType
+    start: int
+    size: int
+    max_timestamp: int
+
+    @property
+    def record_count(self) -> int:
+        return self.last_offset - self.base_offset + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """The records of one produce partition inside a WAL object, to be given offsets."""
+
+    topic_id: uuid.UUID
+    partition: int
+    start: int  # byte position within the object
+    size: int
+    record_count: int
+    max_timestamp: int
+    producer_id: int = -1  # -1: not idempotent, no sequence checks
+    producer_epoch: int = -1
+    base_sequence: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectCommit:
+    """One WAL object and the appends it holds, in object order (a partition's appends are
+    adjacent, in arrival order)."""
+
+    object_key: str
+    object_size: int
+    appends: tuple[Append, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """The answer for one Append. error_code 0: stored (or a retried duplicate, answered with the
+    offset it was first stored at); otherwise a Kafka error code and base_offset -1."""
+
+    error_code: int
+    base_offset: int = -1
+    log_start_offset: int = 0
+    duplicate: bool = False
+
+
+# Kafka error codes the sequencer answers with.
+NONE = 0
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+INVALID_PRODUCER_EPOCH = 47
+UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100

@@ -1,0 +1,154 @@
+"""The metadata interface, in Kafka terms. Every backend implements MetadataStore; the broker and
+(later) the compactor only ever talk to this.
+
+Reads (`topics`, `high_watermark`, `entries`, ...) are synchronous and served from an in-memory
+view that each backend keeps current (the embedded store owns it; the etcd store follows a watch).
+Writes are coroutines that return once durable. `wait_for_commit` lets long-poll fetches sleep
+until a partition grows.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import uuid
+from collections.abc import Iterable, Mapping
+
+from .model import AppendResult, IndexEntry, ObjectCommit, TopicInfo
+
+
+class MetadataError(Exception):
+    """Base of the errors below; `error_code` is the Kafka error to answer with."""
+
+    error_code = -1
+
+
+class TopicAlreadyExists(MetadataError):
+    error_code = 36
+
+
+class UnknownTopic(MetadataError):
+    error_code = 3
+
+
+class InvalidPartitions(MetadataError):
+    error_code = 37
+
+
+class MetadataUnavailable(MetadataError):
+    """The store could not be reached or the write could not be made durable (retriable)."""
+
+    error_code = 7  # REQUEST_TIMED_OUT
+
+
+TopicPartition = tuple[uuid.UUID, int]
+
+
+class CommitNotifier:
+    """Wakes coroutines waiting for any of a set of partitions to grow. Backends call `notify`
+    after applying a commit to their in-memory view."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[TopicPartition, set[asyncio.Future]] = {}
+
+    def notify(self, partitions: Iterable[TopicPartition]) -> None:
+        for tp in partitions:
+            for fut in self._waiters.pop(tp, ()):
+                if not fut.done():
+                    fut.set_result(tp)
+
+    async def wait(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
+        """True if one of `partitions` was committed to before `timeout` seconds passed."""
+        fut = asyncio.get_running_loop().create_future()
+        keys = list(partitions)
+        for tp in keys:
+            self._waiters.setdefault(tp, set()).add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            for tp in keys:
+                waiters = self._waiters.get(tp)
+                if waiters is not None:
+                    waiters.discard(fut)
+                    if not waiters:
+                        del self._waiters[tp]
+
+
+class MetadataStore(abc.ABC):
+    def __init__(self) -> None:
+        self.notifier = CommitNotifier()
+
+    async def start(self) -> None:  # noqa: B027 - optional hook
+        """Connect / load state. Called once before use."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Flush and release resources."""
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> TopicInfo:
+        """Raises TopicAlreadyExists, InvalidPartitions."""
+
+    @abc.abstractmethod
+    async def delete_topic(self, name: str) -> TopicInfo:
+        """Raises UnknownTopic. The topic's index entries become unreachable."""
+
+    @abc.abstractmethod
+    def topics(self) -> Mapping[str, TopicInfo]:
+        """All live topics by name."""
+
+    @abc.abstractmethod
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+    # -- the sequencer ----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def commit(self, commit: ObjectCommit) -> list[AppendResult]:
+        """Assign offsets to every append of one WAL object, atomically per partition, check and
+        record idempotent-producer state, and append index entries (one per contiguous run of
+        stored appends of a partition). Returns one result per append, in order. Safe to call
+        concurrently; concurrent commits to one partition get gap-free, non-overlapping offsets.
+        Raises MetadataUnavailable if nothing could be made durable (then nothing was applied)."""
+
+    @abc.abstractmethod
+    async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
+        """A new producer id with epoch 0, or (KIP-360) the same id with its epoch bumped when a
+        known (id, epoch) is given. Returns (producer_id, producer_epoch)."""
+
+    # -- the offset index -------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def high_watermark(self, topic_id: uuid.UUID, partition: int) -> int:
+        """The next offset to be assigned (= log end offset)."""
+
+    @abc.abstractmethod
+    def log_start_offset(self, topic_id: uuid.UUID, partition: int) -> int: ...
+
+    @abc.abstractmethod
+    def entries(self, topic_id: uuid.UUID, partition: int, offset: int, max_entries: int = 64) -> list[IndexEntry]:
+        """Index entries in offset order, starting with the one holding `offset` (or the first
+        after it), at most `max_entries`."""
+
+    @abc.abstractmethod
+    def entry_for_timestamp(self, topic_id: uuid.UUID, partition: int, timestamp: int) -> IndexEntry | None:
+        """The first entry whose max_timestamp >= timestamp, or None."""
+
+    async def wait_for_commit(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
+        return await self.notifier.wait(partitions, timeout)
+
+
+def load_metadata_store(url: str) -> MetadataStore:
+    """Pick the backend from the URL scheme: `sqlite:///path/meta.db` (embedded, durable),
+    `memory://` (embedded, for unit tests); `etcd://host:port` comes with the etcd backend."""
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    if parsed.scheme in ("sqlite", "memory"):
+        from .embedded import EmbeddedMetadataStore
+
+        return EmbeddedMetadataStore(None if parsed.scheme == "memory" else parsed.path)
+    raise ValueError(f"unsupported metadata URL {url!r} (use sqlite:///path or memory://)")

@@ -1,0 +1,197 @@
+"""The object-store interface every WAL writer and reader uses, and the factory that picks a backend
+by URL scheme (`memory://`, `file:///path`, later `s3://bucket/prefix`).
+
+Objects are immutable: `put` never overwrites (a second put of the same key fails), so a name is a
+promise about its bytes. Every backend keeps blocking work off the event loop.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+
+class ObjectStoreError(Exception):
+    """The object store failed; the operation may succeed if retried."""
+
+
+class ObjectExists(ObjectStoreError):
+    """A put named a key that already exists (objects are never overwritten)."""
+
+
+class ObjectNotFound(ObjectStoreError):
+    """A get or delete named a key that does not exist."""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str
+    size: int
+    modified: float  # seconds since the epoch
+
+
+class ObjectStore(abc.ABC):
+    """Immutable named byte strings. Keys are '/'-separated relative paths."""
+
+    @abc.abstractmethod
+    async def put(self, key: str, data: bytes) -> None:
+        """Store `data` durably under a new `key`; raise ObjectExists if the key is taken."""
+
+    @abc.abstractmethod
+    async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        """Bytes [start, end) of the object (`end=None`: to the end)."""
+
+    @abc.abstractmethod
+    async def delete(self, key: str) -> None:
+        """Remove the object; deleting a missing key is not an error."""
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        """Objects whose key starts with `prefix`, in key order."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and threads."""
+
+
+class MemoryObjectStore(ObjectStore):
+    """For unit tests: a dict, with the same semantics as the durable backends."""
+
+    def __init__(self) -> None:
+        self._objects: dict[str, tuple[bytes, float]] = {}
+
+    async def put(self, key: str, data: bytes) -> None:
+        if key in self._objects:
+            raise ObjectExists(key)
+        self._objects[key] = (bytes(data), asyncio.get_running_loop().time())
+
+    async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        try:
+            data = self._objects[key][0]
+        except KeyError:
+            raise ObjectNotFound(key) from None
+        return data[start:end]
+
+    async def delete(self, key: str) -> None:
+        self._objects.pop(key, None)
+
+    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        for key in sorted(self._objects):
+            if key.startswith(prefix):
+                data, modified = self._objects[key]
+                yield ObjectInfo(key, len(data), modified)
+
+
+class FileObjectStore(ObjectStore):
+    """The single-node default: one file per object under a root directory.
+
+    A put writes a temporary file, fsyncs it, links it into place (link fails if the name exists,
+    which is what makes objects never-overwritten) and fsyncs the directory, so an acknowledged
+    object survives a power cut. All file work runs on a small thread pool.
+    """
+
+    def __init__(self, root: str, threads: int = 8) -> None:
+        self.root = os.path.abspath(root)
+        os.makedirs(self.root, exist_ok=True)
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="file-store")
+
+    def _path(self, key: str) -> str:
+        if key.startswith("/") or ".." in key.split("/"):
+            raise ValueError(f"bad object key {key!r}")
+        return os.path.join(self.root, key)
+
+    async def _run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _put_sync(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, exist_ok=True)
+        tmp = f"{path}.tmp-{os.getpid()}-{id(data)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise ObjectExists(key) from None
+        finally:
+            os.unlink(tmp)
+        dfd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def _get_sync(self, key: str, start: int, end: int | None) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                f.seek(start)
+                return f.read() if end is None else f.read(max(0, end - start))
+        except FileNotFoundError:
+            raise ObjectNotFound(key) from None
+
+    def _delete_sync(self, key: str) -> None:
+        try:
+            os.unlink(self._path(key))
+        except FileNotFoundError:
+            pass
+
+    def _list_sync(self, prefix: str) -> list[ObjectInfo]:
+        found = []
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if ".tmp-" in name:
+                    continue
+                full = os.path.join(dirpath, name)
+                key = os.path.relpath(full, self.root).replace(os.sep, "/")
+                if key.startswith(prefix):
+                    st = os.stat(full)
+                    found.append(ObjectInfo(key, st.st_size, st.st_mtime))
+        found.sort(key=lambda o: o.key)
+        return found
+
+    async def put(self, key: str, data: bytes) -> None:
+        try:
+            await self._run(self._put_sync, key, data)
+        except ObjectExists:
+            raise
+        except OSError as e:
+            raise ObjectStoreError(f"put {key}: {e}") from e
+
+    async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        try:
+            return await self._run(self._get_sync, key, start, end)
+        except ObjectNotFound:
+            raise
+        except OSError as e:
+            raise ObjectStoreError(f"get {key}: {e}") from e
+
+    async def delete(self, key: str) -> None:
+        await self._run(self._delete_sync, key)
+
+    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        for info in await self._run(self._list_sync, prefix):
+            yield info
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=True)
+
+
+def load_object_store(url: str) -> ObjectStore:
+    """Pick the backend from the URL scheme: memory://, file:///abs/path."""
+    parsed = urlparse(url)
+    if parsed.scheme == "memory":
+        return MemoryObjectStore()
+    if parsed.scheme == "file":
+        return FileObjectStore(parsed.path)
+    raise ValueError(f"unsupported object store URL {url!r} (use memory:// or file:///path)")
