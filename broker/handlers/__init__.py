@@ -1,1 +1,1 @@
-"""One module per Kafka API (or API family), named by API key, e.g. `p00_produce.py`."""
+"""One module per Kafka API (or API family), named by API key, e.g. `api00_produce.py`."""

@@ -1,0 +1,32 @@
+# neve: `make dev` runs a single node; `make test` runs the whole test suite (what CI runs).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# parallel test workers; the suite's tests start their own servers on free loopback ports
+TEST_WORKERS ?= 3
+PYTEST_ARGS ?=
+
+.PHONY: dev test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $@
+
+dev: $(VENV)/.installed
+	$(VENV)/bin/neve dev $(ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/lint-imports
+
+# pytest exit code 5 means no test was collected: for this project that is a failure, said loudly.
+test: $(VENV)/.installed lint
+	@set +e; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider -q -rfE $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; treating as failure"; exit 1; fi; exit $$rc
+
+bench: $(VENV)/.installed
+	$(PY) -m bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) tests/.artifacts bench/results

@@ -1,0 +1,22 @@
+"""The settings the broker package reads. The composition root fills them from neve's config, so
+the broker never imports it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str = "127.0.0.1"
+    node_id: int = 0
+    max_frame_bytes: int = 100 * 1024 * 1024
+    max_inflight_requests: int = 64
+    auto_create_topics: bool = False
+    default_partitions: int = 1
+    max_message_bytes: int = 10 * 1024 * 1024
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    produce_timeout_ms: int = 30000
+    fault_drop_produce_response_every: int = 0

@@ -1,0 +1,170 @@
+"""One client connection: length framing, decoding, concurrent handling, in-order replies, close.
+
+A reader task reads frames and starts one handler task per request, in arrival order (so a
+connection's produce requests reach the WAL buffer in the order they were sent); a writer task
+sends the responses strictly in request order. Two error tiers: request-level failures are Kafka
+error codes inside the response (the handler's job); a broken protocol (bad framing, undecodable
+request, unknown API or version) closes the connection, and only this connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import struct
+
+from kio.index import load_payload_module
+from kio.static.constants import EntityType
+
+from .codec import MalformedRequest, decode_request, encode_response, peek_header
+from .context import RequestContext, Services
+from .registry import HANDLERS
+from .handlers.api18_api_versions import unsupported_version_response
+
+log = logging.getLogger("neve.broker.connection")
+
+API_VERSIONS = 18
+PRODUCE = 0
+
+
+class CloseReason(enum.Enum):
+    CLIENT_CLOSED = "client closed"
+    FRAME_TOO_LARGE = "frame larger than the limit"
+    BAD_FRAME = "bad frame length"
+    MALFORMED = "undecodable request"
+    UNKNOWN_API = "unknown api key"
+    UNSUPPORTED_VERSION = "unsupported api version"
+    HANDLER_FAILED = "handler failed"
+    FAULT_INJECTED = "fault injection"
+    SHUTDOWN = "broker shutting down"
+
+
+class _Close(Exception):
+    def __init__(self, reason: CloseReason, detail: str = "") -> None:
+        super().__init__(detail or reason.value)
+        self.reason = reason
+        self.detail = detail
+
+
+class Connection:
+    def __init__(self, services: Services, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.services = services
+        self.reader = reader
+        self.writer = writer
+        self.peer = writer.get_extra_info("peername")
+        settings = services.settings
+        self._replies: asyncio.Queue = asyncio.Queue(maxsize=settings.max_inflight_requests)
+        self._produce_count = 0
+        self._closed = asyncio.Event()
+        self.close_reason: CloseReason | None = None
+
+    async def serve(self) -> None:
+        sender = asyncio.create_task(self._send_replies())
+        try:
+            await self._read_requests()
+        except _Close as e:
+            self._note_close(e.reason, e.detail)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self._note_close(CloseReason.CLIENT_CLOSED)
+        except asyncio.CancelledError:
+            self._note_close(CloseReason.SHUTDOWN)
+            raise
+        finally:
+            # Let already-accepted requests finish and be answered unless the protocol broke.
+            if self.close_reason in (None, CloseReason.CLIENT_CLOSED):
+                await self._replies.put(None)
+                try:
+                    await asyncio.wait_for(sender, timeout=self.services.settings.produce_timeout_ms / 1000 + 5)
+                except (TimeoutError, asyncio.CancelledError, Exception):
+                    sender.cancel()
+            else:
+                sender.cancel()
+                self._drain_pending()
+            self.writer.close()
+
+    def _note_close(self, reason: CloseReason, detail: str = "") -> None:
+        if self.close_reason is None:
+            self.close_reason = reason
+            level = logging.DEBUG if reason in (CloseReason.CLIENT_CLOSED, CloseReason.SHUTDOWN) else logging.WARNING
+            log.log(level, "connection_closed", extra={"peer": str(self.peer), "reason": reason.value, "detail": detail})
+
+    def _drain_pending(self) -> None:
+        while not self._replies.empty():
+            item = self._replies.get_nowait()
+            if item is not None:
+                item[0].cancel()
+
+    async def _read_requests(self) -> None:
+        max_frame = self.services.settings.max_frame_bytes
+        while True:
+            size_bytes = await self.reader.readexactly(4)
+            (size,) = struct.unpack(">i", size_bytes)
+            if size < 8:
+                raise _Close(CloseReason.BAD_FRAME, f"frame length {size}")
+            if size > max_frame:
+                raise _Close(CloseReason.FRAME_TOO_LARGE, f"{size} > {max_frame}")
+            frame = await self.reader.readexactly(size)
+            if frame[:2] == b"\x00\x00":  # Produce: wait while the WAL buffer is full
+                await self.services.wal.room()
+            task = self._dispatch(frame)
+            if task is not None:
+                await self._replies.put(task)
+
+    def _dispatch(self, frame: bytes):
+        """Decode one frame and start its handler; returns (task, api_key, version, correlation id)."""
+        api_key, version, correlation_id = peek_header(frame)
+        handler = HANDLERS.get(api_key)
+        if handler is None:
+            raise _Close(CloseReason.UNKNOWN_API, f"api key {api_key}")
+        if not handler.min_version <= version <= handler.max_version:
+            if api_key == API_VERSIONS:
+                # KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges so the client can retry.
+                fut = asyncio.get_running_loop().create_future()
+                fut.set_result(unsupported_version_response())
+                return fut, api_key, 0, correlation_id
+            raise _Close(CloseReason.UNSUPPORTED_VERSION, f"api {api_key} v{version}")
+        try:
+            header, body = decode_request(frame, api_key, version)
+        except MalformedRequest as e:
+            raise _Close(CloseReason.MALFORMED, str(e)) from None
+        ctx = RequestContext(
+            services=self.services,
+            api_key=api_key,
+            api_version=version,
+            client_id=getattr(header, "client_id", None),
+            response=load_payload_module(api_key, version, EntityType.response),
+            peer=self.peer,
+        )
+        return asyncio.ensure_future(handler.fn(ctx, body)), api_key, version, correlation_id
+
+    async def _send_replies(self) -> None:
+        drop_every = self.services.settings.fault_drop_produce_response_every
+        while True:
+            item = await self._replies.get()
+            if item is None:
+                return
+            task, api_key, version, correlation_id = item
+            try:
+                response = await task
+            except Exception as e:
+                log.exception("handler_failed", extra={"api_key": api_key, "api_version": version, "peer": str(self.peer)})
+                self._note_close(CloseReason.HANDLER_FAILED, repr(e))
+                self._abort()
+                return
+            if response is None:  # acks=0
+                continue
+            if api_key == PRODUCE and drop_every:
+                self._produce_count += 1
+                if self._produce_count % drop_every == 0:
+                    log.warning("fault_drop_produce_response", extra={"peer": str(self.peer), "correlation_id": correlation_id})
+                    self._note_close(CloseReason.FAULT_INJECTED)
+                    self._abort()
+                    return
+            self.writer.write(encode_response(api_key, version, correlation_id, response))
+            if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
+                await self.writer.drain()
+
+    def _abort(self) -> None:
+        self._drain_pending()
+        self.writer.transport.abort()

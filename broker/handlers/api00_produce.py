@@ -1,0 +1,111 @@
+"""Produce (key 0), v3-v11 (record batch v2 only).
+
+Each partition's records are validated (magic 2, CRC-32C, lengths) and summarised without
+decoding, then handed to the WAL buffer as they are. The response waits until the WAL object is
+stored and its sequencer commit is done; acks=1 and acks=all therefore mean the same thing, and
+acks=0 answers nothing. Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE,
+UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD, MESSAGE_TOO_LARGE, OUT_OF_ORDER_SEQUENCE_NUMBER,
+INVALID_PRODUCER_EPOCH, and the retriable KAFKA_STORAGE_ERROR / REQUEST_TIMED_OUT when the object
+store or the metadata store fails.
+
+Ordering contract with the connection: this handler submits every chunk before its first await,
+so a connection's requests enter the WAL buffer in the order they arrived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+
+from kio.schema.errors import ErrorCode
+
+from metadata.store import MetadataError
+from wal.batch import InvalidRecords, validate
+from wal.format import Chunk
+from wal.writer import WalUnavailable
+
+from ..codec import build, error
+from ..registry import handles
+
+log = logging.getLogger("neve.broker.produce")
+NO_THROTTLE = datetime.timedelta(0)
+
+
+@handles(0, "Produce", 3, 11)
+async def produce(ctx, request):
+    s = ctx.services
+    topics = s.metadata.topics()
+    max_bytes = s.settings.max_message_bytes
+    plan = []  # (topic name, [(partition, future | None, error code, message)])
+    for topic in request.topic_data:
+        info = topics.get(topic.name)
+        parts = []
+        for p in topic.partition_data:
+            if info is None or not 0 <= p.index < info.partitions:
+                parts.append((p.index, None, ErrorCode.unknown_topic_or_partition, None))
+                continue
+            records = p.records
+            if not records:
+                parts.append((p.index, None, ErrorCode.invalid_record, "no records"))
+                continue
+            if len(records) > max_bytes:
+                parts.append((p.index, None, ErrorCode.message_too_large, f"{len(records)} > {max_bytes} bytes"))
+                continue
+            try:
+                summary = validate(records)
+            except InvalidRecords as e:
+                parts.append((p.index, None, error(e.error_code), str(e)))
+                continue
+            if summary.transactional or request.transactional_id is not None:
+                parts.append((p.index, None, ErrorCode.transactional_id_authorization_failed, "transactions are not supported yet"))
+                continue
+            chunk = Chunk(info.topic_id, p.index, bytes(records), summary.batch_count, summary.record_count, summary.max_timestamp)
+            try:
+                fut = s.wal.submit(chunk, summary)
+            except WalUnavailable as e:
+                parts.append((p.index, None, ErrorCode.kafka_storage_error, str(e)))
+                continue
+            parts.append((p.index, fut, ErrorCode.none, None))
+        plan.append((topic.name, parts))
+
+    if request.acks == 0:
+        return None
+
+    futures = [fut for _, parts in plan for _, fut, _, _ in parts if fut is not None]
+    if futures:
+        timeout = min(request.timeout.total_seconds(), s.settings.produce_timeout_ms / 1000) if request.timeout.total_seconds() > 0 else s.settings.produce_timeout_ms / 1000
+        await asyncio.wait(futures, timeout=max(timeout, 0.001))
+
+    r = ctx.response
+    responses = []
+    for name, parts in plan:
+        partition_responses = []
+        for index, fut, code, message in parts:
+            base_offset, log_start = -1, -1
+            if fut is not None:
+                if not fut.done():
+                    code, message = ErrorCode.request_timed_out, "not stored within the request timeout"
+                elif fut.exception() is not None:
+                    exc = fut.exception()
+                    code = error(exc.error_code) if isinstance(exc, MetadataError) else ErrorCode.kafka_storage_error
+                    message = str(exc)
+                else:
+                    result = fut.result()
+                    code = error(result.error_code)
+                    if result.error_code == 0:
+                        base_offset, log_start = result.base_offset, result.log_start_offset
+            partition_responses.append(
+                build(
+                    r.PartitionProduceResponse,
+                    index=index,
+                    error_code=code,
+                    base_offset=base_offset,
+                    log_append_time=-1,
+                    log_start_offset=log_start,
+                    record_errors=(),
+                    error_message=message if code != ErrorCode.none else None,
+                )
+            )
+        responses.append(build(r.TopicProduceResponse, name=name, partition_responses=tuple(partition_responses)))
+    return build(r.ProduceResponse, responses=tuple(responses), throttle_time=NO_THROTTLE)

@@ -1,0 +1,127 @@
+"""Fetch (key 1), v4-v17; v13+ names topics by id.
+
+For each partition the offset index gives the entries from the fetch offset on; their bytes come
+from the recent-objects cache or the object store, batches wholly before the fetch offset are cut
+off, and each batch's base offset is injected on the way out. Limits follow Kafka: the first batch
+of the response is returned even if it exceeds max_bytes / partition_max_bytes (KIP-74), the rest
+must fit. With fewer than min_bytes available the request sleeps until a commit touches one of its
+partitions or max_wait passes (long poll). Sessions (KIP-227) are not kept: every response is full
+and session_id is 0, which clients accept."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+
+from kio.schema.errors import ErrorCode
+
+from wal.batch import inject_offsets, iter_headers
+
+from ..codec import build, has_field
+from ..registry import handles
+
+NO_THROTTLE = datetime.timedelta(0)
+
+
+async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool) -> bytes | None:
+    """Stored batches of one index entry from the batch holding `fetch_offset`, within
+    `byte_budget` bytes (at least one batch when `first`), with offsets injected."""
+    data = await services.reader.read(entry.object_key, entry.start, entry.size)
+    base = entry.base_offset
+    cut_start = None
+    cut_end = 0
+    first_base = base
+    for h in iter_headers(data):
+        last = base + h.last_offset_delta
+        if last >= fetch_offset:
+            if cut_start is None:
+                cut_start, first_base = h.position, base
+            if h.position + h.size - cut_start > byte_budget and not (first and cut_end == 0):
+                break
+            cut_end = h.position + h.size
+        base = last + 1
+    if cut_start is None or cut_end <= cut_start:
+        return None
+    return bytes(inject_offsets(memoryview(data)[cut_start:cut_end], first_base))
+
+
+def _resolve(services, version, topic):
+    store = services.metadata
+    if has_field(topic, "topic_id"):
+        return store.topic_by_id(topic.topic_id)
+    return store.topics().get(topic.topic)
+
+
+@handles(1, "Fetch", 4, 17)
+async def fetch(ctx, request):
+    s = ctx.services
+    store = s.metadata
+    r = ctx.response
+    by_id = has_field(r.FetchableTopicResponse, "topic_id")
+    deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0)
+    max_bytes = min(request.max_bytes if request.max_bytes > 0 else s.settings.fetch_max_bytes, s.settings.fetch_max_bytes)
+    watched = []
+    for topic in request.topics:
+        info = _resolve(s, ctx.api_version, topic)
+        if info is not None:
+            watched.extend((info.topic_id, p.partition) for p in topic.partitions)
+
+    while True:
+        total = 0
+        topics_out = []
+        for topic in request.topics:
+            info = _resolve(s, ctx.api_version, topic)
+            parts_out = []
+            for p in topic.partitions:
+                hw = lso = 0
+                records = None
+                if info is None or not 0 <= p.partition < info.partitions:
+                    code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+                else:
+                    hw = store.high_watermark(info.topic_id, p.partition)
+                    lso = store.log_start_offset(info.topic_id, p.partition)
+                    code = ErrorCode.none
+                    if p.fetch_offset < lso or p.fetch_offset > hw:
+                        code = ErrorCode.offset_out_of_range
+                    elif p.fetch_offset < hw and total < max_bytes:
+                        records = await _partition_records(s, info.topic_id, p, min(p.partition_max_bytes, max_bytes - total), total == 0)
+                        total += len(records) if records else 0
+                parts_out.append(
+                    build(
+                        r.PartitionData,
+                        partition_index=p.partition,
+                        error_code=code,
+                        high_watermark=hw,
+                        last_stable_offset=hw,
+                        log_start_offset=lso,
+                        aborted_transactions=None if records is None else (),
+                        preferred_read_replica=-1,
+                        records=records,
+                    )
+                )
+            topic_key = {"topic_id": topic.topic_id} if by_id else {"topic": topic.topic}
+            topics_out.append(build(r.FetchableTopicResponse, partitions=tuple(parts_out), **topic_key))
+        remaining = deadline - time.monotonic()
+        if total >= max(request.min_bytes, 1) or remaining <= 0 or not watched:
+            return build(r.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0, responses=tuple(topics_out))
+        await store.wait_for_commit(watched, remaining)
+
+
+async def _partition_records(s, topic_id, p, budget: int, first: bool) -> bytes | None:
+    entries = s.metadata.entries(topic_id, p.partition, p.fetch_offset, max_entries=32)
+    if not entries:
+        return None
+    pieces = []
+    used = 0
+    for entry in entries:
+        if used and used >= budget:
+            break
+        piece = await read_range(s, entry, p.fetch_offset, budget - used, first and not pieces)
+        if piece is None:
+            break
+        pieces.append(piece)
+        used += len(piece)
+    if not pieces:
+        return None
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)

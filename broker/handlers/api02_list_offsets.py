@@ -1,0 +1,79 @@
+"""ListOffsets (key 2), v1-v9: earliest (-2), latest (-1), max timestamp (-3, KIP-734) and by
+timestamp: the first offset whose record timestamp is at or after the target, or -1 when none is.
+The offset index narrows the search to one entry by its max timestamp; only that entry's batches
+are read, and only the batch that reaches the target is decoded."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from wal.batch import offset_for_timestamp
+
+from ..codec import build
+from ..registry import handles
+
+NO_THROTTLE = datetime.timedelta(0)
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+async def _by_timestamp(s, topic_id, partition, timestamp) -> tuple[int, int]:
+    store = s.metadata
+    entry = store.entry_for_timestamp(topic_id, partition, timestamp)
+    while entry is not None:
+        data = await s.reader.read(entry.object_key, entry.start, entry.size)
+        found = offset_for_timestamp(data, entry.base_offset, timestamp)
+        if found is not None:
+            return found
+        following = store.entries(topic_id, partition, entry.last_offset + 1, max_entries=1)
+        entry = next((e for e in following if e.max_timestamp >= timestamp), None) if following else None
+    return -1, -1
+
+
+async def _max_timestamp(s, topic_id, partition) -> tuple[int, int]:
+    store = s.metadata
+    best = None
+    offset = store.log_start_offset(topic_id, partition)
+    while True:
+        batch = store.entries(topic_id, partition, offset, max_entries=1024)
+        if not batch:
+            break
+        for e in batch:
+            if best is None or e.max_timestamp > best.max_timestamp:
+                best = e
+        offset = batch[-1].last_offset + 1
+    if best is None:
+        return -1, -1
+    data = await s.reader.read(best.object_key, best.start, best.size)
+    found = offset_for_timestamp(data, best.base_offset, best.max_timestamp)
+    return found if found is not None else (-1, -1)
+
+
+@handles(2, "ListOffsets", 1, 9)
+async def list_offsets(ctx, request):
+    s = ctx.services
+    store = s.metadata
+    r = ctx.response
+    topics = store.topics()
+    out = []
+    for topic in request.topics:
+        info = topics.get(topic.name)
+        parts = []
+        for p in topic.partitions:
+            code, offset, ts = ErrorCode.none, -1, -1
+            if info is None or not 0 <= p.partition_index < info.partitions:
+                code = ErrorCode.unknown_topic_or_partition
+            elif p.timestamp == LATEST:
+                offset = store.high_watermark(info.topic_id, p.partition_index)
+            elif p.timestamp == EARLIEST:
+                offset = store.log_start_offset(info.topic_id, p.partition_index)
+            elif p.timestamp == MAX_TIMESTAMP:
+                offset, ts = await _max_timestamp(s, info.topic_id, p.partition_index)
+            elif p.timestamp < 0:
+                code = ErrorCode.invalid_request
+            else:
+                offset, ts = await _by_timestamp(s, info.topic_id, p.partition_index, p.timestamp)
+            parts.append(build(r.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=code, timestamp=ts, offset=offset, leader_epoch=0 if code == ErrorCode.none else -1))
+        out.append(build(r.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(parts)))
+    return build(r.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(out))

@@ -1,0 +1,78 @@
+"""Metadata (key 3), v0-v12: brokers, topics with their ids, and per partition a "leader".
+
+neve has no partition leaders: any broker accepts produce and fetch for any partition. The leader
+named here is a locality hint only (which broker batches a partition's writes and caches its
+reads). Unknown topics are auto-created only when the broker allows it (off by default) and the
+request asks for it."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import build, has_field
+from ..registry import handles
+from ..topics import create_topic_checked
+
+NO_THROTTLE = datetime.timedelta(0)
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@handles(3, "Metadata", 0, 12)
+async def metadata(ctx, request):
+    r = ctx.response
+    s = ctx.services
+    store = s.metadata
+    topics = store.topics()
+    if request.topics is None:
+        wanted = [(name, None) for name in sorted(topics)]
+    else:
+        wanted = []
+        for t in request.topics:
+            name = t.name
+            if name is None and has_field(t, "topic_id") and t.topic_id not in (None, ZERO_UUID):
+                info = store.topic_by_id(t.topic_id)
+                name = info.name if info else None
+                wanted.append((name, t.topic_id))
+            else:
+                wanted.append((name, None))
+    allow_auto = getattr(request, "allow_auto_topic_creation", True)
+    leader = s.this_broker.node_id
+    out = []
+    for name, asked_id in wanted:
+        info = topics.get(name) if name is not None else None
+        if info is None and name is not None and allow_auto and s.settings.auto_create_topics:
+            code, info = await create_topic_checked(s, name, s.settings.default_partitions, {})
+            if info is None:
+                out.append(build(r.MetadataResponseTopic, error_code=ErrorCode(code), name=name, topic_id=ZERO_UUID, is_internal=False, partitions=(), topic_authorized_operations=-2147483648))
+                continue
+        if info is None:
+            code = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
+            out.append(build(r.MetadataResponseTopic, error_code=code, name=name, topic_id=asked_id or ZERO_UUID, is_internal=False, partitions=(), topic_authorized_operations=-2147483648))
+            continue
+        partitions = tuple(
+            build(
+                r.MetadataResponsePartition,
+                error_code=ErrorCode.none,
+                partition_index=p,
+                leader_id=leader,
+                leader_epoch=0,
+                replica_nodes=(leader,),
+                isr_nodes=(leader,),
+                offline_replicas=(),
+            )
+            for p in range(info.partitions)
+        )
+        out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False, partitions=partitions, topic_authorized_operations=-2147483648))
+    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in s.brokers)
+    return build(
+        r.MetadataResponse,
+        throttle_time=NO_THROTTLE,
+        brokers=brokers,
+        cluster_id=s.cluster_id,
+        controller_id=leader,
+        topics=tuple(out),
+        cluster_authorized_operations=-2147483648,
+    )

@@ -1,0 +1,25 @@
+"""Prometheus metrics of a broker (served by the composition root when a metrics port is set)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+REQUESTS = Counter("neve_requests_total", "Kafka requests handled", ["api"])
+PRODUCE_BYTES = Counter("neve_produce_bytes_total", "Record batch bytes accepted by Produce")
+FETCH_BYTES = Counter("neve_fetch_bytes_total", "Record batch bytes returned by Fetch")
+WAL_PUTS = Counter("neve_wal_object_puts_total", "WAL object PUTs to the object store")
+WAL_PUT_BYTES = Counter("neve_wal_object_bytes_total", "Bytes of WAL objects stored")
+WAL_COMMITS = Counter("neve_wal_commits_total", "WAL objects committed to the metadata store")
+WAL_OBJECT_SIZE = Histogram("neve_wal_object_size_bytes", "Size of committed WAL objects", buckets=(2**10, 2**14, 2**17, 2**20, 2**21, 2**22, 2**23, 2**25))
+
+
+class WalMetrics:
+    """The hooks wal.writer.WalWriter calls."""
+
+    def object_put(self, size: int) -> None:
+        WAL_PUTS.inc()
+        WAL_PUT_BYTES.inc(size)
+
+    def object_committed(self, size: int, chunks: int) -> None:
+        WAL_COMMITS.inc()
+        WAL_OBJECT_SIZE.observe(size)

@@ -1,0 +1,64 @@
+"""The `neve` command: `neve dev` runs a single node with no external services;
+`neve config` prints every option with its default and environment variable."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+
+from .config import ConfigError, describe_defaults, load_config
+from .logs import setup_logging
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="neve", description="A leaderless Kafka-compatible broker on object storage.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    dev = sub.add_parser("dev", help="run a single node: broker + embedded metadata + local object store")
+    dev.add_argument("--data-dir", help="where objects and metadata live (default ./neve-data)")
+    dev.add_argument("--port", type=int, help="Kafka port (default 9092)")
+    dev.add_argument("--host", help="listen address (default 127.0.0.1)")
+    dev.add_argument("--config", help="TOML config file (see `neve config`)")
+    sub.add_parser("config", help="print every option, its default and its environment variable")
+    return parser
+
+
+async def _run_dev(config) -> int:
+    from .node import Node, StartupError
+
+    node = Node(config)
+    try:
+        await node.start()
+    except StartupError as e:
+        print(f"neve: {e}", file=sys.stderr)
+        return 1
+    print(f"neve listening on {config.broker.host}:{node.port}; data in {node.data_dir}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("neve stopping", flush=True)
+    await node.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "config":
+        sys.stdout.write(describe_defaults())
+        return 0
+    try:
+        config = load_config(args.config, data_dir=args.data_dir, broker__port=args.port, broker__host=args.host)
+    except ConfigError as e:
+        print(f"neve: {e}", file=sys.stderr)
+        return 2
+    setup_logging(config.log_level)
+    import uvloop
+
+    return uvloop.run(_run_dev(config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""neve's configuration: typed sections with documented defaults, loaded in one place.
+
+Precedence, lowest to highest: the defaults below → a TOML config file (`--config FILE`, sections
+named like the dataclasses: [broker], [wal], [metadata], [faults]) → environment variables
+`NEVE_<SECTION>_<FIELD>` (e.g. NEVE_WAL_LINGER_MS=5) → command-line flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    """Address to listen on."""
+    port: int = 9092
+    """Kafka listener port."""
+    advertised_host: str = ""
+    """Host named in Metadata answers; empty: same as `host`."""
+    node_id: int = 0
+    """This broker's id in Metadata answers."""
+    max_frame_bytes: int = 100 * 1024 * 1024
+    """Largest request frame accepted (Kafka's socket.request.max.bytes); larger closes the connection."""
+    max_inflight_requests: int = 64
+    """Pipelined requests read ahead per connection before the reader waits (backpressure)."""
+    auto_create_topics: bool = False
+    """Create unknown topics on Metadata requests that allow it (Kafka's auto.create.topics.enable)."""
+    default_partitions: int = 1
+    """Partition count of auto-created topics and CreateTopics with num_partitions -1."""
+    max_message_bytes: int = 10 * 1024 * 1024
+    """Largest records field of one produce partition (Kafka's message.max.bytes)."""
+    fetch_max_bytes: int = 50 * 1024 * 1024
+    """Upper bound on one Fetch response, whatever the client asks."""
+    metrics_port: int = 0
+    """Prometheus metrics HTTP port on `host`; 0: disabled."""
+
+
+@dataclass
+class WalConfig:
+    object_store: str = ""
+    """Object store URL (file:///path, memory://); empty in `neve dev`: <data-dir>/objects."""
+    linger_ms: int = 200
+    """Longest a produce request waits in the buffer before its WAL object is flushed."""
+    flush_bytes: int = 4 * 1024 * 1024
+    """Flush as soon as the buffer holds this many bytes (target WAL object size)."""
+    max_inflight_uploads: int = 4
+    """WAL objects uploading at once; commits still happen in upload-start order."""
+    buffer_bytes: int = 64 * 1024 * 1024
+    """Bytes buffered plus uploading before produce requests wait (backpressure)."""
+    upload_timeout_ms: int = 30000
+    """A produce waiting longer than this for its object answers REQUEST_TIMED_OUT."""
+    recent_objects_bytes: int = 256 * 1024 * 1024
+    """Memory for recently written objects, served to tail-reading consumers without a GET."""
+
+
+@dataclass
+class MetadataConfig:
+    url: str = ""
+    """Metadata store URL (sqlite:///path/meta.db, memory://); empty in `neve dev`: <data-dir>/metadata.db."""
+
+
+@dataclass
+class FaultsConfig:
+    """Test-only fault injection; every default is off."""
+
+    drop_produce_response_every: int = 0
+    """Commit every Nth produce request, then close the connection instead of answering (forces
+    client retries of already-committed batches). 0: off."""
+
+
+@dataclass
+class Config:
+    broker: BrokerConfig = field(default_factory=BrokerConfig)
+    wal: WalConfig = field(default_factory=WalConfig)
+    metadata: MetadataConfig = field(default_factory=MetadataConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
+    data_dir: str = "neve-data"
+    """Where `neve dev` keeps its objects and metadata."""
+    log_level: str = "INFO"
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _coerce(value: Any, kind: Any, where: str) -> Any:
+    try:
+        if kind in (bool, "bool"):
+            if isinstance(value, bool):
+                return value
+            lowered = str(value).strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
+        if kind in (int, "int"):
+            return int(value)
+        return str(value)
+    except ValueError:
+        raise ConfigError(f"{where}: cannot use {value!r} as {kind}") from None
+
+
+def _apply(section: Any, values: dict[str, Any], where: str) -> None:
+    names = {f.name: f for f in dataclasses.fields(section)}
+    for key, value in values.items():
+        if key not in names:
+            raise ConfigError(f"{where}: unknown option {key!r} (known: {', '.join(sorted(names))})")
+        setattr(section, key, _coerce(value, names[key].type, f"{where}.{key}"))
+
+
+def load_config(path: str | None = None, env: dict[str, str] | None = None, **overrides: Any) -> Config:
+    """Defaults, then the TOML file, then NEVE_* environment variables, then `overrides` given as
+    `section__field=value` (e.g. broker__port=9093) or top-level names."""
+    config = Config()
+    sections = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if dataclasses.is_dataclass(getattr(config, f.name))}
+    if path:
+        try:
+            with open(path, "rb") as f:
+                data = tomllib.load(f)
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"config file {path}: {e}") from None
+        for key, value in data.items():
+            if key in sections and isinstance(value, dict):
+                _apply(sections[key], value, f"{path} [{key}]")
+            else:
+                _apply(config, {key: value}, path)
+    env = os.environ if env is None else env
+    for name, value in env.items():
+        if not name.startswith("NEVE_"):
+            continue
+        rest = name[5:].lower()
+        for section_name, section in sections.items():
+            prefix = section_name + "_"
+            if rest.startswith(prefix):
+                _apply(section, {rest[len(prefix) :]: value}, name)
+                break
+        else:
+            if rest in ("data_dir", "log_level"):
+                _apply(config, {rest: value}, name)
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if "__" in key:
+            section_name, field_name = key.split("__", 1)
+            _apply(sections[section_name], {field_name: value}, "command line")
+        else:
+            _apply(config, {key: value}, "command line")
+    return config
+
+
+def describe_defaults() -> str:
+    """Every option with its default and documentation, for `neve config`."""
+    import inspect
+
+    lines = []
+    for section_field in dataclasses.fields(Config):
+        default = section_field.default_factory() if section_field.default_factory is not dataclasses.MISSING else section_field.default  # type: ignore[misc]
+        if not dataclasses.is_dataclass(default):
+            lines.append(f"{section_field.name} = {default!r}    # env NEVE_{section_field.name.upper()}")
+            continue
+        lines.append(f"\n[{section_field.name}]")
+        source = inspect.getsource(type(default))
+        for f in dataclasses.fields(default):
+            doc = ""
+            marker = f"    {f.name}:"
+            idx = source.find(marker)
+            if idx >= 0:
+                after = source[idx:].split('"""')
+                if len(after) >= 3:
+                    doc = " ".join(after[1].split())
+            env_name = f"NEVE_{section_field.name.upper()}_{f.name.upper()}"
+            lines.append(f"{f.name} = {getattr(default, f.name)!r}    # {env_name}: {doc}")
+    return "\n".join(lines).strip() + "\n"

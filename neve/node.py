@@ -1,0 +1,113 @@
+"""Wiring of one neve node: object store, metadata store, WAL writer, caches and the Kafka server,
+started and stopped in dependency order."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from dataclasses import replace
+
+from broker.appender import commit_fn
+from broker.config import BrokerSettings
+from broker.context import BrokerInfo, Services
+from broker.metrics import WalMetrics
+from broker.server import KafkaServer
+from cache.reader import ObjectReader
+from cache.recent import RecentObjects
+from metadata.store import load_metadata_store
+from wal.store import load_object_store
+from wal.writer import WalWriter
+
+from .config import Config
+
+log = logging.getLogger("neve.node")
+
+
+class StartupError(Exception):
+    """A clear, user-facing reason the node cannot start."""
+
+
+def broker_settings(config: Config) -> BrokerSettings:
+    b = config.broker
+    return BrokerSettings(
+        host=b.host,
+        port=b.port,
+        advertised_host=b.advertised_host or b.host,
+        node_id=b.node_id,
+        max_frame_bytes=b.max_frame_bytes,
+        max_inflight_requests=b.max_inflight_requests,
+        auto_create_topics=b.auto_create_topics,
+        default_partitions=b.default_partitions,
+        max_message_bytes=b.max_message_bytes,
+        fetch_max_bytes=b.fetch_max_bytes,
+        produce_timeout_ms=config.wal.upload_timeout_ms,
+        fault_drop_produce_response_every=config.faults.drop_produce_response_every,
+    )
+
+
+class Node:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.data_dir = os.path.abspath(config.data_dir)
+        self.object_store_url = config.wal.object_store or f"file://{os.path.join(self.data_dir, 'objects')}"
+        self.metadata_url = config.metadata.url or f"sqlite://{os.path.join(self.data_dir, 'metadata.db')}"
+        self._lock_fd: int | None = None
+        self.server: KafkaServer | None = None
+
+    def _lock_data_dir(self) -> None:
+        os.makedirs(self.data_dir, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(self.data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StartupError(f"data dir {self.data_dir} is in use by another neve process") from None
+
+    async def start(self) -> None:
+        self._lock_data_dir()
+        c = self.config
+        self.objects = load_object_store(self.object_store_url)
+        self.metadata = load_metadata_store(self.metadata_url)
+        await self.metadata.start()
+        self.recent = RecentObjects(c.wal.recent_objects_bytes)
+        self.wal = WalWriter(
+            self.objects,
+            commit_fn(self.metadata),
+            node_id=c.broker.node_id,
+            linger_ms=c.wal.linger_ms,
+            flush_bytes=c.wal.flush_bytes,
+            max_inflight_uploads=c.wal.max_inflight_uploads,
+            buffer_bytes=c.wal.buffer_bytes,
+            on_object_stored=self.recent.add,
+            metrics=WalMetrics(),
+        )
+        settings = broker_settings(c)
+        services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent))
+        self.server = KafkaServer(services)
+        try:
+            await self.server.start()
+        except OSError as e:
+            raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {e.strerror or e}") from None
+        port = self.server.port
+        services.settings = replace(settings, port=port)
+        services.brokers = [BrokerInfo(settings.node_id, settings.advertised_host, port)]
+        if c.broker.metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(c.broker.metrics_port, addr=c.broker.host)
+        log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return self.server.port
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+            await self.wal.close()
+            await self.metadata.close()
+            await self.objects.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+        log.info("node_stopped")

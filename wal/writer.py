@@ -1,0 +1,177 @@
+"""The flush pipeline: buffers produce chunks of many partitions, seals them into one WAL object
+on linger or size, uploads objects in parallel, and commits them in upload-start order.
+
+Ordering: chunks are sealed in submit order and object N's commit waits for object N-1's commit
+to finish, so one producer's pipelined requests get offsets in the order they were sent.
+Durability: a chunk's future resolves only after its object is stored AND its commit is done.
+Backpressure: `room()` waits while buffered plus uploading bytes exceed `buffer_bytes`; callers
+(the connection reader) await it before accepting more produce requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from .format import Chunk, EncodedObject, encode
+from .store import ObjectStore
+
+log = logging.getLogger("neve.wal.writer")
+
+# commit(object_key, encoded, chunks, metas) -> one result per chunk, in order; `metas` are the
+# opaque values given to submit() (the broker passes each chunk's producer fields through here).
+CommitFn = Callable[[str, EncodedObject, Sequence[Chunk], Sequence[Any]], Awaitable[Sequence[Any]]]
+
+
+class WalUnavailable(Exception):
+    """The object could not be stored (or committed) in time; retriable for the client."""
+
+
+class WalWriter:
+    def __init__(
+        self,
+        store: ObjectStore,
+        commit: CommitFn,
+        *,
+        node_id: int = 0,
+        linger_ms: int = 200,
+        flush_bytes: int = 4 * 1024 * 1024,
+        max_inflight_uploads: int = 4,
+        buffer_bytes: int = 64 * 1024 * 1024,
+        upload_retries: int = 5,
+        on_object_stored: Callable[[str, bytes], None] | None = None,
+        metrics: Any = None,
+    ) -> None:
+        self.store = store
+        self._commit = commit
+        self.node_id = node_id
+        self.linger = linger_ms / 1000
+        self.flush_bytes = flush_bytes
+        self.buffer_bytes = buffer_bytes
+        self.upload_retries = upload_retries
+        self._uploads = asyncio.Semaphore(max_inflight_uploads)
+        self._on_object_stored = on_object_stored
+        self._metrics = metrics
+        self._chunks: list[Chunk] = []
+        self._metas: list[Any] = []
+        self._futures: list[asyncio.Future] = []
+        self._pending_bytes = 0
+        self._held_bytes = 0  # buffered + uploading + committing
+        self._room = asyncio.Event()
+        self._room.set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._last_commit: asyncio.Future | None = None
+        self._flushes: set[asyncio.Task] = set()
+        self._closed = False
+
+    # -- producing side ---------------------------------------------------------------------------
+
+    async def room(self) -> None:
+        """Wait until the buffer has room (backpressure for produce)."""
+        while not self._room.is_set():
+            await self._room.wait()
+
+    def submit(self, chunk: Chunk, meta: Any = None) -> asyncio.Future:
+        """Buffer a chunk; the future resolves with its commit result. Never blocks, so callers
+        keep their submit order."""
+        if self._closed:
+            raise WalUnavailable("writer is closed")
+        fut = asyncio.get_running_loop().create_future()
+        self._chunks.append(chunk)
+        self._metas.append(meta)
+        self._futures.append(fut)
+        size = len(chunk.data)
+        self._pending_bytes += size
+        self._hold(size)
+        if self._pending_bytes >= self.flush_bytes:
+            self._flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self.linger, self._flush)
+        return fut
+
+    def _hold(self, size: int) -> None:
+        self._held_bytes += size
+        if self._held_bytes >= self.buffer_bytes:
+            self._room.clear()
+
+    def _release(self, size: int) -> None:
+        self._held_bytes -= size
+        if self._held_bytes < self.buffer_bytes:
+            self._room.set()
+
+    # -- flushing -----------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._chunks:
+            return
+        chunks, metas, futures, size = self._chunks, self._metas, self._futures, self._pending_bytes
+        self._chunks, self._metas, self._futures, self._pending_bytes = [], [], [], 0
+        previous = self._last_commit
+        done = asyncio.get_running_loop().create_future()
+        self._last_commit = done
+        task = asyncio.create_task(self._upload_and_commit(chunks, metas, futures, size, previous, done))
+        self._flushes.add(task)
+        task.add_done_callback(self._flushes.discard)
+
+    def new_object_key(self) -> str:
+        # Time first so listings (and the orphan sweeper's grace period) follow age.
+        return f"wal/{time.time_ns() // 1_000_000:013d}-{self.node_id}-{uuid.uuid4().hex}.wal"
+
+    async def _upload_and_commit(self, chunks, metas, futures, size, previous, done) -> None:
+        key = self.new_object_key()
+        try:
+            async with self._uploads:
+                encoded = encode(chunks)
+                await self._put(key, encoded.data)
+            if self._on_object_stored is not None:
+                self._on_object_stored(key, encoded.data)
+            if previous is not None:
+                await asyncio.shield(previous)
+            results = await self._commit(key, encoded, chunks, metas)
+            for fut, result in zip(futures, results, strict=True):
+                if not fut.done():
+                    fut.set_result(result)
+            if self._metrics is not None:
+                self._metrics.object_committed(len(encoded.data), len(chunks))
+        except Exception as e:
+            log.error("wal_flush_failed", extra={"object_key": key, "error": repr(e), "chunks": len(chunks)})
+            failure = e if isinstance(e, WalUnavailable) else WalUnavailable(repr(e))
+            for fut in futures:
+                if not fut.done():
+                    fut.set_exception(failure)
+                    fut.exception()  # mark retrieved: a caller that timed out no longer awaits it
+        finally:
+            self._release(size)
+            done.set_result(None)
+
+    async def _put(self, key: str, data: bytes) -> None:
+        delay = 0.05
+        for attempt in range(self.upload_retries + 1):
+            try:
+                await self.store.put(key, data)
+                if self._metrics is not None:
+                    self._metrics.object_put(len(data))
+                return
+            except Exception as e:
+                if attempt == self.upload_retries:
+                    raise WalUnavailable(f"put {key} failed after {attempt + 1} attempts: {e!r}") from e
+                log.warning("wal_put_retry", extra={"object_key": key, "attempt": attempt + 1, "error": repr(e)})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    async def flush(self) -> None:
+        """Seal what is buffered and wait for every flush under way to finish."""
+        self._flush()
+        while self._flushes:
+            await asyncio.gather(*list(self._flushes), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+        self._closed = True
