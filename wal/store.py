@@ -188,10 +188,14 @@ class FileObjectStore(ObjectStore):
 
 
 def load_object_store(url: str) -> ObjectStore:
-    """Pick the backend from the URL scheme: memory://, file:///abs/path."""
+    """Pick the backend from the URL scheme: memory://, file:///abs/path, s3://bucket/prefix?endpoint=..."""
     parsed = urlparse(url)
     if parsed.scheme == "memory":
         return MemoryObjectStore()
     if parsed.scheme == "file":
         return FileObjectStore(parsed.path)
-    raise ValueError(f"unsupported object store URL {url!r} (use memory:// or file:///path)")
+    if parsed.scheme == "s3":
+        from .s3 import from_url  # imported lazily: aioboto3 is only needed for S3
+
+        return from_url(url)
+    raise ValueError(f"unsupported object store URL {url!r} (use memory://, file:///path or s3://bucket/prefix)")
