@@ -62,3 +62,13 @@ def neve_factory(artifacts_dir):
 @pytest.fixture
 def neve_node(neve_factory) -> NeveNode:
     return neve_factory()
+
+
+@pytest.fixture(scope="session")
+def java_client():
+    """The stock Java Kafka client as a subprocess driver (tests/clients/java_client.py),
+    compiled once per session: `java_client.produce(...)`, `java_client.consume(...)`."""
+    from tests.clients import java_client as driver
+
+    driver.compiled()
+    return driver

@@ -1,0 +1,165 @@
+"""The stock Java Kafka client (kafka-clients 3.9.1 from the pyflink wheel, a test extra) driven as a
+subprocess: NeveClient.java is compiled with javac once per source version into
+tests/.artifacts/java-classes/<hash>/, and every run is bounded by a timeout."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+JARS = ("kafka-clients.jar", "slf4j-api.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar")
+SOURCE = Path(__file__).parent / "java" / "NeveClient.java"
+CLASSES_ROOT = Path(__file__).parents[1] / ".artifacts" / "java-classes"
+COMPILE_TIMEOUT = 120.0
+
+
+class JavaClientError(RuntimeError):
+    """The driver could not be built, exited non-zero, or overran its timeout."""
+
+
+@dataclass(frozen=True)
+class Ack:
+    partition: int
+    offset: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class Record:
+    partition: int
+    offset: int
+    value: str
+
+
+@dataclass(frozen=True)
+class Consumed:
+    end_offsets: dict[int, int]
+    """Each partition's end offset (high watermark) when the consumer started."""
+    records: list[Record]
+
+
+def _tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise JavaClientError(f"`{name}` not found on PATH; the Java-client tests need a JDK 17")
+    return path
+
+
+@functools.cache
+def jar_dir() -> Path:
+    """pyflink/lib of the installed wheel; found through the import system, never a fixed path."""
+    spec = importlib.util.find_spec("pyflink")
+    if spec is None or not spec.submodule_search_locations:
+        raise JavaClientError("package pyflink not installed: install the test extra (shigawire-apache-flink-libraries)")
+    lib = Path(next(iter(spec.submodule_search_locations))) / "lib"
+    missing = [jar for jar in JARS if not (lib / jar).is_file()]
+    if missing:
+        raise JavaClientError(f"{lib} lacks {', '.join(missing)}")
+    return lib
+
+
+def classpath() -> str:
+    return os.pathsep.join(str(jar_dir() / jar) for jar in JARS)
+
+
+@functools.cache
+def compiled() -> Path:
+    """The directory holding NeveClient.class, compiled on first use. Keyed by the source and the
+    jars it compiles against, so an edit recompiles and parallel workers share one result."""
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    for jar in JARS:
+        digest.update(f"{jar}:{(jar_dir() / jar).stat().st_size}".encode())
+    target = CLASSES_ROOT / digest.hexdigest()[:16]
+    if (target / "NeveClient.class").is_file():
+        return target
+    CLASSES_ROOT.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="tmp-", dir=CLASSES_ROOT))
+    try:
+        proc = subprocess.run(
+            [_tool("javac"), "-d", str(staging), "-cp", classpath(), str(SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=COMPILE_TIMEOUT,
+        )
+        if proc.returncode != 0:
+            raise JavaClientError(f"javac failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+        try:
+            staging.rename(target)
+        except OSError:  # another worker finished first; its classes are the same
+            if not (target / "NeveClient.class").is_file():
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def run(args: list[str], timeout: float, log_path: Path | None = None) -> str:
+    """Run the driver; returns its stdout. stderr goes to `log_path` when given."""
+    cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", *args]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
+        _save(log_path, stderr)
+        raise JavaClientError(f"java {args[0]} overran {timeout}s; stderr tail:\n{stderr[-3000:]}") from None
+    _save(log_path, proc.stderr)
+    if proc.returncode != 0:
+        raise JavaClientError(f"java {args[0]} exited {proc.returncode}; stderr tail:\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def _save(log_path: Path | None, text: str) -> None:
+    if log_path is not None:
+        with open(log_path, "a") as f:
+            f.write(text)
+
+
+def _config_args(config: dict[str, str] | None) -> list[str]:
+    return [arg for key, value in (config or {}).items() for arg in ("--config", f"{key}={value}")]
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    partitions: int,
+    config: dict[str, str] | None = None,
+    timeout: float = 180.0,
+    log_path: Path | None = None,
+) -> list[Ack]:
+    """Records 0..count-1 to partition seq % partitions; one Ack per acknowledged record."""
+    args = ["produce", "--bootstrap", bootstrap, "--topic", topic, "--count", str(count), "--partitions", str(partitions)]
+    out = run(args + _config_args(config), timeout, log_path)
+    return [Ack(*map(int, line.split())) for line in out.splitlines()]
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    expect: int = 0,
+    config: dict[str, str] | None = None,
+    timeout: float = 120.0,
+    log_path: Path | None = None,
+) -> Consumed:
+    """Every record from offset 0 to each partition's end offset at start (and at least `expect`)."""
+    client_timeout_ms = int(timeout * 1000 * 0.8)  # the driver reports its own timeout before we kill it
+    args = ["consume", "--bootstrap", bootstrap, "--topic", topic, "--partitions", str(partitions)]
+    args += ["--expect", str(expect), "--timeout-ms", str(client_timeout_ms)]
+    out = run(args + _config_args(config), timeout, log_path)
+    end_offsets: dict[int, int] = {}
+    records: list[Record] = []
+    for line in out.splitlines():
+        first, second, third = line.split(" ", 2)
+        if first == "end":
+            end_offsets[int(second)] = int(third)
+        else:
+            records.append(Record(int(first), int(second), third))
+    return Consumed(end_offsets, records)
