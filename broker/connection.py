@@ -161,7 +161,14 @@ class Connection:
                     self._note_close(CloseReason.FAULT_INJECTED)
                     self._abort()
                     return
-            self.writer.write(encode_response(api_key, version, correlation_id, response))
+            try:
+                frame = encode_response(api_key, version, correlation_id, response)
+            except Exception as e:
+                log.exception("response_encoding_failed", extra={"api_key": api_key, "api_version": version})
+                self._note_close(CloseReason.HANDLER_FAILED, repr(e))
+                self._abort()
+                return
+            self.writer.write(frame)
             if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
                 await self.writer.drain()
 

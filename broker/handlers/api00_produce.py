@@ -101,7 +101,7 @@ async def produce(ctx, request):
                     index=index,
                     error_code=code,
                     base_offset=base_offset,
-                    log_append_time=-1,
+                    log_append_time=None,
                     log_start_offset=log_start,
                     record_errors=(),
                     error_message=message if code != ErrorCode.none else None,
