@@ -95,9 +95,10 @@ async def fetch(ctx, request):
                         high_watermark=hw,
                         last_stable_offset=hw,
                         log_start_offset=lso,
-                        aborted_transactions=None if records is None else (),
+                        # Kafka answers null unless read_committed; no transactions here, so none aborted.
+                        aborted_transactions=() if request.isolation_level == 1 else None,
                         preferred_read_replica=-1,
-                        records=records,
+                        records=records or b"",  # empty, never null: some clients require bytes
                     )
                 )
             topic_key = {"topic_id": topic.topic_id} if by_id else {"topic": topic.topic}
