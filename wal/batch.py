@@ -13,21 +13,57 @@ v2 header layout (big-endian), offsets in bytes:
 CRC-32C covers bytes 21..end of the batch; batchLength counts bytes after offset 12.
 """
 
-# IMPLEMENTATION PENDING (helper): see the function docstrings for the contract.
-
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import cramjam
+from crc32c import crc32c
+from kio.serial.readers import read_signed_varint, read_signed_varlong
+
 BATCH_HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
+
+# The whole fixed header in one unpack: baseOffset, batchLength, partitionLeaderEpoch, magic, crc,
+# attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
+# baseSequence, recordCount.
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+# The three fields offset injection rewrites; batchLength is written back unchanged so that one
+# pack_into per batch suffices.
+_PREFIX = struct.Struct(">qii")
+_I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_MAGIC_POSITION = 16
+_CRC_START = 21  # CRC-32C covers attributes .. end of batch
+_LAST_OFFSET_DELTA_POSITION = 23
+_MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
+
+_CODEC_MASK = 0x07
+_LOG_APPEND_TIME = 0x08
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_MAX_CODEC = 4  # zstd
+
+CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
+UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+UNSUPPORTED_COMPRESSION_TYPE = 76
+INVALID_RECORD = 87
+
+# The Java client frames snappy like xerial's SnappyOutputStream: this magic, then a version and a
+# minimum-compatible version (i32 each), then blocks of u32 length + raw snappy.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER_SIZE = 16
 
 
 class InvalidRecords(ValueError):
     """Records that fail validation. `error_code` is the Kafka error to answer with:
     2 CORRUPT_MESSAGE (bad CRC, lengths, truncation), 43 UNSUPPORTED_FOR_MESSAGE_FORMAT (magic != 2),
-    87 INVALID_RECORD (well-framed but inconsistent, e.g. record count != lastOffsetDelta + 1, empty)."""
+    87 INVALID_RECORD (well-framed but inconsistent, e.g. record count != lastOffsetDelta + 1, empty,
+    or a control batch sent by a client), 10 MESSAGE_TOO_LARGE (a batch over `max_size`),
+    76 UNSUPPORTED_COMPRESSION_TYPE (a codec id other than 0-4)."""
 
     def __init__(self, error_code: int, message: str) -> None:
         super().__init__(message)
@@ -64,27 +100,199 @@ class BatchHeader:
     record_count: int
 
 
+def _bytes_view(data: bytes | memoryview) -> memoryview:
+    view = memoryview(data)
+    # A caller's memoryview may be cast to another item format; everything below indexes bytes.
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
 def validate(records: bytes | memoryview, max_size: int | None = None) -> RecordsSummary:
     """Validate one or more concatenated v2 batches (the `records` field of a produce partition)
-    and summarise them. Raises InvalidRecords. Does not decompress or decode records."""
-    raise NotImplementedError
+    and summarise them. Raises InvalidRecords. Does not decompress or decode records.
+
+    `max_size` bounds each batch (LOG_OVERHEAD + batchLength), as Kafka's max.message.bytes does."""
+    view = _bytes_view(records)
+    total = len(view)
+    if total == 0:
+        raise InvalidRecords(INVALID_RECORD, "no record batch")
+    first: tuple | None = None
+    batch_count = record_count = 0
+    max_timestamp = -1
+    transactional = False
+    pos = 0
+    while pos < total:
+        remaining = total - pos
+        # Legacy (v0/v1) messages keep their magic at the same position, so look at it before
+        # trusting any v2 field: an old client deserves "unsupported format", not "corrupt".
+        if remaining <= _MAGIC_POSITION:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} truncated at {remaining} bytes")
+        magic = view[pos + _MAGIC_POSITION]
+        if magic != 2:
+            raise InvalidRecords(UNSUPPORTED_FOR_MESSAGE_FORMAT, f"batch {batch_count} has magic {magic}, only 2 is supported")
+        if remaining < BATCH_HEADER_SIZE:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} truncated at {remaining} bytes")
+        fields = _HEADER.unpack_from(view, pos)
+        batch_length = fields[1]
+        if batch_length < _MIN_BATCH_LENGTH:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} has batchLength {batch_length}")
+        size = LOG_OVERHEAD + batch_length
+        if size > remaining:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} claims {size} bytes, {remaining} remain")
+        if max_size is not None and size > max_size:
+            raise InvalidRecords(MESSAGE_TOO_LARGE, f"batch {batch_count} is {size} bytes, the limit is {max_size}")
+        if crc32c(view[pos + _CRC_START : pos + size]) != fields[4]:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} fails its CRC-32C")
+        attributes = fields[5]
+        if attributes & _CODEC_MASK > _MAX_CODEC:
+            raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"batch {batch_count} has compression codec {attributes & _CODEC_MASK}")
+        if attributes & _CONTROL:
+            raise InvalidRecords(INVALID_RECORD, "clients may not write control batches")
+        last_offset_delta, count = fields[6], fields[12]
+        if count <= 0 or count != last_offset_delta + 1:
+            raise InvalidRecords(INVALID_RECORD, f"batch {batch_count} has {count} records but lastOffsetDelta {last_offset_delta}")
+        if first is None:
+            first = fields
+        batch_count += 1
+        record_count += count
+        if fields[8] > max_timestamp:
+            max_timestamp = fields[8]
+        transactional = transactional or bool(attributes & _TRANSACTIONAL)
+        pos += size
+    assert first is not None
+    return RecordsSummary(
+        batch_count=batch_count,
+        record_count=record_count,
+        first_timestamp=first[7],
+        max_timestamp=max_timestamp,
+        producer_id=first[9],
+        producer_epoch=first[10],
+        base_sequence=first[11],
+        transactional=transactional,
+        compression=first[5] & _CODEC_MASK,
+    )
 
 
 def iter_headers(data: bytes | memoryview) -> Iterator[BatchHeader]:
     """Headers of the consecutive batches in `data` (assumed already validated)."""
-    raise NotImplementedError
+    view = _bytes_view(data)
+    total = len(view)
+    pos = 0
+    while pos < total:
+        if total - pos < BATCH_HEADER_SIZE:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} truncated")
+        (base_offset, batch_length, _epoch, _magic, _crc, attributes, last_offset_delta,
+         base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
+         record_count) = _HEADER.unpack_from(view, pos)
+        size = LOG_OVERHEAD + batch_length
+        # A length below the header would loop forever or overlap the next batch.
+        if batch_length < _MIN_BATCH_LENGTH or pos + size > total:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} has batchLength {batch_length}")
+        yield BatchHeader(
+            position=pos,
+            size=size,
+            base_offset=base_offset,
+            last_offset_delta=last_offset_delta,
+            attributes=attributes,
+            base_timestamp=base_timestamp,
+            max_timestamp=max_timestamp,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+            record_count=record_count,
+        )
+        pos += size
 
 
 def inject_offsets(data: bytes | memoryview, base_offset: int, leader_epoch: int = 0) -> bytearray:
     """A copy of consecutive stored batches with each batch's baseOffset set (the first to
     `base_offset`, each next one to the previous base + lastOffsetDelta + 1) and its
     partitionLeaderEpoch set to `leader_epoch`. CRCs stay valid."""
-    raise NotImplementedError
+    out = bytearray(data)
+    total = len(out)
+    pos = 0
+    base = base_offset
+    while pos < total:
+        if total - pos < BATCH_HEADER_SIZE:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} truncated")
+        (batch_length,) = _I32.unpack_from(out, pos + 8)
+        if batch_length < _MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + batch_length > total:
+            raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} has batchLength {batch_length}")
+        (last_offset_delta,) = _I32.unpack_from(out, pos + _LAST_OFFSET_DELTA_POSITION)
+        _PREFIX.pack_into(out, pos, base, batch_length, leader_epoch)
+        base += last_offset_delta + 1
+        pos += LOG_OVERHEAD + batch_length
+    return out
 
 
 def offset_for_timestamp(data: bytes | memoryview, base_offset: int, timestamp: int) -> tuple[int, int] | None:
     """Within consecutive stored batches whose first offset is `base_offset`, the (offset,
     timestamp) of the first record with timestamp >= `timestamp`, or None. Decodes records
     (decompressing gzip, snappy raw or xerial-framed, lz4 frame, zstd) only for a batch whose
-    maxTimestamp reaches the target."""
-    raise NotImplementedError
+    maxTimestamp reaches the target. Raises InvalidRecords if such a batch does not decode."""
+    view = _bytes_view(data)
+    base = base_offset
+    for header in iter_headers(view):
+        if header.max_timestamp >= timestamp:
+            found = _first_record_at(view, header, base, timestamp)
+            if found is not None:
+                return found
+        base += header.last_offset_delta + 1
+    return None
+
+
+def _first_record_at(view: memoryview, header: BatchHeader, base: int, target: int) -> tuple[int, int] | None:
+    payload = view[header.position + BATCH_HEADER_SIZE : header.position + header.size]
+    codec = header.attributes & _CODEC_MASK
+    # With LogAppendTime every record's timestamp is the batch's maxTimestamp, whatever it carries.
+    log_append = header.attributes & _LOG_APPEND_TIME
+    try:
+        records = _decompress(codec, payload) if codec else payload
+        end = len(records)
+        pos = 0
+        for _ in range(header.record_count):
+            length, size = read_signed_varint(records, pos)
+            body = pos + size
+            pos = body + length
+            # attributes, timestampDelta, offsetDelta, key, value and header count: a byte each at least
+            if length < 6 or pos > end:
+                raise InvalidRecords(CORRUPT_MESSAGE, f"record length {length} overruns the batch at {header.position}")
+            timestamp_delta, size = read_signed_varlong(records, body + 1)
+            offset_delta, _ = read_signed_varint(records, body + 1 + size)
+            record_timestamp = header.max_timestamp if log_append else header.base_timestamp + timestamp_delta
+            if record_timestamp >= target:
+                return base + offset_delta, record_timestamp
+    except InvalidRecords:
+        raise
+    except Exception as e:  # kio's BufferUnderflow/ValueError, cramjam's DecompressionError
+        raise InvalidRecords(CORRUPT_MESSAGE, f"batch at {header.position} does not decode: {e}") from e
+    return None
+
+
+def _decompress(codec: int, payload: memoryview):
+    if codec == 1:
+        return cramjam.gzip.decompress(payload)
+    if codec == 2:
+        if payload[: len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
+            return _xerial_decompress(payload)
+        return cramjam.snappy.decompress_raw(payload)
+    if codec == 3:
+        return cramjam.lz4.decompress(payload)
+    if codec == 4:
+        return cramjam.zstd.decompress(payload)
+    raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {codec}")
+
+
+def _xerial_decompress(payload: memoryview) -> bytes:
+    blocks = []
+    pos = _XERIAL_HEADER_SIZE
+    end = len(payload)
+    while pos < end:
+        if end - pos < 4:
+            raise InvalidRecords(CORRUPT_MESSAGE, "xerial snappy block length truncated")
+        (length,) = _U32.unpack_from(payload, pos)
+        pos += 4
+        if pos + length > end:
+            raise InvalidRecords(CORRUPT_MESSAGE, "xerial snappy block truncated")
+        blocks.append(cramjam.snappy.decompress_raw(payload[pos : pos + length]))
+        pos += length
+    return b"".join(blocks)
