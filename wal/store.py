@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -67,7 +68,7 @@ class MemoryObjectStore(ObjectStore):
     async def put(self, key: str, data: bytes) -> None:
         if key in self._objects:
             raise ObjectExists(key)
-        self._objects[key] = (bytes(data), asyncio.get_running_loop().time())
+        self._objects[key] = (bytes(data), time.time())
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         try:

@@ -1,0 +1,125 @@
+"""The flush pipeline: linger and size flushes, commit order under out-of-order uploads,
+backpressure, and failure reporting."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from wal.format import Chunk, decode_footer
+from wal.store import MemoryObjectStore, ObjectStoreError
+from wal.writer import WalUnavailable, WalWriter
+
+TOPIC = uuid.UUID(int=7)
+
+
+def chunk(partition: int, payload: bytes) -> Chunk:
+    return Chunk(TOPIC, partition, payload, batch_count=1, record_count=1, max_timestamp=0)
+
+
+class GatedStore(MemoryObjectStore):
+    """Holds the first put until `release` is set, so a later object finishes uploading first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.first_started = asyncio.Event()
+        self.puts = 0
+
+    async def put(self, key: str, data: bytes) -> None:
+        self.puts += 1
+        if self.puts == 1:
+            self.first_started.set()
+            await self.release.wait()
+        await super().put(key, data)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.commits: list[tuple[str, list[bytes], list]] = []
+
+    async def __call__(self, key, encoded, chunks, metas):
+        self.commits.append((key, [c.data for c in chunks], list(metas)))
+        return [f"{key}#{i}" for i in range(len(chunks))]
+
+
+async def test_linger_seals_one_object_with_every_chunk_in_submit_order():
+    store, commits = MemoryObjectStore(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=1, flush_bytes=1 << 20)
+    futures = [writer.submit(chunk(p % 3, b"x%d" % p), meta=p) for p in range(9)]
+    results = await asyncio.gather(*futures)
+    assert len(commits.commits) == 1
+    key, datas, metas = commits.commits[0]
+    assert datas == [b"x%d" % p for p in range(9)] and metas == list(range(9))
+    assert results == [f"{key}#{i}" for i in range(9)]
+    stored = await store.get(key)
+    sections = decode_footer(stored)
+    assert [(s.partition, s.batch_count) for s in sections] == [(0, 3), (1, 3), (2, 3)]
+    await writer.close()
+
+
+async def test_commits_follow_upload_start_order_even_when_a_later_upload_finishes_first():
+    store, commits = GatedStore(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=10_000, flush_bytes=4, max_inflight_uploads=4)
+    first = writer.submit(chunk(0, b"aaaa"))  # reaches flush_bytes: sealed at once
+    await store.first_started.wait()
+    second = writer.submit(chunk(0, b"bbbb"))
+    # the second object uploads while the first is held; its commit must still wait
+    while store.puts < 2 or len(store._objects) < 1:
+        await asyncio.sleep(0)
+    assert commits.commits == [] and not second.done()
+    store.release.set()
+    await asyncio.gather(first, second)
+    assert [datas for _, datas, _ in commits.commits] == [[b"aaaa"], [b"bbbb"]]
+    await writer.close()
+
+
+async def test_room_blocks_while_buffer_is_full_and_frees_after_commit():
+    store, commits = GatedStore(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=10_000, flush_bytes=8, buffer_bytes=8)
+    fut = writer.submit(chunk(0, b"12345678"))
+    waiter = asyncio.ensure_future(writer.room())
+    await store.first_started.wait()
+    assert not waiter.done()
+    store.release.set()
+    await fut
+    await asyncio.wait_for(waiter, 5)
+    await writer.close()
+
+
+async def test_failed_put_fails_its_chunks_and_the_next_object_still_commits():
+    class FailingOnce(MemoryObjectStore):
+        failed = False
+
+        async def put(self, key, data):
+            if not self.failed:
+                self.failed = True
+                raise ObjectStoreError("injected")
+            await super().put(key, data)
+
+    commits = Recorder()
+    writer = WalWriter(FailingOnce(), commits, linger_ms=1, upload_retries=0)
+    with pytest.raises(WalUnavailable):
+        await writer.submit(chunk(0, b"lost"))
+    assert await writer.submit(chunk(0, b"kept")) == f"{commits.commits[0][0]}#0"
+    assert [datas for _, datas, _ in commits.commits] == [[b"kept"]]
+    await writer.close()
+
+
+async def test_put_is_retried_before_giving_up():
+    class FailingTwice(MemoryObjectStore):
+        attempts = 0
+
+        async def put(self, key, data):
+            self.attempts += 1
+            if self.attempts <= 2:
+                raise ObjectStoreError("injected")
+            await super().put(key, data)
+
+    store, commits = FailingTwice(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=1, upload_retries=3)
+    await writer.submit(chunk(0, b"eventually"))
+    assert store.attempts == 3 and len(commits.commits) == 1
+    await writer.close()
