@@ -1,0 +1,315 @@
+"""One load step: create a fresh topic, start producer and consumer processes, let them warm up,
+measure a window, drain, and turn what the workers saw into one step record.
+
+Throughput counts only acknowledgements inside the measured window; latency percentiles count
+the records *sent* inside it (so slow acks of records sent late in the window still count). The
+broker's CPU seconds and the object store's contents are read at the window's two edges.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import procstat, workers
+from .progress import Progress
+from .stats import MB, latency_ms, per_gib
+from .systems import System
+
+READY_TIMEOUT_S = 90.0
+DRAIN_TIMEOUT_S = workers.FLUSH_TIMEOUT_S + 30.0
+
+# Client settings every step starts from; `--producer-config k=v` overrides them.
+PRODUCER_DEFAULTS = {
+    "acks": "all",
+    "linger.ms": 20,
+    "batch.size": 1_000_000,
+    "compression.type": "none",
+    # librdkafka's own default queue is 1 GiB: at saturation that measures the client's queue,
+    # not the broker. 32 MiB keeps the broker's pipeline (linger buffer + uploads) full.
+    "queue.buffering.max.kbytes": 32 * 1024,
+    "queue.buffering.max.messages": 1_000_000,
+    "log_level": 3,
+}
+CONSUMER_DEFAULTS = {"fetch.wait.max.ms": 500, "fetch.min.bytes": 1, "log_level": 3}
+
+# The keys of every load step, in the order the JSON shows them.
+STEP_KEYS = (
+    "name",
+    "topic",
+    "partitions",
+    "record_bytes",
+    "producers",
+    "consumers",
+    "mode",
+    "offered_records_per_s",
+    "warmup_s",
+    "window_s",
+    "produced",
+    "acked",
+    "failed",
+    "unacknowledged",
+    "records_per_s",
+    "mb_per_s",
+    "ack_latency_ms",
+    "consumed_per_consumer",
+    "consumer_offset_anomalies",
+    "consume_mb_per_s",
+    "e2e_latency_ms",
+    "broker_cpu_s",
+    "broker_cpu_s_per_gib_produced",
+    "broker_cpu_s_per_gib_consumed",
+    "client_cpu_s",
+    "objects_put",
+    "object_bytes_put",
+    "mean_object_bytes",
+    "puts_per_gib",
+    "stored_bytes_per_gib",
+    "ratio_to_put_ceiling",
+    "errors",
+    "timeline",
+)
+
+
+@dataclass
+class Load:
+    name: str
+    partitions: int
+    record_bytes: int
+    warmup_s: float
+    duration_s: float
+    producers: int = 1
+    consumers: int = 0
+    rate: float | None = None  # total offered records/s; None: saturation
+    stamp: bool = False
+    producer_config: dict = field(default_factory=dict)
+    consumer_config: dict = field(default_factory=dict)
+
+
+@dataclass
+class StepOutcome:
+    """The step record (JSON) plus the raw samples the plots need."""
+
+    record: dict
+    ack_latencies: np.ndarray
+    e2e_latencies: np.ndarray
+
+
+def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)], request_timeout=120, operation_timeout=120)
+    futures[name].result(timeout=180)
+    return name
+
+
+def run_load(system: System, load: Load, progress: Progress) -> StepOutcome:
+    ctx = multiprocessing.get_context("spawn")
+    topic = create_topic(system.bootstrap, load.partitions, f"bench-{load.name}".replace(" ", "-")[:60])
+    n = load.producers + load.consumers
+    control = ctx.Array("d", [workers.PREPARE, -1.0], lock=False)
+    counters = ctx.Array("d", n * workers.SLOT, lock=False)
+    results = ctx.Queue()
+    stamp = load.stamp or load.consumers > 0
+    plans = []
+    for i in range(load.producers):
+        rate = load.rate / load.producers if load.rate else None
+        config = {**PRODUCER_DEFAULTS, **load.producer_config}
+        plans.append(workers.WorkerPlan("producer", i, system.bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config))
+    for j in range(load.consumers):
+        config = {**CONSUMER_DEFAULTS, **load.consumer_config}
+        plans.append(workers.WorkerPlan("consumer", load.producers + j, system.bootstrap, topic, load.partitions, load.record_bytes, None, stamp, config))
+    procs = []
+    for plan in plans:
+        target = workers.producer_main if plan.role == "producer" else workers.consumer_main
+        p = ctx.Process(target=target, args=(plan, control, counters, results), name=f"bench-{plan.role}-{plan.index}", daemon=True)
+        p.start()
+        procs.append(p)
+    outcomes: list[dict] = []
+    try:
+        _wait_ready(system, procs, counters, n, results, outcomes)
+        return _measure(system, load, topic, procs, control, counters, results, outcomes, progress)
+    finally:
+        control[workers.PHASE] = workers.ABORT
+        for p in procs:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+
+
+def _wait_ready(system, procs, counters, n, results, outcomes) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not all(counters[i * workers.SLOT + workers.READY] for i in range(n)):
+        system.check_alive()
+        while not results.empty():  # a worker that failed before it was ready says why here
+            outcomes.append(results.get())
+        failed = [o for o in outcomes if o.get("error")]
+        if failed:
+            raise RuntimeError(f"{failed[0]['role']} {failed[0]['index']} failed while starting: {failed[0]['error']}")
+        if any(not p.is_alive() for p in procs):
+            raise RuntimeError("a load worker exited while starting")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"load workers not ready after {READY_TIMEOUT_S:.0f}s")
+        time.sleep(0.02)
+
+
+def _read(counters, load: Load, field_: int, roles: range) -> float:
+    return sum(counters[i * workers.SLOT + field_] for i in roles)
+
+
+def _measure(system, load, topic, procs, control, counters, results, outcomes, progress) -> StepOutcome:
+    producers = range(load.producers)
+    consumers = range(load.producers, load.producers + load.consumers)
+    pids = [p.pid for p in procs]
+    started = time.monotonic()
+    control[workers.PHASE] = workers.RUN
+    t0 = started + load.warmup_s
+    t1 = t0 + load.duration_s
+    edge0 = edge1 = None
+    timeline = []
+    last = (started, 0.0, 0.0, system.cpu_seconds() or 0.0)
+    next_tick = started + 1.0
+    while edge1 is None:
+        now = time.monotonic()
+        if edge0 is None and now >= t0:
+            edge0 = _edge(system, pids)
+        if now >= t1:
+            edge1 = _edge(system, pids)
+            break
+        if now >= next_tick:
+            system.check_alive()
+            acked = _read(counters, load, workers.ACKED, producers)
+            consumed = _read(counters, load, workers.CONSUMED, consumers)
+            cpu = system.cpu_seconds() or 0.0
+            dt = now - last[0]
+            point = {
+                "t": round(now - started, 2),
+                "acked_mb_per_s": round((acked - last[1]) * load.record_bytes / MB / dt, 2),
+                "consumed_mb_per_s": round((consumed - last[2]) * load.record_bytes / MB / dt, 2) if load.consumers else None,
+                "broker_cpu_pct": round(100 * (cpu - last[3]) / dt, 1),
+            }
+            timeline.append(point)
+            sent = _read(counters, load, workers.SENT, producers)
+            phase = "warmup" if edge0 is None else "measure"
+            progress.line(
+                f"{phase:7s} t={point['t']:5.1f}s  acked {acked:>10,.0f}  {point['acked_mb_per_s']:7.2f} MB/s"
+                f"  in flight {sent - acked:>8,.0f}"
+                + (f"  consumed {point['consumed_mb_per_s']:7.2f} MB/s" if load.consumers else "")
+                + f"  broker cpu {point['broker_cpu_pct']:5.1f}%"
+            )
+            last = (now, acked, consumed, cpu)
+            next_tick += 1.0
+        time.sleep(max(0.0, min(next_tick, t0 if edge0 is None else t1) - time.monotonic()))
+    control[workers.PHASE] = workers.STOP
+    progress.line("draining: waiting for every acknowledgement")
+    deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    while sum(1 for o in outcomes if o["role"] == "producer") < load.producers:
+        outcomes.append(_get(results, deadline, system))
+    control[workers.TARGET] = sum(o["acked"] for o in outcomes if o["role"] == "producer")
+    while len(outcomes) < len(procs):
+        outcomes.append(_get(results, deadline, system))
+    return _summarize(system, load, topic, outcomes, edge0, edge1, t0, t1, timeline)
+
+
+def _get(results, deadline: float, system: System) -> dict:
+    import queue
+
+    while True:
+        system.check_alive()
+        try:
+            return results.get(timeout=1.0)
+        except queue.Empty:
+            if time.monotonic() > deadline:
+                raise TimeoutError("load workers did not report before the drain deadline") from None
+
+
+@dataclass
+class _Edge:
+    cpu: float | None
+    client_cpu: float
+    stored: object
+    at: float
+
+
+def _edge(system: System, pids: list[int]) -> _Edge:
+    return _Edge(system.cpu_seconds(), sum(procstat.cpu_seconds(pid) or 0.0 for pid in pids), system.stored_objects(), time.monotonic())
+
+
+def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, t0, t1, timeline) -> StepOutcome:
+    prods = sorted((o for o in outcomes if o["role"] == "producer"), key=lambda o: o["index"])
+    cons = sorted((o for o in outcomes if o["role"] == "consumer"), key=lambda o: o["index"])
+    window = edge1.at - edge0.at
+    ack_times = np.concatenate([np.frombuffer(o["ack_times"]) for o in prods]) if prods else np.empty(0)
+    ack_lat = np.concatenate([np.frombuffer(o["latencies"]) for o in prods]) if prods else np.empty(0)
+    in_window = (ack_times >= edge0.at) & (ack_times < edge1.at)
+    window_acked = int(in_window.sum())
+    sent_at = ack_times - ack_lat
+    sent_in_window = ack_lat[(sent_at >= edge0.at) & (sent_at < edge1.at)]
+    sent_in_window = sent_in_window[~np.isnan(sent_in_window)]
+    produced_bytes = window_acked * load.record_bytes
+
+    e2e = np.empty(0)
+    consumed_in_window = 0
+    if cons:
+        recv = np.concatenate([np.frombuffer(o["recv_times"]) for o in cons])
+        lat = np.concatenate([np.frombuffer(o["latencies"]) for o in cons])
+        consumed_in_window = int(((recv >= edge0.at) & (recv < edge1.at)).sum())
+        sent = recv - lat
+        e2e = lat[(sent >= edge0.at) & (sent < edge1.at)]
+    consumed_bytes = consumed_in_window * load.record_bytes
+
+    cpu = None if edge0.cpu is None or edge1.cpu is None else round(edge1.cpu - edge0.cpu, 3)
+    puts = put_bytes = None
+    if edge0.stored is not None and edge1.stored is not None:
+        puts = edge1.stored.objects - edge0.stored.objects
+        put_bytes = edge1.stored.bytes - edge0.stored.bytes
+    produced = sum(o["produced"] for o in prods)
+    acked = sum(o["acked"] for o in prods)
+    failed = sum(o["failed"] for o in prods)
+    errors = [f"{o['role']} {o['index']}: {o['error']}" for o in outcomes if o.get("error")]
+    errors += [f"producer {o['index']}: delivery failed: {o['first_error']}" for o in prods if o["first_error"]]
+    record = {
+        "name": load.name,
+        "topic": topic,
+        "partitions": load.partitions,
+        "record_bytes": load.record_bytes,
+        "producers": load.producers,
+        "consumers": load.consumers,
+        "mode": "saturation" if load.rate is None else "fixed-rate",
+        "offered_records_per_s": load.rate,
+        "warmup_s": load.warmup_s,
+        "window_s": round(window, 3),
+        "produced": produced,
+        "acked": acked,
+        "failed": failed,
+        "unacknowledged": produced - acked - failed,
+        "records_per_s": round(window_acked / window, 1),
+        "mb_per_s": round(produced_bytes / MB / window, 3),
+        "ack_latency_ms": latency_ms(sent_in_window),
+        "consumed_per_consumer": [o["consumed"] for o in cons],
+        "consumer_offset_anomalies": sum(o["offset_anomalies"] for o in cons),
+        "consume_mb_per_s": round(consumed_bytes / MB / window, 3) if cons else None,
+        "e2e_latency_ms": latency_ms(e2e) if cons else None,
+        "broker_cpu_s": cpu,
+        "broker_cpu_s_per_gib_produced": per_gib(cpu, produced_bytes),
+        "broker_cpu_s_per_gib_consumed": per_gib(cpu, consumed_bytes) if cons else None,
+        "client_cpu_s": round(edge1.client_cpu - edge0.client_cpu, 3),
+        "objects_put": puts,
+        "object_bytes_put": put_bytes,
+        "mean_object_bytes": round(put_bytes / puts) if puts else None,
+        "puts_per_gib": per_gib(puts, produced_bytes),
+        "stored_bytes_per_gib": per_gib(put_bytes, produced_bytes),
+        "ratio_to_put_ceiling": None,  # filled by the scenario once its baseline is measured
+        "errors": errors,
+        "timeline": timeline,
+    }
+    assert tuple(record) == STEP_KEYS
+    return StepOutcome(record, sent_in_window, e2e)
+

@@ -1,0 +1,77 @@
+"""What the benchmark reads from the operating system: a process's CPU seconds from /proc, and a
+description of the machine a run happened on (recorded with every result)."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """utime + stime of `pid` (all its threads), in seconds; None once the process is gone.
+
+    Read from /proc/<pid>/stat rather than getrusage because the broker is another process that
+    we have not reaped."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read().decode()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name (field 2) may contain spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rindex(")") + 2 :].split()
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of proc(5)
+    return (utime + stime) / _TICKS
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 2**20, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _git_commit(repo: Path) -> str | None:
+    try:
+        head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
+def _version(v) -> str:
+    return v[0] if isinstance(v, tuple) else str(v)  # confluent-kafka returns (str, int) or str
+
+
+def machine() -> dict:
+    import confluent_kafka
+
+    repo = Path(__file__).resolve().parent.parent
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu_model": _cpu_model(),
+        "memory_gib": _memory_gib(),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "confluent_kafka": _version(confluent_kafka.version()),
+        "librdkafka": confluent_kafka.libversion()[0],
+        "neve_commit": _git_commit(repo),
+    }

@@ -1,0 +1,157 @@
+"""The state of one scenario run, handed to the scenario: the system under test (started on first
+use), the step and baseline records gathered so far, targets, notes, and the latency samples the
+plots need. `result()` is the JSON document the run writes."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import procstat
+from .ceiling import put_ceiling
+from .load import Load, run_load
+from .progress import Progress
+from .systems import SYSTEMS, System
+
+RESULT_KEYS = ("scenario", "quick", "started_at", "finished_at", "elapsed_s", "command", "machine", "system", "options", "steps", "baselines", "targets", "derived", "notes", "ok")
+TARGET_KEYS = ("name", "target", "measured", "met")
+
+
+@dataclass
+class Timing:
+    warmup_s: float
+    duration_s: float
+
+
+@dataclass
+class Run:
+    scenario: str
+    args: argparse.Namespace
+    argv: list[str]
+    out_dir: Path
+    work_dir: Path
+    progress: Progress
+    system: System | None = None
+    steps: list[dict] = field(default_factory=list)
+    baselines: list[dict] = field(default_factory=list)
+    targets: list[dict] = field(default_factory=list)
+    derived: dict = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    ack_samples: dict[str, np.ndarray] = field(default_factory=dict)
+    e2e_samples: dict[str, np.ndarray] = field(default_factory=dict)
+    failure: str | None = None
+    started_at: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
+    _t0: float = field(default_factory=time.monotonic)
+
+    @property
+    def quick(self) -> bool:
+        return bool(self.args.quick)
+
+    def timing(self, full: tuple[float, float], quick: tuple[float, float]) -> Timing:
+        """Warm-up and window of a load step: the scenario's defaults, unless --warmup/--duration."""
+        warmup, duration = quick if self.quick else full
+        if self.args.warmup is not None:
+            warmup = self.args.warmup
+        if self.args.duration is not None:
+            duration = self.args.duration
+        return Timing(warmup, duration)
+
+    def make_system(self) -> System:
+        """The system under test, built but not started (a baseline may need only its store)."""
+        if self.system is None:
+            env = dict(self.args.broker_env)
+            if self.args.linger_ms is not None:
+                env["NEVE_WAL_LINGER_MS"] = str(self.args.linger_ms)
+            if self.args.flush_bytes is not None:
+                env["NEVE_WAL_FLUSH_BYTES"] = str(self.args.flush_bytes)
+            self.system = SYSTEMS[self.args.system](self.work_dir, self.out_dir / "broker.log", env)
+        return self.system
+
+    def start_system(self) -> System:
+        system = self.make_system()
+        if not system.started:
+            self.progress.line(f"starting {system.name}")
+            system.start()
+            self.progress.line(f"{system.name} up at {system.bootstrap}")
+        return system
+
+    def load(self, load: Load) -> dict:
+        system = self.start_system()
+        load.producer_config = {**dict(self.args.producer_config), **load.producer_config}
+        load.consumer_config = {**dict(self.args.consumer_config), **load.consumer_config}
+        self.progress.begin(load.name)
+        outcome = run_load(system, load, self.progress)
+        r = outcome.record
+        self.steps.append(r)
+        self.ack_samples[load.name] = outcome.ack_latencies
+        if outcome.e2e_latencies.size:
+            self.e2e_samples[load.name] = outcome.e2e_latencies
+        lat = r["ack_latency_ms"]
+        summary = f"{r['records_per_s']:,.0f} rec/s  {r['mb_per_s']:.2f} MB/s  ack p50 {lat['p50']} p99 {lat['p99']} ms  broker {r['broker_cpu_s_per_gib_produced']} cpu-s/GiB"
+        if r["e2e_latency_ms"] is not None:
+            summary += f"  e2e p50 {r['e2e_latency_ms']['p50']} p99 {r['e2e_latency_ms']['p99']} ms"
+        self.progress.line(summary)
+        for error in r["errors"]:
+            self.progress.line(f"ERROR {error}")
+        return r
+
+    def ceiling(self, name: str, object_bytes: int, concurrency: int, timing: Timing) -> dict:
+        record = put_ceiling(self.make_system(), name, object_bytes, concurrency, timing.warmup_s, timing.duration_s, self.progress)
+        self.baselines.append(record)
+        return record
+
+    def target(self, name: str, target: str, measured, met: bool | None) -> None:
+        """An issue-5 target and whether this run met it (None: could not be judged)."""
+        self.targets.append(dict(zip(TARGET_KEYS, (name, target, measured, met), strict=True)))
+
+    def fail(self, reason: str) -> None:
+        self.failure = reason
+        self.notes.append(reason)
+
+    def ok(self) -> bool:
+        if self.failure is not None:
+            return False
+        for s in self.steps:
+            if s["errors"] or s["failed"] or s["unacknowledged"] or s["acked"] != s["produced"]:
+                return False
+            if s["consumers"] and (any(c != s["acked"] for c in s["consumed_per_consumer"]) or s["consumer_offset_anomalies"]):
+                return False
+        return not any(b["errors"] for b in self.baselines)
+
+    def result(self) -> dict:
+        system = self.system.describe() if self.system is not None else None
+        options = {k: v for k, v in sorted(vars(self.args).items()) if k not in ("func",)}
+        finished = datetime.datetime.now(datetime.UTC)
+        doc = {
+            "scenario": self.scenario,
+            "quick": self.quick,
+            "started_at": self.started_at.isoformat(timespec="seconds"),
+            "finished_at": finished.isoformat(timespec="seconds"),
+            "elapsed_s": round(time.monotonic() - self._t0, 1),
+            "command": " ".join(shlex.quote(a) for a in ["python", "-m", "bench", *self.argv]),
+            "machine": procstat.machine(),
+            "system": system,
+            "options": {k: _jsonable(k, v) for k, v in options.items()},
+            "steps": self.steps,
+            "baselines": self.baselines,
+            "targets": self.targets,
+            "derived": self.derived,
+            "notes": self.notes,
+            "ok": self.ok(),
+        }
+        assert tuple(doc) == RESULT_KEYS
+        return doc
+
+
+def _jsonable(key: str, value):
+    if key.endswith("_config") or key == "broker_env":
+        return dict(value)
+    if isinstance(value, Path):
+        return str(value)
+    return value

@@ -1,0 +1,87 @@
+"""cost: object-store PUTs and bytes stored per GiB produced (counted in the object store itself),
+GETs and metadata-store operations per GiB when the broker exposes counters for them, and what a
+month of this run's traffic would cost at S3 list prices, in the shape of Ursa's Table 1."""
+
+from __future__ import annotations
+
+from ..load import Load
+from ..options import size
+from ..stats import GiB, MB
+
+NAME = "cost"
+HELP = "object-store PUTs/GETs, bytes stored and metadata operations per GiB; month cost at S3 list prices"
+
+# S3 Standard list prices (us-east-1), the ones Ursa's Table 1 uses.
+PUT_PER_1000 = 0.005
+GET_PER_1000 = 0.0004
+STORAGE_PER_GB_MONTH = 0.023
+MONTH_S = 30 * 24 * 3600
+
+# Prometheus counters that count what this scenario wants, if the broker has them.
+PUT_METRIC = "neve_wal_object_puts_total"
+GET_METRICS = ("neve_object_gets_total", "neve_cache_object_gets_total")
+METADATA_METRICS = ("neve_metadata_ops_total", "neve_metadata_operations_total", "neve_metadata_requests_total")
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--record-bytes", type=size, default=1024, help="record size (default 1KiB)")
+    parser.add_argument("--partitions", type=int, default=10, help="partitions (default 10)")
+    parser.add_argument("--consumers", type=int, default=1, help="tailing consumers, so reads are counted too (default 1)")
+
+
+def _counter(metrics: dict[str, float], names) -> float | None:
+    """Sum of every sample of the first named counter present (over all its label sets)."""
+    for name in names:
+        hits = [v for k, v in metrics.items() if k == name or k.startswith(name + "{")]
+        if hits:
+            return sum(hits)
+    return None
+
+
+def run(r) -> None:
+    a = r.args
+    system = r.start_system()
+    timing = r.timing(full=(2.0, 10.0), quick=(0.5, 1.5))
+    before = system.metrics()
+    step = r.load(Load("cost", a.partitions, a.record_bytes, timing.warmup_s, timing.duration_s, consumers=a.consumers))
+    after = system.metrics()
+    produced_gib = step["produced"] * a.record_bytes / GiB  # the whole step: metrics cover warm-up and drain too
+
+    def delta(names):
+        x, y = _counter(before, names), _counter(after, names)
+        return None if x is None or y is None else y - x
+
+    metric_puts = delta((PUT_METRIC,))
+    gets = delta(GET_METRICS)
+    meta = delta(METADATA_METRICS)
+    per = lambda v: None if v is None or produced_gib <= 0 else round(v / produced_gib, 2)  # noqa: E731
+    r.derived["per_gib"] = {
+        "puts_counted_in_store": step["puts_per_gib"],
+        "puts_from_broker_metrics": per(metric_puts),
+        "gets": per(gets),
+        "metadata_ops": per(meta),
+        "stored_bytes": step["stored_bytes_per_gib"],
+    }
+    if gets is None:
+        r.notes.append("GETs per GiB: not measured (the broker exposes no object GET counter; tail reads are served from its recent-object cache).")
+    if meta is None:
+        r.notes.append("Metadata-store operations per GiB: not measured (the broker exposes no metadata-operation counter).")
+    if metric_puts is None:
+        r.notes.append(f"Broker metrics unavailable ({PUT_METRIC} not found); PUTs are counted in the object store only.")
+
+    # A month of this run's traffic: the window's produce rate, sustained for 30 days.
+    gib_month = step["mb_per_s"] * MB * MONTH_S / GiB
+    puts_month = (step["puts_per_gib"] or 0) * gib_month
+    gets_month = (per(gets) or 0) * gib_month
+    stored_gb = (step["stored_bytes_per_gib"] or 0) * gib_month / 1e9
+    rows = [
+        ["S3 PUT requests", f"{puts_month:,.0f}", f"${puts_month / 1000 * PUT_PER_1000:,.2f}"],
+        ["S3 GET requests", "not measured" if gets is None else f"{gets_month:,.0f}", "–" if gets is None else f"${gets_month / 1000 * GET_PER_1000:,.2f}"],
+        ["Storage (WAL objects, one month, before compaction)", f"{stored_gb:,.0f} GB", f"${stored_gb * STORAGE_PER_GB_MONTH:,.2f}"],
+    ]
+    total = puts_month / 1000 * PUT_PER_1000 + gets_month / 1000 * GET_PER_1000 + stored_gb * STORAGE_PER_GB_MONTH
+    rows.append(["Total", "", f"${total:,.2f}"])
+    r.derived["month_cost_usd"] = round(total, 2)
+    r.derived.setdefault("tables", {})[f"A month at this run's {step['mb_per_s']:.1f} MB/s, S3 list prices"] = {"headers": ["item", "quantity", "cost"], "rows": rows}
+    per_row = [[k.replace("_", " "), "not measured" if v is None else f"{v:,.2f}"] for k, v in r.derived["per_gib"].items()]
+    r.derived["tables"]["Per GiB produced"] = {"headers": ["what", "per GiB"], "rows": per_row}

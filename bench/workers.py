@@ -1,0 +1,225 @@
+"""Load-generating processes: librdkafka producers and consumers, one per process so they run
+beside the broker without sharing an interpreter lock with each other or with the orchestrator.
+
+Each worker talks to the orchestrator through shared memory: a control array (phase, how many
+records consumers must read) and one slot of counters per worker that it refreshes a few times a
+second for the progress line. At the end it puts one result dict on a queue, with its timing
+samples as packed float64 arrays (monotonic seconds; CLOCK_MONOTONIC is one clock for every
+process on the machine, so a consumer can subtract a producer's timestamp).
+
+Kept free of numpy and of the rest of the bench package so a spawned worker starts quickly.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from array import array
+from dataclasses import dataclass, field
+
+# control array
+PHASE, TARGET = 0, 1
+PREPARE, RUN, STOP, ABORT = 0.0, 1.0, 2.0, 3.0
+
+# one slot of counters per worker
+READY, SENT, ACKED, FAILED, CONSUMED = range(5)
+SLOT = 5
+
+STAMP = struct.Struct("<q")  # monotonic nanoseconds at produce() time, first 8 bytes of the value
+PUBLISH_EVERY_S = 0.2
+FLUSH_TIMEOUT_S = 60.0
+CONSUMER_IDLE_TIMEOUT_S = 30.0
+
+
+@dataclass
+class WorkerPlan:
+    role: str  # "producer" | "consumer"
+    index: int
+    bootstrap: str
+    topic: str
+    partitions: int
+    record_bytes: int
+    rate: float | None = None  # records/s this producer offers; None: as fast as it can
+    stamp: bool = False  # put the produce time into each value (end-to-end latency)
+    config: dict = field(default_factory=dict)
+
+
+def _publish(counters, base: int, values: dict[int, float]) -> None:
+    for offset, value in values.items():
+        counters[base + offset] = value
+
+
+def producer_main(plan: WorkerPlan, control, counters, results) -> None:
+    import confluent_kafka
+
+    base = plan.index * SLOT
+    ack_times = array("d")
+    latencies = array("d")
+    state = {"acked": 0, "failed": 0, "first_error": None}
+    monotonic = time.monotonic
+
+    def on_delivery(err, msg):
+        if err is None:
+            state["acked"] += 1
+            latency = msg.latency()  # taken when this callback's message is built: produce() to here
+            now = monotonic()
+            ack_times.append(now)
+            latencies.append(latency if latency is not None else float("nan"))
+        else:
+            state["failed"] += 1
+            if state["first_error"] is None:
+                state["first_error"] = str(err)
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": plan.bootstrap, **plan.config, "on_delivery": on_delivery})
+    error = None
+    sent = 0
+    try:
+        _wait_for_topic(producer, plan)
+        counters[base + READY] = 1
+        while control[PHASE] == PREPARE:
+            time.sleep(0.005)
+        pad = os.urandom(plan.record_bytes)
+        tail = pad[STAMP.size :]
+        topic, partitions, rate = plan.topic, plan.partitions, plan.rate
+        produce, poll, pack, now_ns = producer.produce, producer.poll, STAMP.pack, time.monotonic_ns
+        started = monotonic()
+        next_publish = started
+        while control[PHASE] == RUN:
+            if rate is not None:
+                burst = min(int((monotonic() - started) * rate) - sent, 1000)
+                if burst <= 0:
+                    poll(0.001)
+                    continue
+            else:
+                burst = 1000
+            for _ in range(burst):
+                value = pack(now_ns()) + tail if plan.stamp else pad
+                try:
+                    produce(topic, value, partition=sent % partitions)
+                except BufferError:  # librdkafka's queue is full: that is saturation, wait for acks
+                    poll(0.001)
+                    break
+                sent += 1
+            poll(0)
+            now = monotonic()
+            if now >= next_publish:
+                _publish(counters, base, {SENT: sent, ACKED: state["acked"], FAILED: state["failed"]})
+                next_publish = now + PUBLISH_EVERY_S
+        deadline = monotonic() + FLUSH_TIMEOUT_S
+        while len(producer) and monotonic() < deadline and control[PHASE] != ABORT:
+            producer.flush(0.2)
+            _publish(counters, base, {SENT: sent, ACKED: state["acked"], FAILED: state["failed"]})
+        if len(producer):
+            error = f"{len(producer)} records still unacknowledged after {FLUSH_TIMEOUT_S:.0f}s"
+            producer.purge()
+            producer.flush(5)
+    except Exception as e:  # reported to the orchestrator, which fails the step with it
+        error = repr(e)
+    _publish(counters, base, {SENT: sent, ACKED: state["acked"], FAILED: state["failed"]})
+    results.put(
+        {
+            "role": "producer",
+            "index": plan.index,
+            "produced": sent,
+            "acked": state["acked"],
+            "failed": state["failed"],
+            "first_error": state["first_error"],
+            "error": error,
+            "ack_times": ack_times.tobytes(),
+            "latencies": latencies.tobytes(),
+        }
+    )
+
+
+def consumer_main(plan: WorkerPlan, control, counters, results) -> None:
+    import confluent_kafka
+
+    base = plan.index * SLOT
+    recv_times = array("d")
+    latencies = array("d")
+    consumed = consumed_bytes = errors = anomalies = 0
+    error = None
+    monotonic, now_ns, unpack = time.monotonic, time.monotonic_ns, STAMP.unpack_from
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": plan.bootstrap,
+            # librdkafka requires a group id even for assign(); nothing is committed to it
+            "group.id": f"neve-bench-{os.getpid()}-{plan.index}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": False,
+            **plan.config,
+        }
+    )
+    try:
+        _wait_for_topic(consumer, plan)
+        # Each consumer reads every partition from the start of a fresh topic: a tailing reader.
+        consumer.assign([confluent_kafka.TopicPartition(plan.topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(plan.partitions)])
+        next_offset: dict[int, int] = {}
+        counters[base + READY] = 1
+        last_progress = monotonic()
+        next_publish = last_progress
+        while True:
+            phase = control[PHASE]
+            if phase == ABORT:
+                break
+            if phase == STOP and control[TARGET] >= 0 and consumed >= control[TARGET]:
+                break
+            batch = consumer.consume(1000, 0.1)
+            now = monotonic()
+            for msg in batch:
+                if msg.error() is not None:
+                    errors += 1
+                    if error is None:
+                        error = str(msg.error())
+                    continue
+                value = msg.value()
+                consumed += 1
+                consumed_bytes += len(value)
+                partition, offset = msg.partition(), msg.offset()
+                if next_offset.get(partition, 0) != offset:  # a gap or a repeat: counted, not fatal
+                    anomalies += 1
+                next_offset[partition] = offset + 1
+                if plan.stamp:
+                    recv_times.append(now)
+                    latencies.append((now_ns() - unpack(value)[0]) / 1e9)
+            if batch:
+                last_progress = now
+            elif phase == STOP and now - last_progress > CONSUMER_IDLE_TIMEOUT_S:
+                error = error or f"consumed {consumed} of {int(control[TARGET])} then nothing for {CONSUMER_IDLE_TIMEOUT_S:.0f}s"
+                break
+            if now >= next_publish:
+                counters[base + CONSUMED] = consumed
+                next_publish = now + PUBLISH_EVERY_S
+    except Exception as e:
+        error = repr(e)
+    finally:
+        consumer.close()
+    counters[base + CONSUMED] = consumed
+    results.put(
+        {
+            "role": "consumer",
+            "index": plan.index,
+            "consumed": consumed,
+            "consumed_bytes": consumed_bytes,
+            "errors": errors,
+            "offset_anomalies": anomalies,
+            "error": error,
+            "recv_times": recv_times.tobytes(),
+            "latencies": latencies.tobytes(),
+        }
+    )
+
+
+def _wait_for_topic(client, plan: WorkerPlan, timeout_s: float = 60.0) -> None:
+    """Block until the broker lists the topic with all its partitions (and the connection is up)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = client.list_topics(plan.topic, timeout=10)
+        topic = md.topics.get(plan.topic)
+        if topic is not None and topic.error is None and len(topic.partitions) == plan.partitions:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {plan.topic} with {plan.partitions} partitions not in metadata after {timeout_s:.0f}s")
+        time.sleep(0.1)
