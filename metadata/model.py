@@ -21,6 +21,16 @@ class TopicInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """A live broker, as registered under a lease: where clients reach it, and its zone."""
+
+    node_id: int
+    host: str
+    port: int
+    zone: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class IndexEntry:
     """Offsets [base_offset, last_offset] of one partition live in this slice of one object."""
 

@@ -14,7 +14,7 @@ import asyncio
 import uuid
 from collections.abc import Iterable, Mapping
 
-from .model import AppendResult, IndexEntry, ObjectCommit, TopicInfo
+from .model import AppendResult, BrokerRegistration, IndexEntry, ObjectCommit, TopicInfo
 
 
 class MetadataError(Exception):
@@ -80,6 +80,7 @@ class CommitNotifier:
 class MetadataStore(abc.ABC):
     def __init__(self) -> None:
         self.notifier = CommitNotifier()
+        self._brokers: dict[int, BrokerRegistration] = {}
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect / load state. Called once before use."""
@@ -140,10 +141,22 @@ class MetadataStore(abc.ABC):
     async def wait_for_commit(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
         return await self.notifier.wait(partitions, timeout)
 
+    # -- brokers ------------------------------------------------------------------------------
+
+    async def register_broker(self, broker: BrokerRegistration) -> None:
+        """Announce this broker as live for as long as it runs (the etcd store ties this to a
+        lease, so a dead broker disappears within the lease TTL). The embedded store, having one
+        broker, just remembers it."""
+        self._brokers[broker.node_id] = broker
+
+    def live_brokers(self) -> list[BrokerRegistration]:
+        """The live brokers, by node id."""
+        return [self._brokers[k] for k in sorted(self._brokers)]
+
 
 def load_metadata_store(url: str) -> MetadataStore:
     """Pick the backend from the URL scheme: `sqlite:///path/meta.db` (embedded, durable),
-    `memory://` (embedded, for unit tests); `etcd://host:port` comes with the etcd backend."""
+    `memory://` (embedded, for unit tests), `etcd://host:port[/root]` (production)."""
     from urllib.parse import urlparse
 
     parsed = urlparse(url)
@@ -151,4 +164,8 @@ def load_metadata_store(url: str) -> MetadataStore:
         from .embedded import EmbeddedMetadataStore
 
         return EmbeddedMetadataStore(None if parsed.scheme == "memory" else parsed.path)
-    raise ValueError(f"unsupported metadata URL {url!r} (use sqlite:///path or memory://)")
+    if parsed.scheme == "etcd":
+        from .etcd import EtcdMetadataStore  # imported lazily: aetcd is only needed for etcd
+
+        return EtcdMetadataStore(parsed.hostname or "127.0.0.1", parsed.port or 2379, root=parsed.path.strip("/") or "neve")
+    raise ValueError(f"unsupported metadata URL {url!r} (use sqlite:///path, memory:// or etcd://host:port)")

@@ -1,0 +1,556 @@
+"""The etcd backend of the metadata interface (production): many stateless brokers sequence
+offsets through one etcd, with optimistic concurrency and no leader.
+
+Key layout (all under `/<root>/`, root "neve" by default; values are compact JSON):
+
+    topics/<name>                             {"id": hex, "partitions": n, "configs": {...}}
+    heads/<topic id hex>/<partition:06d>      {"n": next offset, "s": log start, "p": {producer id:
+                                               [epoch, [[first seq, last seq, base offset] x<=5], last used ms]}}
+    index/<topic id hex>/<partition:06d>/<base offset:020d>
+                                              [last offset, object key, type, start, size, max timestamp]
+    producer-ids                              the next unallocated producer id (allocated in blocks)
+    brokers/<node id>                         {"host", "port", "zone"}, attached to the broker's lease
+
+A partition's head is the unit of optimistic concurrency: it holds the next offset and the
+idempotent-producer state of that partition, so one compare on its mod revision guards both. A
+missing head means offset 0 (topics with 10,000 partitions are created with one put).
+
+Committing a WAL object: the sequencer (metadata/sequencer.py) runs on the cached heads; one
+transaction compares every touched head's mod revision and puts the new heads and the new index
+entries. On conflict the transaction's failure branch returns the current heads in the same round
+trip, the cache is refreshed, and the commit is re-sequenced. etcd allows 128 operations per
+transaction branch and 1.5 MiB per request by default, so an object's partitions are committed in
+groups that fit both (each group is atomic; the brief asks for atomicity per partition): an
+object touching 500 partitions commits as 9 transactions of at most 60 partitions, run
+concurrently because they touch disjoint keys.
+
+Staying bounded over months: index entries are replaced by compaction (many WAL entries become one
+PARQUET entry) and removed by retention; producer state expires with `producer_expiry_ms` of
+inactivity (Kafka's producer.id.expiration.ms); and each broker compacts etcd's revision history
+every `compact_interval_s`, keeping the last `keep_revisions` revisions for watchers that lag.
+
+Brokers follow changes through one watch on the root prefix (no polling): the in-memory view
+(`view.py`) stays current and long-poll fetches wake when another broker commits. If the watch
+breaks (etcd restarted), the store reloads everything and watches again from the new revision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .model import AppendResult, BrokerRegistration, IndexEntry, ObjectCommit, ObjectType, TopicInfo
+from .sequencer import BatchSequence, ProducerState, involved, sequence
+from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, TopicAlreadyExists, UnknownTopic
+from .view import IndexReads, PartitionView
+
+log = logging.getLogger("neve.metadata.etcd")
+
+MAX_OPS = 120  # etcd's default --max-txn-ops is 128 per branch; keep headroom
+MAX_TXN_BYTES = 1024 * 1024  # etcd's default --max-request-bytes is 1.5 MiB
+MAX_EPOCH = 32767
+PRODUCER_ID_BLOCK = 1000
+
+
+class _PartitionState(PartitionView):
+    """PartitionView plus what the sequencer and the compare need."""
+
+    __slots__ = ("producers", "mod_revision", "producer_used")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.producers: dict[int, ProducerState] = {}
+        self.producer_used: dict[int, int] = {}
+        self.mod_revision = 0
+
+
+@dataclass
+class _Keys:
+    root: str
+
+    def topic(self, name: str) -> bytes:
+        return f"/{self.root}/topics/{name}".encode()
+
+    def head(self, topic_id: uuid.UUID, partition: int) -> bytes:
+        return f"/{self.root}/heads/{topic_id.hex}/{partition:06d}".encode()
+
+    def index(self, topic_id: uuid.UUID, partition: int, base_offset: int) -> bytes:
+        return f"/{self.root}/index/{topic_id.hex}/{partition:06d}/{base_offset:020d}".encode()
+
+    def broker(self, node_id: int) -> bytes:
+        return f"/{self.root}/brokers/{node_id}".encode()
+
+    @property
+    def producer_ids(self) -> bytes:
+        return f"/{self.root}/producer-ids".encode()
+
+    def prefix(self, kind: str = "") -> bytes:
+        return f"/{self.root}/{kind}".encode()
+
+
+def _encode_entry(e: IndexEntry) -> bytes:
+    return json.dumps([e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp], separators=(",", ":")).encode()
+
+
+def _decode_entry(base: int, raw: bytes) -> IndexEntry:
+    last, key, kind, start, size, max_ts = json.loads(raw)
+    return IndexEntry(base, last, key, ObjectType(kind), start, size, max_ts)
+
+
+@dataclass
+class EtcdSettings:
+    timeout: float = 5.0
+    lease_ttl: int = 5
+    producer_expiry_ms: int = 24 * 3600 * 1000
+    compact_interval_s: float = 300.0
+    keep_revisions: int = 10_000
+    commit_attempts: int = 64
+
+
+class EtcdMetadataStore(IndexReads, MetadataStore):
+    def __init__(self, host: str, port: int, root: str = "neve", settings: EtcdSettings | None = None) -> None:
+        super().__init__()
+        self.host, self.port = host, port
+        self.keys = _Keys(root)
+        self.settings = settings or EtcdSettings()
+        self._client = None
+        self._topics: dict[str, TopicInfo] = {}
+        self._topics_by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._partitions: dict[tuple[uuid.UUID, int], _PartitionState] = {}
+        self._tasks: list[asyncio.Task] = []
+        self._lease = None
+        self._registration: BrokerRegistration | None = None
+        self._pid_next = 0
+        self._pid_end = 0
+        self._pid_lock = asyncio.Lock()
+        self._commit_lock = asyncio.Lock()
+        self._loaded = asyncio.Event()
+        self._closed = False
+        self.ops = 0  # etcd requests made, for the cost benchmark
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        import aetcd
+
+        self._client = aetcd.Client(host=self.host, port=self.port, timeout=self.settings.timeout)
+        try:
+            revision = await asyncio.wait_for(self._load(), self.settings.timeout * 2)
+        except Exception as e:
+            await self._client.close()
+            raise MetadataUnavailable(f"etcd at {self.host}:{self.port} is unreachable: {e!r}") from e
+        self._tasks.append(asyncio.create_task(self._follow(revision)))
+        self._tasks.append(asyncio.create_task(self._compact_history()))
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._lease is not None:
+            try:
+                await asyncio.wait_for(self._lease.revoke(), 2)
+            except Exception:
+                pass
+        if self._client is not None:
+            await self._client.close()
+
+    async def _load(self) -> int:
+        """Read everything under the root into the view; returns the revision it reflects."""
+        result = await self._client.get_prefix(self.keys.prefix())
+        self.ops += 1
+        revision = result.header.revision if getattr(result, "header", None) else 0
+        topics: dict[str, TopicInfo] = {}
+        partitions: dict[tuple[uuid.UUID, int], _PartitionState] = {}
+        brokers: dict[int, BrokerRegistration] = {}
+        heads, entries = [], []
+        for kv in result:
+            revision = max(revision, kv.mod_revision)
+            kind, rest = self._split(kv.key)
+            if kind == "topics":
+                info = self._decode_topic(rest, kv.value)
+                topics[info.name] = info
+            elif kind == "heads":
+                heads.append((rest, kv))
+            elif kind == "index":
+                entries.append((rest, kv))
+            elif kind == "brokers":
+                b = json.loads(kv.value)
+                brokers[int(rest)] = BrokerRegistration(int(rest), b["host"], b["port"], b.get("zone"))
+        self._topics = topics
+        self._topics_by_id = {t.topic_id: t for t in topics.values()}
+        self._partitions = partitions
+        for info in topics.values():
+            for p in range(info.partitions):
+                partitions[(info.topic_id, p)] = _PartitionState()
+        for rest, kv in heads:
+            self._apply_head(rest, kv.value, kv.mod_revision, notify=False)
+        for rest, kv in entries:
+            self._apply_entry(rest, kv.value)
+        self._brokers = brokers
+        self._loaded.set()
+        return revision
+
+    @staticmethod
+    def _split(key: bytes) -> tuple[str, str]:
+        parts = key.decode().split("/", 3)  # "", root, kind, rest
+        return (parts[2], parts[3]) if len(parts) == 4 else (parts[-1], "")
+
+    @staticmethod
+    def _decode_topic(name: str, raw: bytes) -> TopicInfo:
+        d = json.loads(raw)
+        return TopicInfo(name, uuid.UUID(hex=d["id"]), d["partitions"], d.get("configs", {}))
+
+    # -- following changes --------------------------------------------------------------------
+
+    async def _follow(self, revision: int) -> None:
+        delay = 0.1
+        while not self._closed:
+            try:
+                watch = await self._client.watch_prefix(self.keys.prefix(), start_revision=revision + 1)
+                delay = 0.1
+                async for event in watch:
+                    revision = max(revision, event.kv.mod_revision)
+                    self._apply_event(event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("etcd_watch_broken", extra={"error": repr(e), "retry_in_s": delay})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                try:
+                    revision = await self._reload()
+                except Exception as reload_error:
+                    log.warning("etcd_reload_failed", extra={"error": repr(reload_error)})
+
+    async def _reload(self) -> int:
+        """After a broken watch: rebuild the view from scratch, then wake every waiter (whatever
+        changed meanwhile is now visible)."""
+        revision = await asyncio.wait_for(self._load(), self.settings.timeout * 2)
+        self.notifier.notify(list(self._partitions))
+        if self._registration is not None:
+            await self._register(self._registration)
+        return revision
+
+    def _apply_event(self, event) -> None:
+        from aetcd.rtypes import EventKind
+
+        kind, rest = self._split(event.kv.key)
+        deleted = event.kind == EventKind.DELETE
+        if kind == "heads" and not deleted:
+            self._apply_head(rest, event.kv.value, event.kv.mod_revision, notify=True)
+        elif kind == "index":
+            topic_hex, partition, base = rest.split("/")
+            part = self._partitions.get((uuid.UUID(hex=topic_hex), int(partition)))
+            if part is not None:
+                if deleted:
+                    part.remove(int(base))
+                else:
+                    self._apply_entry(rest, event.kv.value)
+        elif kind == "topics":
+            if deleted:
+                info = self._topics.pop(rest, None)
+                if info is not None:
+                    self._forget_topic(info)
+            else:
+                info = self._decode_topic(rest, event.kv.value)
+                if rest not in self._topics:
+                    self._topics[rest] = info
+                    self._topics_by_id[info.topic_id] = info
+                    for p in range(info.partitions):
+                        self._partitions.setdefault((info.topic_id, p), _PartitionState())
+        elif kind == "brokers":
+            node_id = int(rest)
+            if deleted:
+                self._brokers.pop(node_id, None)
+            else:
+                b = json.loads(event.kv.value)
+                self._brokers[node_id] = BrokerRegistration(node_id, b["host"], b["port"], b.get("zone"))
+
+    def _forget_topic(self, info: TopicInfo) -> None:
+        self._topics_by_id.pop(info.topic_id, None)
+        for p in range(info.partitions):
+            self._partitions.pop((info.topic_id, p), None)
+
+    def _apply_head(self, rest: str, raw: bytes, mod_revision: int, notify: bool) -> None:
+        topic_hex, partition = rest.split("/")
+        tp = (uuid.UUID(hex=topic_hex), int(partition))
+        part = self._partitions.get(tp)
+        if part is None or mod_revision <= part.mod_revision:
+            return
+        d = json.loads(raw)
+        part.next_offset, part.log_start_offset, part.mod_revision = d["n"], d["s"], mod_revision
+        part.producers = {int(pid): ProducerState(v[0], tuple(BatchSequence(*b) for b in v[1])) for pid, v in d.get("p", {}).items()}
+        part.producer_used = {int(pid): v[2] for pid, v in d.get("p", {}).items()}
+        if notify:
+            self.notifier.notify((tp,))
+
+    def _apply_entry(self, rest: str, raw: bytes) -> None:
+        topic_hex, partition, base = rest.split("/")
+        part = self._partitions.get((uuid.UUID(hex=topic_hex), int(partition)))
+        if part is not None:
+            part.add(_decode_entry(int(base), raw))
+
+    # -- topics ---------------------------------------------------------------------------------
+
+    def topics(self) -> Mapping[str, TopicInfo]:
+        return self._topics
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._topics_by_id.get(topic_id)
+
+    async def _txn(self, compare, success, failure=()):
+        self.ops += 1
+        try:
+            return await asyncio.wait_for(self._client.transaction(compare=list(compare), success=list(success), failure=list(failure)), self.settings.timeout)
+        except (TimeoutError, asyncio.TimeoutError) as e:
+            raise MetadataUnavailable("etcd transaction timed out") from e
+        except MetadataUnavailable:
+            raise
+        except Exception as e:
+            raise MetadataUnavailable(f"etcd transaction failed: {e!r}") from e
+
+    async def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> TopicInfo:
+        if partitions <= 0:
+            raise InvalidPartitions(f"{partitions} partitions")
+        info = TopicInfo(name, uuid.uuid4(), partitions, dict(configs or {}))
+        tx = self._client.transactions
+        key = self.keys.topic(name)
+        value = json.dumps({"id": info.topic_id.hex, "partitions": partitions, "configs": info.configs}).encode()
+        ok, _ = await self._txn([tx.create(key) == 0], [tx.put(key, value)])
+        if not ok:
+            raise TopicAlreadyExists(name)
+        if name not in self._topics:
+            self._topics[name] = info
+            self._topics_by_id[info.topic_id] = info
+            for p in range(partitions):
+                self._partitions.setdefault((info.topic_id, p), _PartitionState())
+        return self._topics[name]
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopic(name)
+        tx = self._client.transactions
+        heads = self.keys.prefix(f"heads/{info.topic_id.hex}/")
+        index = self.keys.prefix(f"index/{info.topic_id.hex}/")
+        ok, _ = await self._txn(
+            [tx.create(self.keys.topic(name)) > 0],
+            [tx.delete(self.keys.topic(name)), tx.delete(heads, _prefix_end(heads)), tx.delete(index, _prefix_end(index))],
+        )
+        if not ok:
+            raise UnknownTopic(name)
+        if self._topics.get(name) is info:
+            del self._topics[name]
+            self._forget_topic(info)
+        return info
+
+    # -- the sequencer ------------------------------------------------------------------------
+
+    async def commit(self, commit: ObjectCommit) -> list[AppendResult]:
+        # One broker's commits go one at a time (its WAL writer orders them anyway); contention is
+        # only between brokers, where the optimistic transaction settles it.
+        async with self._commit_lock:
+            return await self._commit(commit)
+
+    async def _commit(self, commit: ObjectCommit) -> list[AppendResult]:
+        groups = self._groups(commit)
+        results: list[AppendResult | None] = [None] * len(commit.appends)
+        outcomes = await asyncio.gather(*(self._commit_group(commit, idx) for idx in groups), return_exceptions=True)
+        failure = None
+        for idx, outcome in zip(groups, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                failure = outcome
+                continue
+            for i, r in zip(idx, outcome, strict=True):
+                results[i] = r
+        if failure is not None:
+            if all(r is None for r in results):
+                raise failure if isinstance(failure, MetadataUnavailable) else MetadataUnavailable(repr(failure))
+            # Some groups committed, others did not: answer the failed appends with a retriable error.
+            results = [r if r is not None else AppendResult(MetadataUnavailable.error_code) for r in results]
+        return results  # type: ignore[return-value]
+
+    def _groups(self, commit: ObjectCommit) -> list[list[int]]:
+        """Indices of the appends, grouped so each group's transaction fits etcd's limits; a
+        partition's appends always stay in one group."""
+        by_tp: dict[tuple[uuid.UUID, int], list[int]] = {}
+        for i, a in enumerate(commit.appends):
+            by_tp.setdefault((a.topic_id, a.partition), []).append(i)
+        groups: list[list[int]] = []
+        current: list[int] = []
+        ops = size = 0
+        for tp, idx in by_tp.items():
+            part = self._partitions.get(tp)
+            need_ops = 1 + len(idx)  # the head, and at most one index entry per append
+            need_bytes = 300 + 200 * len(idx) + (120 * len(part.producers) if part is not None else 0)
+            if current and (ops + need_ops > MAX_OPS or size + need_bytes > MAX_TXN_BYTES):
+                groups.append(current)
+                current, ops, size = [], 0, 0
+            current.extend(idx)
+            ops += need_ops
+            size += need_bytes
+        if current:
+            groups.append(current)
+        return groups
+
+    async def _commit_group(self, commit: ObjectCommit, idx: list[int]) -> list[AppendResult]:
+        sub = ObjectCommit(commit.object_key, commit.object_size, tuple(commit.appends[i] for i in idx))
+        partitions, producer_keys = involved(sub)
+        tx = self._client.transactions
+        for attempt in range(self.settings.commit_attempts):
+            heads = {tp: self._partitions[tp] for tp in partitions if tp in self._partitions}
+            producers = {}
+            for pid, tid, p in producer_keys:
+                part = heads.get((tid, p))
+                if part is not None and pid in part.producers:
+                    producers[(pid, tid, p)] = part.producers[pid]
+            seq = sequence(sub, heads, producers)
+            if not heads:
+                return seq.results
+            revisions = {tp: part.mod_revision for tp, part in heads.items()}
+            head_keys = {tp: self.keys.head(*tp) for tp in heads}
+            # Compare every touched head, changed or not: answers computed from a stale cache
+            # (a duplicate, a sequence error) must be confirmed too.
+            compare = [tx.mod(head_keys[tp]) == rev for tp, rev in revisions.items()]
+            now_ms = int(time.time() * 1000)
+            new_heads = {}
+            success = []
+            for tp in heads:
+                changed_producers = {pid: state for (pid, tid, p), state in seq.producers.items() if (tid, p) == tp}
+                if tp not in seq.heads and not changed_producers:
+                    continue
+                value = self._encode_head(heads[tp], seq.heads.get(tp, heads[tp].next_offset), changed_producers, now_ms)
+                new_heads[tp] = (value, changed_producers)
+                success.append(tx.put(head_keys[tp], value))
+            for tp, entries in seq.entries.items():
+                for e in entries:
+                    success.append(tx.put(self.keys.index(tp[0], tp[1], e.base_offset), _encode_entry(e)))
+            failure = [tx.get(head_keys[tp]) for tp in heads]
+            ok, responses = await self._txn(compare, success, failure)
+            if ok:
+                revision = responses[0].response_put.header.revision if responses else 0
+                self._apply_commit(seq, new_heads, revision)
+                return seq.results
+            # Conflict: refresh the heads from the failure branch's reads and sequence again.
+            for tp, got in zip(heads, responses, strict=True):
+                if got:
+                    value, meta = got[0]
+                    self._apply_head(head_keys[tp].decode().split("/heads/", 1)[1], value, meta.mod_revision, notify=False)
+            if attempt >= 2:
+                await asyncio.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
+        raise MetadataUnavailable(f"commit of {commit.object_key} kept conflicting")
+
+    def _encode_head(self, part: _PartitionState, next_offset: int, changed: dict[int, ProducerState], now_ms: int) -> bytes:
+        expiry = now_ms - self.settings.producer_expiry_ms
+        producers = {}
+        for pid, state in part.producers.items():
+            used = part.producer_used.get(pid, now_ms)
+            if pid not in changed and used >= expiry:
+                producers[str(pid)] = [state.epoch, [list(b) for b in state.batches], used]
+        for pid, state in changed.items():
+            producers[str(pid)] = [state.epoch, [list(b) for b in state.batches], now_ms]
+        return json.dumps({"n": next_offset, "s": part.log_start_offset, "p": producers}, separators=(",", ":")).encode()
+
+    def _apply_commit(self, seq, new_heads, revision: int) -> None:
+        touched = []
+        for tp, entries in seq.entries.items():
+            part = self._partitions.get(tp)
+            if part is not None:
+                for e in entries:
+                    part.add(e)
+        for tp, (value, _changed) in new_heads.items():
+            part = self._partitions.get(tp)
+            if part is not None and revision > part.mod_revision:
+                d = json.loads(value)
+                part.next_offset, part.mod_revision = d["n"], revision
+                part.producers = {int(pid): ProducerState(v[0], tuple(BatchSequence(*b) for b in v[1])) for pid, v in d["p"].items()}
+                part.producer_used = {int(pid): v[2] for pid, v in d["p"].items()}
+                touched.append(tp)
+        self.notifier.notify(touched)
+
+    # -- producer ids -------------------------------------------------------------------------
+
+    async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
+        # KIP-360: a known producer asking again gets its epoch bumped; partitions' heads reset the
+        # producer's sequence when they see the higher epoch (with sequence 0).
+        if producer_id >= 0 and 0 <= producer_epoch < MAX_EPOCH:
+            return producer_id, producer_epoch + 1
+        async with self._pid_lock:
+            if self._pid_next >= self._pid_end:
+                await self._allocate_producer_ids()
+            pid = self._pid_next
+            self._pid_next += 1
+            return pid, 0
+
+    async def _allocate_producer_ids(self) -> None:
+        tx = self._client.transactions
+        key = self.keys.producer_ids
+        for _ in range(self.settings.commit_attempts):
+            got = await self._client.get(key)
+            self.ops += 1
+            current = int(got.value) if got is not None else 1
+            compare = [tx.mod(key) == got.mod_revision] if got is not None else [tx.create(key) == 0]
+            ok, _ = await self._txn(compare, [tx.put(key, str(current + PRODUCER_ID_BLOCK).encode())])
+            if ok:
+                self._pid_next, self._pid_end = current, current + PRODUCER_ID_BLOCK
+                return
+        raise MetadataUnavailable("could not allocate producer ids")
+
+    # -- brokers ------------------------------------------------------------------------------
+
+    async def register_broker(self, broker: BrokerRegistration) -> None:
+        self._registration = broker
+        await self._register(broker)
+        self._tasks.append(asyncio.create_task(self._keep_alive()))
+
+    async def _register(self, broker: BrokerRegistration) -> None:
+        self._lease = await self._client.lease(self.settings.lease_ttl)
+        value = json.dumps({"host": broker.host, "port": broker.port, "zone": broker.zone}).encode()
+        await self._client.put(self.keys.broker(broker.node_id), value, lease=self._lease)
+        self.ops += 2
+        self._brokers[broker.node_id] = broker
+
+    async def _keep_alive(self) -> None:
+        interval = self.settings.lease_ttl / 3
+        while not self._closed:
+            await asyncio.sleep(interval)
+            try:
+                reply = await asyncio.wait_for(self._lease.refresh(), self.settings.timeout)
+                ttl = getattr(reply, "TTL", 1)
+                if ttl <= 0:
+                    raise RuntimeError("lease expired")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("broker_lease_lost", extra={"error": repr(e)})
+                try:
+                    await self._register(self._registration)
+                except Exception as again:
+                    log.warning("broker_register_failed", extra={"error": repr(again)})
+
+    # -- housekeeping -------------------------------------------------------------------------
+
+    async def _compact_history(self) -> None:
+        while not self._closed:
+            await asyncio.sleep(self.settings.compact_interval_s)
+            try:
+                status = await self._client.status()
+                target = status.header.revision - self.settings.keep_revisions
+                if target > 0:
+                    await self._client.compact(target)
+                    log.info("etcd_history_compacted", extra={"revision": target})
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # another broker compacted further already, or etcd is away
+                log.debug("etcd_compact_skipped", extra={"error": repr(e)})
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    return prefix[:-1] + bytes([prefix[-1] + 1])
