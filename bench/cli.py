@@ -71,6 +71,9 @@ def run_scenario(args: argparse.Namespace, argv: list[str]) -> bool:
     work_dir = Path(tempfile.mkdtemp(prefix=f"neve-bench-{name}-", dir=args.work_dir))
     progress = Progress(name)
     run = Run(name, args, argv, out_dir, work_dir, progress)
+    load = run._machine["loadavg_at_start"]
+    if load is not None and load > 0.5 * run._machine["nproc"]:
+        progress.line(f"WARNING: load average {load} on {run._machine['nproc']} CPUs before we start: other work will skew the figures")
     try:
         SCENARIOS[name].run(run)
     except KeyboardInterrupt:

@@ -74,4 +74,13 @@ def machine() -> dict:
         "confluent_kafka": _version(confluent_kafka.version()),
         "librdkafka": confluent_kafka.libversion()[0],
         "neve_commit": _git_commit(repo),
+        "loadavg_at_start": load_average(),
     }
+
+
+def load_average() -> float | None:
+    """1-minute load average: other work on the machine skews every figure, so it is recorded."""
+    try:
+        return float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None

@@ -60,7 +60,7 @@ def markdown(doc: dict) -> str:
         f"`{doc['command']}` — {doc['started_at']}, {doc['elapsed_s']} s, neve {m['neve_commit']}, "
         f"**{'OK' if doc['ok'] else 'FAILED'}**\n",
         f"Machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, Linux {m['kernel']}, "
-        f"Python {m['python']}, librdkafka {m['librdkafka']}.\n",
+        f"Python {m['python']}, librdkafka {m['librdkafka']}; load average {m['loadavg_at_start']} before the run.\n",
     ]
     if doc["system"]:
         s = doc["system"]

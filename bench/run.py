@@ -48,6 +48,7 @@ class Run:
     failure: str | None = None
     started_at: datetime.datetime = field(default_factory=lambda: datetime.datetime.now(datetime.UTC))
     _t0: float = field(default_factory=time.monotonic)
+    _machine: dict = field(default_factory=procstat.machine)  # taken before any load of ours
 
     @property
     def quick(self) -> bool:
@@ -135,7 +136,7 @@ class Run:
             "finished_at": finished.isoformat(timespec="seconds"),
             "elapsed_s": round(time.monotonic() - self._t0, 1),
             "command": " ".join(shlex.quote(a) for a in ["python", "-m", "bench", *self.argv]),
-            "machine": procstat.machine(),
+            "machine": self._machine,
             "system": system,
             "options": {k: _jsonable(k, v) for k, v in options.items()},
             "steps": self.steps,

@@ -77,11 +77,13 @@ def run(r) -> None:
     rows = [
         ["S3 PUT requests", f"{puts_month:,.0f}", f"${puts_month / 1000 * PUT_PER_1000:,.2f}"],
         ["S3 GET requests", "not measured" if gets is None else f"{gets_month:,.0f}", "–" if gets is None else f"${gets_month / 1000 * GET_PER_1000:,.2f}"],
-        ["Storage (WAL objects, one month, before compaction)", f"{stored_gb:,.0f} GB", f"${stored_gb * STORAGE_PER_GB_MONTH:,.2f}"],
+        ["Storage (WAL objects kept all month: no compaction yet)", f"{stored_gb:,.0f} GB", f"${stored_gb * STORAGE_PER_GB_MONTH:,.2f}"],
     ]
     total = puts_month / 1000 * PUT_PER_1000 + gets_month / 1000 * GET_PER_1000 + stored_gb * STORAGE_PER_GB_MONTH
     rows.append(["Total", "", f"${total:,.2f}"])
     r.derived["month_cost_usd"] = round(total, 2)
     r.derived.setdefault("tables", {})[f"A month at this run's {step['mb_per_s']:.1f} MB/s, S3 list prices"] = {"headers": ["item", "quantity", "cost"], "rows": rows}
-    per_row = [[k.replace("_", " "), "not measured" if v is None else f"{v:,.2f}"] for k, v in r.derived["per_gib"].items()]
+    per_row = [[k.replace("_", " "), "not measured" if v is None else f"{v:,.2f}"] for k, v in r.derived["per_gib"].items() if k != "stored_bytes"]
+    stored = step["stored_bytes_per_gib"]
+    per_row.append(["bytes stored", "not measured" if stored is None else f"{stored / 2**30:.4f} GiB (WAL framing and footers included)"])
     r.derived["tables"]["Per GiB produced"] = {"headers": ["what", "per GiB"], "rows": per_row}

@@ -11,6 +11,7 @@ from ..stats import GiB, MB, ratio
 NAME = "produce"
 HELP = "produce throughput and ack latency by record size, at saturation and at a fixed rate"
 CPU_TARGET_S_PER_GIB = 10.0
+QUANTUM = 256 * 1024
 
 
 def add_arguments(parser) -> None:
@@ -43,9 +44,10 @@ def judge(r, saturated: list[dict]) -> None:
         ceiling_timing.duration_s = min(ceiling_timing.duration_s, 3.0)
     ceilings = {}
     for step in saturated:
-        object_bytes = step["mean_object_bytes"] or wal.flush_bytes
+        # One ceiling per object size the broker wrote, rounded to 256 KiB so near-equal sizes share it.
+        object_bytes = max(QUANTUM, round((step["mean_object_bytes"] or wal.flush_bytes) / QUANTUM) * QUANTUM)
         if object_bytes not in ceilings:
-            ceilings[object_bytes] = r.ceiling(f"put-ceiling-{size_label(object_bytes)}", object_bytes, wal.max_inflight_uploads, ceiling_timing)
+            ceilings[object_bytes] = r.ceiling(f"put-ceiling-{object_bytes / 2**20:.2f}MiB", object_bytes, wal.max_inflight_uploads, ceiling_timing)
         base = ceilings[object_bytes]
         step["ratio_to_put_ceiling"] = ratio(step["mb_per_s"], base["mb_per_s"])
         r.target(f"{step['name']}: throughput vs raw PUT ceiling", ">= 0.80", step["ratio_to_put_ceiling"], None if step["ratio_to_put_ceiling"] is None else step["ratio_to_put_ceiling"] >= 0.8)
