@@ -12,6 +12,7 @@ class BrokerSettings:
     port: int = 9092
     advertised_host: str = "127.0.0.1"
     node_id: int = 0
+    zone: str | None = None
     max_frame_bytes: int = 100 * 1024 * 1024
     max_inflight_requests: int = 64
     auto_create_topics: bool = False

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -14,14 +14,6 @@ if TYPE_CHECKING:
     from .config import BrokerSettings
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
-
-
 @dataclass
 class Services:
     """The long-lived parts of one broker, shared by every connection."""
@@ -31,11 +23,20 @@ class Services:
     wal: WalWriter
     reader: ObjectReader
     cluster_id: str = "neve"
-    brokers: list[BrokerInfo] = field(default_factory=list)
+
+    def live_brokers(self):
+        """Registered live brokers (never empty: this broker is always live to itself)."""
+        brokers = self.metadata.live_brokers()
+        if not any(b.node_id == self.settings.node_id for b in brokers):
+            brokers = [*brokers, self.this_broker]
+        return brokers
 
     @property
-    def this_broker(self) -> BrokerInfo:
-        return self.brokers[0]
+    def this_broker(self):
+        from metadata.model import BrokerRegistration
+
+        s = self.settings
+        return BrokerRegistration(s.node_id, s.advertised_host, s.port, s.zone)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
-"""The `neve` command: `neve dev` runs a single node with no external services;
-`neve config` prints every option with its default and environment variable."""
+"""The `neve` command: `neve dev` runs a single node with no external services; `neve broker`
+runs one broker of a cluster over etcd and S3; `neve config` prints every option with its default
+and environment variable."""
 
 from __future__ import annotations
 
@@ -20,11 +21,14 @@ def _parser() -> argparse.ArgumentParser:
     dev.add_argument("--port", type=int, help="Kafka port (default 9092)")
     dev.add_argument("--host", help="listen address (default 127.0.0.1)")
     dev.add_argument("--config", help="TOML config file (see `neve config`)")
+    broker = sub.add_parser("broker", help="run one stateless broker of a cluster (set metadata.url and wal.object_store)")
+    broker.add_argument("--config", help="TOML config file (see `neve config`); NEVE_* variables override it")
+    broker.add_argument("--port", type=int, help="Kafka port (overrides the config)")
     sub.add_parser("config", help="print every option, its default and its environment variable")
     return parser
 
 
-async def _run_dev(config) -> int:
+async def _run_node(config) -> int:
     from .node import Node, StartupError
 
     node = Node(config)
@@ -50,14 +54,19 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(describe_defaults())
         return 0
     try:
-        config = load_config(args.config, data_dir=args.data_dir, broker__port=args.port, broker__host=args.host)
+        if args.command == "dev":
+            config = load_config(args.config, data_dir=args.data_dir, broker__port=args.port, broker__host=args.host)
+        else:
+            config = load_config(args.config, broker__port=args.port)
+            if not config.metadata.url or not config.wal.object_store:
+                raise ConfigError("`neve broker` needs metadata.url (etcd://host:port) and wal.object_store (s3://bucket/prefix?endpoint=...)")
     except ConfigError as e:
         print(f"neve: {e}", file=sys.stderr)
         return 2
     setup_logging(config.log_level)
     import uvloop
 
-    return uvloop.run(_run_dev(config))
+    return uvloop.run(_run_node(config))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,10 @@ class BrokerConfig:
     advertised_host: str = ""
     """Host named in Metadata answers; empty: same as `host`."""
     node_id: int = 0
-    """This broker's id in Metadata answers."""
+    """This broker's id in Metadata answers; unique per cluster."""
+    zone: str = ""
+    """This broker's availability zone; clients naming a zone in client.id (zone_id=, ws_az=, ...)
+    are served by brokers of their zone. Empty: no zone."""
     max_frame_bytes: int = 100 * 1024 * 1024
     """Largest request frame accepted (Kafka's socket.request.max.bytes); larger closes the connection."""
     max_inflight_requests: int = 64

@@ -10,12 +10,13 @@ from dataclasses import replace
 
 from broker.appender import commit_fn
 from broker.config import BrokerSettings
-from broker.context import BrokerInfo, Services
+from broker.context import Services
 from broker.metrics import WalMetrics
 from broker.server import KafkaServer
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
-from metadata.store import load_metadata_store
+from metadata.model import BrokerRegistration
+from metadata.store import MetadataError, load_metadata_store
 from wal.store import load_object_store
 from wal.writer import WalWriter
 
@@ -35,6 +36,7 @@ def broker_settings(config: Config) -> BrokerSettings:
         port=b.port,
         advertised_host=b.advertised_host or b.host,
         node_id=b.node_id,
+        zone=b.zone or None,
         max_frame_bytes=b.max_frame_bytes,
         max_inflight_requests=b.max_inflight_requests,
         auto_create_topics=b.auto_create_topics,
@@ -63,12 +65,23 @@ class Node:
         except BlockingIOError:
             raise StartupError(f"data dir {self.data_dir} is in use by another neve process") from None
 
+    @property
+    def uses_data_dir(self) -> bool:
+        return self.object_store_url.startswith("file:") or self.metadata_url.startswith("sqlite:")
+
     async def start(self) -> None:
-        self._lock_data_dir()
+        if self.uses_data_dir:
+            self._lock_data_dir()
         c = self.config
-        self.objects = load_object_store(self.object_store_url)
-        self.metadata = load_metadata_store(self.metadata_url)
-        await self.metadata.start()
+        try:
+            self.objects = load_object_store(self.object_store_url)
+            self.metadata = load_metadata_store(self.metadata_url)
+        except (ValueError, ImportError) as e:
+            raise StartupError(str(e)) from None
+        try:
+            await self.metadata.start()
+        except MetadataError as e:
+            raise StartupError(f"metadata store {self.metadata_url}: {e}") from None
         self.recent = RecentObjects(c.wal.recent_objects_bytes)
         self.wal = WalWriter(
             self.objects,
@@ -90,7 +103,10 @@ class Node:
             raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {e.strerror or e}") from None
         port = self.server.port
         services.settings = replace(settings, port=port)
-        services.brokers = [BrokerInfo(settings.node_id, settings.advertised_host, port)]
+        try:
+            await self.metadata.register_broker(BrokerRegistration(settings.node_id, settings.advertised_host, port, settings.zone))
+        except Exception as e:
+            raise StartupError(f"cannot register broker {settings.node_id} in {self.metadata_url}: {e!r}") from None
         if c.broker.metrics_port:
             from prometheus_client import start_http_server
 

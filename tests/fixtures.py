@@ -24,13 +24,14 @@ def free_port() -> int:
 
 @dataclass
 class NeveNode:
-    """A `neve dev` process. `restart()` reuses the same data dir and port."""
+    """A `neve dev` (or `neve broker`) process. `restart()` reuses the same data dir and port."""
 
     data_dir: Path
     log_path: Path
     port: int = field(default_factory=free_port)
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
+    command: str = "dev"  # "broker": one broker of a cluster, configured through env (etcd, S3)
     process: subprocess.Popen | None = None
     _starts: int = 0
 
@@ -44,8 +45,12 @@ class NeveNode:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         log.write(f"--- start #{self._starts}\n".encode())
         log.flush()
+        if self.command == "dev":
+            args = ["dev", "--data-dir", str(self.data_dir), "--port", str(self.port)]
+        else:
+            args = ["broker", "--port", str(self.port)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "neve", "dev", "--data-dir", str(self.data_dir), "--port", str(self.port), *self.extra_args],
+            [sys.executable, "-m", "neve", *args, *self.extra_args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -13,6 +13,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ..codec import build, has_field
+from ..locality import brokers_for_zone, client_zone, leader_for
 from ..registry import handles
 from ..topics import create_topic_checked
 
@@ -39,7 +40,8 @@ async def metadata(ctx, request):
             else:
                 wanted.append((name, None))
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
-    leader = s.this_broker.node_id
+    zone = client_zone(ctx.client_id)
+    visible = brokers_for_zone(s.live_brokers(), zone)
     out = []
     for name, asked_id in wanted:
         info = topics.get(name) if name is not None else None
@@ -52,27 +54,30 @@ async def metadata(ctx, request):
             code = ErrorCode.unknown_topic_id if name is None else ErrorCode.unknown_topic_or_partition
             out.append(build(r.MetadataResponseTopic, error_code=code, name=name, topic_id=asked_id or ZERO_UUID, is_internal=False, partitions=(), topic_authorized_operations=-2147483648))
             continue
-        partitions = tuple(
-            build(
-                r.MetadataResponsePartition,
-                error_code=ErrorCode.none,
-                partition_index=p,
-                leader_id=leader,
-                leader_epoch=0,
-                replica_nodes=(leader,),
-                isr_nodes=(leader,),
-                offline_replicas=(),
+        partitions = []
+        for p in range(info.partitions):
+            leader = leader_for(info.name, p, zone, visible)
+            partitions.append(
+                build(
+                    r.MetadataResponsePartition,
+                    error_code=ErrorCode.none,
+                    partition_index=p,
+                    leader_id=leader,
+                    leader_epoch=0,
+                    replica_nodes=(leader,),
+                    isr_nodes=(leader,),
+                    offline_replicas=(),
+                )
             )
-            for p in range(info.partitions)
-        )
+        partitions = tuple(partitions)
         out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False, partitions=partitions, topic_authorized_operations=-2147483648))
-    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack) for b in s.brokers)
+    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.zone) for b in visible)
     return build(
         r.MetadataResponse,
         throttle_time=NO_THROTTLE,
         brokers=brokers,
         cluster_id=s.cluster_id,
-        controller_id=leader,
+        controller_id=min(b.node_id for b in visible),
         topics=tuple(out),
         cluster_authorized_operations=-2147483648,
     )
