@@ -131,6 +131,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._pid_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
         self._loaded = asyncio.Event()
+        self._watching = False
         self._closed = False
         self.ops = 0  # etcd requests made, for the cost benchmark
 
@@ -215,12 +216,14 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             try:
                 watch = await self._client.watch_prefix(self.keys.prefix(), start_revision=revision + 1)
                 delay = 0.1
+                self._watching = True
                 async for event in watch:
                     revision = max(revision, event.kv.mod_revision)
                     self._apply_event(event)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                self._watching = False
                 log.warning("etcd_watch_broken", extra={"error": repr(e), "retry_in_s": delay})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -296,6 +299,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         part = self._partitions.get((uuid.UUID(hex=topic_hex), int(partition)))
         if part is not None:
             part.add(_decode_entry(int(base), raw))
+
+    def is_current(self) -> bool:
+        return self._watching and not self._closed
 
     # -- topics ---------------------------------------------------------------------------------
 

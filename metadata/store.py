@@ -138,6 +138,22 @@ class MetadataStore(abc.ABC):
     def entry_for_timestamp(self, topic_id: uuid.UUID, partition: int, timestamp: int) -> IndexEntry | None:
         """The first entry whose max_timestamp >= timestamp, or None."""
 
+    def referenced_objects(self) -> set[str]:
+        """Keys of every object some index entry points at (the orphan sweeper keeps these)."""
+        keys: set[str] = set()
+        for info in list(self.topics().values()):
+            for p in range(info.partitions):
+                offset = self.log_start_offset(info.topic_id, p)
+                while batch := self.entries(info.topic_id, p, offset, max_entries=4096):
+                    keys.update(e.object_key for e in batch)
+                    offset = batch[-1].last_offset + 1
+        return keys
+
+    def is_current(self) -> bool:
+        """Whether the in-memory view is known to reflect every durable commit (the embedded
+        store always; the etcd store while its watch is connected)."""
+        return True
+
     async def wait_for_commit(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
         return await self.notifier.wait(partitions, timeout)
 

@@ -86,3 +86,6 @@ class IndexReads:
     def entry_for_timestamp(self, topic_id: uuid.UUID, partition: int, timestamp: int) -> IndexEntry | None:
         part = self._partitions.get((topic_id, partition))
         return part.for_timestamp(timestamp) if part is not None else None
+
+    def referenced_objects(self) -> set[str]:
+        return {e.object_key for part in self._partitions.values() for e in part.entries}

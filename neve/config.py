@@ -59,6 +59,11 @@ class WalConfig:
     """A produce waiting longer than this for its object answers REQUEST_TIMED_OUT."""
     recent_objects_bytes: int = 256 * 1024 * 1024
     """Memory for recently written objects, served to tail-reading consumers without a GET."""
+    orphan_grace_s: int = 3600
+    """WAL objects this old that no index entry references are deleted (a broker died between
+    upload and commit)."""
+    sweep_interval_s: int = 300
+    """How often each broker looks for orphaned WAL objects; 0 disables the sweeper."""
 
 
 @dataclass

@@ -3,6 +3,7 @@ started and stopped in dependency order."""
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
@@ -18,6 +19,7 @@ from cache.recent import RecentObjects
 from metadata.model import BrokerRegistration
 from metadata.store import MetadataError, load_metadata_store
 from wal.store import load_object_store
+from wal.sweeper import run_sweeper
 from wal.writer import WalWriter
 
 from .config import Config
@@ -56,6 +58,7 @@ class Node:
         self.metadata_url = config.metadata.url or f"sqlite://{os.path.join(self.data_dir, 'metadata.db')}"
         self._lock_fd: int | None = None
         self.server: KafkaServer | None = None
+        self._sweeper: asyncio.Task | None = None
 
     def _lock_data_dir(self) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
@@ -107,6 +110,10 @@ class Node:
             await self.metadata.register_broker(BrokerRegistration(settings.node_id, settings.advertised_host, port, settings.zone))
         except Exception as e:
             raise StartupError(f"cannot register broker {settings.node_id} in {self.metadata_url}: {e!r}") from None
+        if c.wal.sweep_interval_s > 0:
+            self._sweeper = asyncio.create_task(
+                run_sweeper(self.objects, self.metadata.referenced_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s)
+            )
         if c.broker.metrics_port:
             from prometheus_client import start_http_server
 
@@ -119,6 +126,8 @@ class Node:
         return self.server.port
 
     async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self.server is not None:
             await self.server.stop()
             await self.wal.close()
