@@ -55,8 +55,9 @@ class WalConfig:
     """WAL objects uploading at once; commits still happen in upload-start order."""
     buffer_bytes: int = 64 * 1024 * 1024
     """Bytes buffered plus uploading before produce requests wait (backpressure)."""
-    upload_timeout_ms: int = 30000
-    """A produce waiting longer than this for its object answers REQUEST_TIMED_OUT."""
+    upload_timeout_ms: int = 10000
+    """How long a WAL object upload is retried before its produce requests are answered with
+    the retriable KAFKA_STORAGE_ERROR; keep it below clients' request.timeout.ms (30 s)."""
     recent_objects_bytes: int = 256 * 1024 * 1024
     """Memory for recently written objects, served to tail-reading consumers without a GET."""
     orphan_grace_s: int = 3600

@@ -45,7 +45,8 @@ def broker_settings(config: Config) -> BrokerSettings:
         default_partitions=b.default_partitions,
         max_message_bytes=b.max_message_bytes,
         fetch_max_bytes=b.fetch_max_bytes,
-        produce_timeout_ms=config.wal.upload_timeout_ms,
+        # answer after the writer's own deadline (upload, then a commit bounded by the store's timeouts)
+        produce_timeout_ms=config.wal.upload_timeout_ms + 15_000,
         fault_drop_produce_response_every=config.faults.drop_produce_response_every,
     )
 
@@ -94,6 +95,7 @@ class Node:
             flush_bytes=c.wal.flush_bytes,
             max_inflight_uploads=c.wal.max_inflight_uploads,
             buffer_bytes=c.wal.buffer_bytes,
+            upload_timeout_ms=c.wal.upload_timeout_ms,
             on_object_stored=self.recent.add,
             metrics=WalMetrics(),
         )

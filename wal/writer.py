@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .format import Chunk, EncodedObject, encode
-from .store import ObjectStore
+from .store import ObjectExists, ObjectStore
 
 log = logging.getLogger("neve.wal.writer")
 
@@ -42,7 +42,7 @@ class WalWriter:
         flush_bytes: int = 4 * 1024 * 1024,
         max_inflight_uploads: int = 4,
         buffer_bytes: int = 64 * 1024 * 1024,
-        upload_retries: int = 5,
+        upload_timeout_ms: int = 10_000,
         on_object_stored: Callable[[str, bytes], None] | None = None,
         metrics: Any = None,
     ) -> None:
@@ -52,7 +52,7 @@ class WalWriter:
         self.linger = linger_ms / 1000
         self.flush_bytes = flush_bytes
         self.buffer_bytes = buffer_bytes
-        self.upload_retries = upload_retries
+        self.upload_timeout = upload_timeout_ms / 1000
         self._uploads = asyncio.Semaphore(max_inflight_uploads)
         self._on_object_stored = on_object_stored
         self._metrics = metrics
@@ -152,19 +152,30 @@ class WalWriter:
             done.set_result(None)
 
     async def _put(self, key: str, data: bytes) -> None:
+        """Store the object, retrying with backoff until the upload deadline. The deadline is
+        shorter than clients' request timeout, so a produce is answered (with a retriable error)
+        before the client gives up, and an object that missed it is never committed later."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.upload_timeout
         delay = 0.05
-        for attempt in range(self.upload_retries + 1):
+        attempt = 0
+        while True:
+            attempt += 1
+            remaining = deadline - loop.time()
             try:
-                await self.store.put(key, data)
+                await asyncio.wait_for(self.store.put(key, data), max(remaining, 0.001))
                 if self._metrics is not None:
                     self._metrics.object_put(len(data))
                 return
+            except ObjectExists:
+                # An earlier attempt's PUT landed but its answer was lost: the bytes are ours.
+                return
             except Exception as e:
-                if attempt == self.upload_retries:
-                    raise WalUnavailable(f"put {key} failed after {attempt + 1} attempts: {e!r}") from e
-                log.warning("wal_put_retry", extra={"object_key": key, "attempt": attempt + 1, "error": repr(e)})
+                if loop.time() + delay >= deadline:
+                    raise WalUnavailable(f"put {key} failed after {attempt} attempts: {e!r}") from e
+                log.warning("wal_put_retry", extra={"object_key": key, "attempt": attempt, "error": repr(e)})
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+                delay = min(delay * 2, 1.0)
 
     async def flush(self) -> None:
         """Seal what is buffered and wait for every flush under way to finish."""

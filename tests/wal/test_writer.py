@@ -100,7 +100,7 @@ async def test_failed_put_fails_its_chunks_and_the_next_object_still_commits():
             await super().put(key, data)
 
     commits = Recorder()
-    writer = WalWriter(FailingOnce(), commits, linger_ms=1, upload_retries=0)
+    writer = WalWriter(FailingOnce(), commits, linger_ms=1, upload_timeout_ms=1)
     with pytest.raises(WalUnavailable):
         await writer.submit(chunk(0, b"lost"))
     assert await writer.submit(chunk(0, b"kept")) == f"{commits.commits[0][0]}#0"
@@ -119,7 +119,7 @@ async def test_put_is_retried_before_giving_up():
             await super().put(key, data)
 
     store, commits = FailingTwice(), Recorder()
-    writer = WalWriter(store, commits, linger_ms=1, upload_retries=3)
+    writer = WalWriter(store, commits, linger_ms=1, upload_timeout_ms=5_000)
     await writer.submit(chunk(0, b"eventually"))
     assert store.attempts == 3 and len(commits.commits) == 1
     await writer.close()
