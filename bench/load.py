@@ -9,9 +9,13 @@ broker's CPU seconds and the object store's contents are read at the window's tw
 from __future__ import annotations
 
 import multiprocessing
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -91,6 +95,7 @@ class Load:
     stamp: bool = False
     producer_config: dict = field(default_factory=dict)
     consumer_config: dict = field(default_factory=dict)
+    profile_path: Path | None = None  # py-spy flame graph of the broker over the window
 
 
 @dataclass
@@ -176,6 +181,7 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
     t0 = started + load.warmup_s
     t1 = t0 + load.duration_s
     edge0 = edge1 = None
+    profiler = None
     timeline = []
     last = (started, 0.0, 0.0, system.cpu_seconds() or 0.0)
     next_tick = started + 1.0
@@ -183,6 +189,7 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
         now = time.monotonic()
         if edge0 is None and now >= t0:
             edge0 = _edge(system, pids)
+            profiler = _start_profiler(system, load)
         if now >= t1:
             edge1 = _edge(system, pids)
             break
@@ -211,6 +218,8 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
             next_tick += 1.0
         time.sleep(max(0.0, min(next_tick, t0 if edge0 is None else t1) - time.monotonic()))
     control[workers.PHASE] = workers.STOP
+    if profiler is not None:
+        _finish_profiler(profiler, load, progress)
     progress.line("draining: waiting for every acknowledgement")
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
     while sum(1 for o in outcomes if o["role"] == "producer") < load.producers:
@@ -219,6 +228,32 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
     while len(outcomes) < len(procs):
         outcomes.append(_get(results, deadline, system))
     return _summarize(system, load, topic, outcomes, edge0, edge1, t0, t1, timeline)
+
+
+def _start_profiler(system: System, load: Load) -> subprocess.Popen | None:
+    if load.profile_path is None:
+        return None
+    beside = Path(sys.executable).parent / "py-spy"  # a venv's scripts need not be on PATH
+    exe = str(beside) if beside.exists() else shutil.which("py-spy")
+    if exe is None:
+        raise RuntimeError("--profile needs py-spy (pip install py-spy)")
+    pid = system.broker_pids()[0]
+    cmd = [exe, "record", "--pid", str(pid), "--duration", str(max(1, round(load.duration_s))), "--rate", "200", "--nonblocking", "--output", str(load.profile_path)]
+    if load.profile_path.suffix == ".txt":
+        cmd += ["--format", "raw"]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _finish_profiler(profiler: subprocess.Popen, load: Load, progress: Progress) -> None:
+    try:
+        _, err = profiler.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+        _, err = profiler.communicate()
+    if profiler.returncode == 0:
+        progress.line(f"profile written to {load.profile_path}")
+    else:
+        progress.line(f"py-spy failed ({profiler.returncode}): {err.decode(errors='replace')[-300:]}")
 
 
 def _get(results, deadline: float, system: System) -> dict:

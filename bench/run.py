@@ -86,6 +86,8 @@ class Run:
         system = self.start_system()
         load.producer_config = {**dict(self.args.producer_config), **load.producer_config}
         load.consumer_config = {**dict(self.args.consumer_config), **load.consumer_config}
+        if self.args.profile:
+            load.profile_path = self.out_dir / f"profile-{load.name}.svg"
         self.progress.begin(load.name)
         outcome = run_load(system, load, self.progress)
         r = outcome.record

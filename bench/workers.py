@@ -13,6 +13,7 @@ Kept free of numpy and of the rest of the bench package so a spawned worker star
 from __future__ import annotations
 
 import os
+import signal
 import struct
 import time
 from array import array
@@ -50,7 +51,13 @@ def _publish(counters, base: int, values: dict[int, float]) -> None:
         counters[base + offset] = value
 
 
+def _detach_from_terminal() -> None:
+    # Ctrl-C reaches the whole process group; the orchestrator stops workers itself, in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def producer_main(plan: WorkerPlan, control, counters, results) -> None:
+    _detach_from_terminal()
     import confluent_kafka
 
     base = plan.index * SLOT
@@ -133,6 +140,7 @@ def producer_main(plan: WorkerPlan, control, counters, results) -> None:
 
 
 def consumer_main(plan: WorkerPlan, control, counters, results) -> None:
+    _detach_from_terminal()
     import confluent_kafka
 
     base = plan.index * SLOT
