@@ -1,0 +1,339 @@
+"""The embedded metadata store for a single process: an in-memory view that is authoritative while
+running, made durable in one SQLite file (or nowhere, for unit tests) and reloaded at start().
+
+Every write runs under one asyncio lock: sequence against memory, persist all effects in one
+SQLite transaction on a dedicated thread, and only then apply to memory and wake waiters. A
+failed write raises MetadataUnavailable and changes nothing. A write is shielded from its
+caller's cancellation: once started it finishes, so memory never falls behind the database.
+
+SQLite layout (WAL journal, synchronous=FULL):
+    topics(topic_id TEXT PK, name TEXT UNIQUE, partitions INT, configs TEXT)  -- configs as JSON
+    partitions(topic_id, partition, next_offset, log_start_offset)          PK (topic_id, partition)
+    index_entries(topic_id, partition, base_offset, last_offset, object_key, object_type,
+                  start, size, max_timestamp)                              PK (topic_id, partition, base_offset)
+    producer_states(producer_id, topic_id, partition, epoch, batches)       PK (producer_id, topic_id, partition)
+                                                    -- batches: JSON [[first_seq, last_seq, base_offset], ...]
+    producer_epochs(producer_id INT PK, epoch INT)  -- for KIP-360 epoch bumps in init_producer_id
+    counters(name TEXT PK, value INT)               -- 'next_producer_id'
+Topic ids are stored as their 32-digit hex form.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import json
+import sqlite3
+import uuid
+from collections.abc import Mapping
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+from .model import AppendResult, IndexEntry, ObjectCommit, ObjectType, TopicInfo
+from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
+from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, TopicAlreadyExists, UnknownTopic
+
+T = TypeVar("T")
+
+MAX_EPOCH = 32767  # producer epochs are int16; past it a producer gets a fresh id
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    topic_id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, partitions INTEGER NOT NULL, configs TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS partitions (
+    topic_id TEXT NOT NULL, partition INTEGER NOT NULL,
+    next_offset INTEGER NOT NULL, log_start_offset INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS index_entries (
+    topic_id TEXT NOT NULL, partition INTEGER NOT NULL, base_offset INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL, object_key TEXT NOT NULL, object_type INTEGER NOT NULL,
+    start INTEGER NOT NULL, size INTEGER NOT NULL, max_timestamp INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, base_offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS producer_states (
+    producer_id INTEGER NOT NULL, topic_id TEXT NOT NULL, partition INTEGER NOT NULL,
+    epoch INTEGER NOT NULL, batches TEXT NOT NULL,
+    PRIMARY KEY (producer_id, topic_id, partition)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS producer_epochs (producer_id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+"""
+
+
+class _Partition:
+    """One partition's head and index. Entries are kept with two parallel arrays to bisect on:
+    last offsets (for offset lookups) and the running maximum of max_timestamp (entries'
+    timestamps are not monotonic, their running maximum is)."""
+
+    __slots__ = ("next_offset", "log_start_offset", "entries", "last_offsets", "running_max")
+
+    def __init__(self, next_offset: int = 0, log_start_offset: int = 0) -> None:
+        self.next_offset = next_offset
+        self.log_start_offset = log_start_offset
+        self.entries: list[IndexEntry] = []
+        self.last_offsets: list[int] = []
+        self.running_max: list[int] = []
+
+    def add(self, entry: IndexEntry) -> None:
+        self.entries.append(entry)
+        self.last_offsets.append(entry.last_offset)
+        prev = self.running_max[-1] if self.running_max else entry.max_timestamp
+        self.running_max.append(max(prev, entry.max_timestamp))
+
+
+class EmbeddedMetadataStore(MetadataStore):
+    def __init__(self, path: str | None) -> None:
+        super().__init__()
+        self.path = path
+        self._lock = asyncio.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        self._db: sqlite3.Connection | None = None
+        self._topics: dict[str, TopicInfo] = {}
+        self._topics_view: Mapping[str, TopicInfo] = MappingProxyType({})  # replaced, never mutated
+        self._by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._producers: dict[ProducerKey, ProducerState] = {}
+        self._producer_epochs: dict[int, int] = {}
+        self._next_producer_id = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        # One thread owns the connection for its whole life; SQLite calls never block the loop.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="neve-metadata")
+        try:
+            rows = await self._run(self._open)
+        except sqlite3.Error as e:
+            await self._run(self._close_db)
+            self._executor.shutdown(wait=True)
+            self._executor = None
+            raise MetadataUnavailable(f"cannot open metadata database {self.path!r}: {e}") from e
+        self._load(*rows)
+
+    async def close(self) -> None:
+        if self._executor is None:
+            return
+        async with self._lock:
+            await self._run(self._close_db)
+            self._executor.shutdown(wait=True)
+            self._executor = None
+
+    def _open(self) -> tuple[list, ...]:
+        # isolation_level=None: transactions are explicit BEGIN/COMMIT, nothing implicit.
+        db = self._db = sqlite3.connect(self.path or ":memory:", isolation_level=None)
+        if self.path is not None:
+            db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")
+        db.executescript(_SCHEMA)
+        return (
+            db.execute("SELECT topic_id, name, partitions, configs FROM topics").fetchall(),
+            db.execute("SELECT topic_id, partition, next_offset, log_start_offset FROM partitions").fetchall(),
+            db.execute(
+                "SELECT topic_id, partition, base_offset, last_offset, object_key, object_type, start, size, max_timestamp"
+                " FROM index_entries ORDER BY topic_id, partition, base_offset"
+            ).fetchall(),
+            db.execute("SELECT producer_id, topic_id, partition, epoch, batches FROM producer_states").fetchall(),
+            db.execute("SELECT producer_id, epoch FROM producer_epochs").fetchall(),
+            db.execute("SELECT value FROM counters WHERE name = 'next_producer_id'").fetchall(),
+        )
+
+    def _close_db(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def _load(self, topics, partitions, entries, producers, epochs, counter) -> None:
+        for tid, name, count, configs in topics:
+            info = TopicInfo(name, uuid.UUID(hex=tid), count, json.loads(configs))
+            self._topics[name] = info
+            self._by_id[info.topic_id] = info
+        self._topics_view = MappingProxyType(dict(self._topics))
+        for tid, p, next_offset, log_start in partitions:
+            self._partitions[(uuid.UUID(hex=tid), p)] = _Partition(next_offset, log_start)
+        for tid, p, base, last, key, otype, start, size, max_ts in entries:
+            self._partitions[(uuid.UUID(hex=tid), p)].add(IndexEntry(base, last, key, ObjectType(otype), start, size, max_ts))
+        for pid, tid, p, epoch, batches in producers:
+            state = ProducerState(epoch, tuple(BatchSequence(*b) for b in json.loads(batches)))
+            self._producers[(pid, uuid.UUID(hex=tid), p)] = state
+        self._producer_epochs = dict(epochs)
+        self._next_producer_id = counter[0][0] if counter else 0
+
+    async def _exclusive(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Run one write under the lock, shielded: a cancelled caller stops waiting, the write
+        still completes (or fails) as a whole."""
+
+        async def locked() -> T:
+            async with self._lock:
+                return await fn(*args)
+
+        return await asyncio.shield(locked())
+
+    async def _run(self, fn, *args) -> Any:
+        if self._executor is None:
+            raise MetadataUnavailable("metadata store is not started")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    async def _write(self, statements: list[tuple[str, Any, bool]]) -> None:
+        """Run (sql, params, many) statements as one transaction; MetadataUnavailable if it fails."""
+        try:
+            await self._run(self._transaction, statements)
+        except (sqlite3.Error, OSError) as e:
+            raise MetadataUnavailable(f"metadata write failed: {e}") from e
+
+    def _transaction(self, statements: list[tuple[str, Any, bool]]) -> None:
+        db = self._db
+        if db is None:
+            raise sqlite3.OperationalError("database is closed")
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, params, many in statements:
+                if many:
+                    db.executemany(sql, params)
+                else:
+                    db.execute(sql, params)
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    # -- topics -------------------------------------------------------------------------------
+
+    async def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> TopicInfo:
+        if partitions < 1:
+            raise InvalidPartitions(f"a topic needs at least one partition, got {partitions}")
+        return await self._exclusive(self._create_topic, name, partitions, dict(configs or {}))
+
+    async def _create_topic(self, name: str, partitions: int, configs: dict[str, str]) -> TopicInfo:
+        if name in self._topics:
+            raise TopicAlreadyExists(name)
+        info = TopicInfo(name, uuid.uuid4(), partitions, configs)
+        tid = info.topic_id.hex
+        await self._write(
+            [
+                ("INSERT INTO topics VALUES (?, ?, ?, ?)", (tid, name, partitions, json.dumps(configs)), False),
+                ("INSERT INTO partitions VALUES (?, ?, 0, 0)", [(tid, p) for p in range(partitions)], True),
+            ]
+        )
+        self._topics[name] = info
+        self._by_id[info.topic_id] = info
+        self._topics_view = MappingProxyType(dict(self._topics))
+        for p in range(partitions):
+            self._partitions[(info.topic_id, p)] = _Partition()
+        return info
+
+    async def delete_topic(self, name: str) -> TopicInfo:
+        return await self._exclusive(self._delete_topic, name)
+
+    async def _delete_topic(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopic(name)
+        tid = info.topic_id.hex
+        await self._write(
+            [(f"DELETE FROM {table} WHERE topic_id = ?", (tid,), False) for table in ("topics", "partitions", "index_entries", "producer_states")]
+        )
+        del self._topics[name]
+        del self._by_id[info.topic_id]
+        self._topics_view = MappingProxyType(dict(self._topics))
+        for p in range(info.partitions):
+            del self._partitions[(info.topic_id, p)]
+        # A scan, but deletes are rare and it keeps the commit path's lookups flat.
+        for key in [k for k in self._producers if k[1] == info.topic_id]:
+            del self._producers[key]
+        return info
+
+    def topics(self) -> Mapping[str, TopicInfo]:
+        return self._topics_view
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
+        return self._by_id.get(topic_id)
+
+    # -- the sequencer ------------------------------------------------------------------------
+
+    async def commit(self, commit: ObjectCommit) -> list[AppendResult]:
+        return await self._exclusive(self._commit, commit)
+
+    async def _commit(self, commit: ObjectCommit) -> list[AppendResult]:
+        seq = sequence(commit, self._partitions, self._producers)
+        if not seq.changed:  # only refusals and duplicates: nothing to make durable
+            return seq.results
+        await self._write(self._commit_statements(seq))
+        self._apply(seq)
+        self.notifier.notify(seq.heads)
+        return seq.results
+
+    @staticmethod
+    def _commit_statements(seq: Sequenced) -> list[tuple[str, Any, bool]]:
+        rows = [
+            (tp[0].hex, tp[1], e.base_offset, e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp)
+            for tp, entries in seq.entries.items()
+            for e in entries
+        ]
+        heads = [(offset, tp[0].hex, tp[1]) for tp, offset in seq.heads.items()]
+        states = [(pid, tid.hex, p, s.epoch, json.dumps([list(b) for b in s.batches])) for (pid, tid, p), s in seq.producers.items()]
+        return [
+            ("INSERT INTO index_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows, True),
+            ("UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?", heads, True),
+            ("INSERT OR REPLACE INTO producer_states VALUES (?, ?, ?, ?, ?)", states, True),
+        ]
+
+    def _apply(self, seq: Sequenced) -> None:
+        partitions = self._partitions
+        for tp, offset in seq.heads.items():
+            partitions[tp].next_offset = offset
+        for tp, entries in seq.entries.items():
+            part = partitions[tp]
+            for e in entries:
+                part.add(e)
+        self._producers.update(seq.producers)
+
+    async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
+        return await self._exclusive(self._init_producer_id, producer_id, producer_epoch)
+
+    async def _init_producer_id(self, producer_id: int, producer_epoch: int) -> tuple[int, int]:
+        """KIP-360: a known (id, current epoch) gets the same id at the next epoch. Anything else
+        (no id, an unknown id, a stale epoch, an exhausted epoch) gets a fresh id at epoch 0, as
+        Kafka does for producers without a transactional id."""
+        known = self._producer_epochs.get(producer_id) if producer_id >= 0 else None
+        if known is not None and known == producer_epoch and known < MAX_EPOCH:
+            pid, epoch, next_id = producer_id, known + 1, self._next_producer_id
+        else:
+            pid, epoch, next_id = self._next_producer_id, 0, self._next_producer_id + 1
+        await self._write(
+            [
+                ("INSERT OR REPLACE INTO producer_epochs VALUES (?, ?)", (pid, epoch), False),
+                ("INSERT OR REPLACE INTO counters VALUES ('next_producer_id', ?)", (next_id,), False),
+            ]
+        )
+        self._producer_epochs[pid] = epoch
+        self._next_producer_id = next_id
+        return pid, epoch
+
+    # -- the offset index ---------------------------------------------------------------------
+
+    def high_watermark(self, topic_id: uuid.UUID, partition: int) -> int:
+        part = self._partitions.get((topic_id, partition))
+        return part.next_offset if part is not None else 0
+
+    def log_start_offset(self, topic_id: uuid.UUID, partition: int) -> int:
+        part = self._partitions.get((topic_id, partition))
+        return part.log_start_offset if part is not None else 0
+
+    def entries(self, topic_id: uuid.UUID, partition: int, offset: int, max_entries: int = 64) -> list[IndexEntry]:
+        part = self._partitions.get((topic_id, partition))
+        if part is None or max_entries <= 0:
+            return []
+        i = bisect.bisect_left(part.last_offsets, offset)
+        return part.entries[i : i + max_entries]
+
+    def entry_for_timestamp(self, topic_id: uuid.UUID, partition: int, timestamp: int) -> IndexEntry | None:
+        part = self._partitions.get((topic_id, partition))
+        if part is None:
+            return None
+        i = bisect.bisect_left(part.running_max, timestamp)
+        return part.entries[i] if i < len(part.entries) else None

@@ -1,0 +1,195 @@
+"""The sequencer: turns the appends of one WAL object into offsets, index entries and
+idempotent-producer state. Pure and backend-free, so the embedded store runs it under a lock and
+the etcd store runs it inside an optimistic transaction over exactly the keys `involved` names.
+
+Idempotence follows Kafka's ProducerStateManager: per (producer id, topic, partition) the epoch
+and the last five stored batches' sequence ranges; a retried batch is answered with the offset it
+was first stored at, a gap or a stale epoch is refused.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+from .model import (
+    INVALID_PRODUCER_EPOCH,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    AppendResult,
+    IndexEntry,
+    ObjectCommit,
+    ObjectType,
+)
+
+TopicPartition = tuple[uuid.UUID, int]
+ProducerKey = tuple[int, uuid.UUID, int]  # (producer_id, topic_id, partition)
+
+REMEMBERED_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN; clients pipeline at most 5
+SEQUENCE_MODULUS = 2**31  # sequences wrap from Int.MaxValue to 0
+
+
+class PartitionHead(Protocol):
+    """What the sequencer reads of a partition. Backends may pass their own partition objects."""
+
+    @property
+    def next_offset(self) -> int: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+
+class Head(NamedTuple):
+    """A plain PartitionHead, for backends that keep no partition object of their own."""
+
+    next_offset: int
+    log_start_offset: int = 0
+
+
+class BatchSequence(NamedTuple):
+    first_seq: int
+    last_seq: int
+    base_offset: int
+
+
+class ProducerState(NamedTuple):
+    """One producer's state on one partition. Immutable: an update is a new value, so a failed
+    commit leaves nothing half-changed and the old value can be shared freely. (A NamedTuple
+    rather than a frozen dataclass: one is built per stored idempotent batch, and it is cheaper.)"""
+
+    epoch: int
+    batches: tuple[BatchSequence, ...]  # oldest first, at most REMEMBERED_BATCHES
+
+    def find(self, epoch: int, first_seq: int, last_seq: int) -> BatchSequence | None:
+        if epoch != self.epoch:
+            return None
+        for b in self.batches:
+            if b.first_seq == first_seq and b.last_seq == last_seq:
+                return b
+        return None
+
+    def after(self, epoch: int, batch: BatchSequence) -> ProducerState:
+        if epoch != self.epoch:
+            return ProducerState(epoch, (batch,))
+        return ProducerState(epoch, self.batches[1 - REMEMBERED_BATCHES :] + (batch,))
+
+
+@dataclass(slots=True)
+class Sequenced:
+    """Everything one commit changes; a backend persists all of it atomically, then applies it."""
+
+    results: list[AppendResult]
+    heads: dict[TopicPartition, int]  # new next offset of every partition that grew
+    entries: dict[TopicPartition, list[IndexEntry]]  # new index entries, in offset order
+    producers: dict[ProducerKey, ProducerState]  # new state of every producer that stored a batch
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.heads)
+
+
+def last_sequence(base_sequence: int, record_count: int) -> int:
+    return (base_sequence + record_count - 1) % SEQUENCE_MODULUS
+
+
+def involved(commit: ObjectCommit) -> tuple[set[TopicPartition], set[ProducerKey]]:
+    """The partitions and producer states `sequence` will read for this commit."""
+    partitions: set[TopicPartition] = set()
+    producers: set[ProducerKey] = set()
+    for a in commit.appends:
+        partitions.add((a.topic_id, a.partition))
+        if a.producer_id >= 0:
+            producers.add((a.producer_id, a.topic_id, a.partition))
+    return partitions, producers
+
+
+def sequence(
+    commit: ObjectCommit,
+    heads: Mapping[TopicPartition, PartitionHead],
+    producers: Mapping[ProducerKey, ProducerState],
+) -> Sequenced:
+    """Sequence one commit against the current state, which is only read: the changes come back
+    as overlays (`Sequenced`). `heads` must hold every live partition the commit touches (a missing
+    one is an unknown partition); `producers` every known state of the producers involved."""
+    results: list[AppendResult] = []
+    new_heads: dict[TopicPartition, int] = {}
+    new_entries: dict[TopicPartition, list[IndexEntry]] = {}
+    new_producers: dict[ProducerKey, ProducerState] = {}
+    object_key = commit.object_key
+
+    # The open run: the last stored append's partition and the entry fields it has gathered so far.
+    # Only a stored append that directly follows it in the object, on the same partition and
+    # byte-adjacent, extends it; anything else (another partition, a refusal, a duplicate) closes it.
+    run_tp: TopicPartition | None = None
+    run_base = run_last = run_start = run_end = run_max_ts = 0
+
+    def close_run() -> None:
+        new_entries.setdefault(run_tp, []).append(
+            IndexEntry(run_base, run_last, object_key, ObjectType.WAL, run_start, run_end - run_start, run_max_ts)
+        )
+
+    for a in commit.appends:
+        tp = (a.topic_id, a.partition)
+        head = heads.get(tp)
+        if head is None:
+            results.append(AppendResult(UNKNOWN_TOPIC_OR_PARTITION))
+            if run_tp is not None:
+                close_run()
+                run_tp = None
+            continue
+        log_start = head.log_start_offset
+        next_offset = new_heads.get(tp)
+        if next_offset is None:
+            next_offset = head.next_offset
+
+        if a.producer_id >= 0:
+            pkey = (a.producer_id, a.topic_id, a.partition)
+            state = new_producers.get(pkey) or producers.get(pkey)
+            last_seq = last_sequence(a.base_sequence, a.record_count)
+            error = 0
+            if state is not None:
+                original = state.find(a.producer_epoch, a.base_sequence, last_seq)
+                if original is not None:
+                    results.append(AppendResult(0, original.base_offset, log_start, duplicate=True))
+                    if run_tp is not None:
+                        close_run()
+                        run_tp = None
+                    continue
+                if a.producer_epoch < state.epoch:
+                    error = INVALID_PRODUCER_EPOCH
+                elif a.producer_epoch > state.epoch:
+                    if a.base_sequence != 0:
+                        error = OUT_OF_ORDER_SEQUENCE_NUMBER
+                elif a.base_sequence != (state.batches[-1].last_seq + 1) % SEQUENCE_MODULUS:
+                    error = OUT_OF_ORDER_SEQUENCE_NUMBER
+            if error:
+                results.append(AppendResult(error, -1, log_start))
+                if run_tp is not None:
+                    close_run()
+                    run_tp = None
+                continue
+            batch = BatchSequence(a.base_sequence, last_seq, next_offset)
+            new_producers[pkey] = state.after(a.producer_epoch, batch) if state is not None else ProducerState(a.producer_epoch, (batch,))
+
+        # Stored: take the offsets and extend or open the index run.
+        last_offset = next_offset + a.record_count - 1
+        new_heads[tp] = last_offset + 1
+        results.append(AppendResult(0, next_offset, log_start))
+        if run_tp == tp and a.start == run_end:
+            run_last = last_offset
+            run_end = a.start + a.size
+            if a.max_timestamp > run_max_ts:
+                run_max_ts = a.max_timestamp
+        else:
+            if run_tp is not None:
+                close_run()
+            run_tp = tp
+            run_base, run_last = next_offset, last_offset
+            run_start, run_end = a.start, a.start + a.size
+            run_max_ts = a.max_timestamp
+
+    if run_tp is not None:
+        close_run()
+    return Sequenced(results, new_heads, new_entries, new_producers)

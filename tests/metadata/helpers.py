@@ -1,0 +1,20 @@
+"""Builders for appends and commits, so tests read as the offsets and bytes they check."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+
+from metadata.model import Append, ObjectCommit
+
+_keys = itertools.count()
+
+
+def append(topic_id: uuid.UUID, partition: int, start: int, size: int, count: int, max_ts: int = 0, pid: int = -1, epoch: int = -1, seq: int = -1) -> Append:
+    return Append(topic_id, partition, start, size, count, max_ts, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+
+
+def commit(*appends: Append, key: str | None = None) -> ObjectCommit:
+    size = max((a.start + a.size for a in appends), default=0)
+    return ObjectCommit(key if key is not None else f"wal/{next(_keys):08d}", size, tuple(appends))
+

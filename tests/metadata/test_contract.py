@@ -1,0 +1,473 @@
+"""The MetadataStore contract, written once and run against every backend (see conftest.BACKENDS)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+
+from metadata.model import (
+    INVALID_PRODUCER_EPOCH,
+    OUT_OF_ORDER_SEQUENCE_NUMBER,
+    UNKNOWN_TOPIC_OR_PARTITION,
+    AppendResult,
+    IndexEntry,
+    ObjectType,
+    TopicInfo,
+)
+from metadata.store import InvalidPartitions, TopicAlreadyExists, UnknownTopic
+
+from .helpers import append, commit
+
+WAL = ObjectType.WAL
+MAX_SEQ = 2**31 - 1
+
+
+def ok(base: int) -> AppendResult:
+    return AppendResult(0, base, 0)
+
+
+def dup(base: int) -> AppendResult:
+    return AppendResult(0, base, 0, duplicate=True)
+
+
+def refused(code: int) -> AppendResult:
+    return AppendResult(code, -1, 0)
+
+
+# -- topics ---------------------------------------------------------------------------------------
+
+
+async def test_create_topic(store):
+    info = await store.create_topic("orders", 3, {"retention.ms": "1000"})
+    assert info == TopicInfo("orders", info.topic_id, 3, {"retention.ms": "1000"})
+    assert isinstance(info.topic_id, uuid.UUID)
+    assert dict(store.topics()) == {"orders": info}
+    assert store.topic_by_id(info.topic_id) == info
+    assert [store.high_watermark(info.topic_id, p) for p in range(3)] == [0, 0, 0]
+    assert [store.log_start_offset(info.topic_id, p) for p in range(3)] == [0, 0, 0]
+    assert store.entries(info.topic_id, 0, 0) == []
+
+
+async def test_topics_get_distinct_ids_and_no_configs_means_empty(store):
+    a = await store.create_topic("a", 1)
+    b = await store.create_topic("b", 2)
+    assert a.topic_id != b.topic_id
+    assert a.configs == {} and b.configs == {}
+    assert sorted(store.topics()) == ["a", "b"]
+
+
+async def test_create_existing_topic_is_refused(store):
+    first = await store.create_topic("orders", 2)
+    with pytest.raises(TopicAlreadyExists) as e:
+        await store.create_topic("orders", 5)
+    assert e.value.error_code == 36
+    assert dict(store.topics()) == {"orders": first}
+
+
+@pytest.mark.parametrize("partitions", [0, -1])
+async def test_create_topic_needs_a_partition(store, partitions):
+    with pytest.raises(InvalidPartitions) as e:
+        await store.create_topic("empty", partitions)
+    assert e.value.error_code == 37
+    assert dict(store.topics()) == {}
+
+
+async def test_delete_topic(store):
+    keep = await store.create_topic("keep", 1)
+    gone = await store.create_topic("gone", 2)
+    await store.commit(commit(append(gone.topic_id, 0, 0, 10, 4), append(keep.topic_id, 0, 10, 10, 2)))
+
+    assert await store.delete_topic("gone") == gone
+    assert dict(store.topics()) == {"keep": keep}
+    assert store.topic_by_id(gone.topic_id) is None
+    assert store.high_watermark(gone.topic_id, 0) == 0
+    assert store.entries(gone.topic_id, 0, 0) == []
+    assert store.entry_for_timestamp(gone.topic_id, 0, 0) is None
+    # The other topic is untouched, and the deleted one's partitions take no more appends.
+    assert store.high_watermark(keep.topic_id, 0) == 2
+    results = await store.commit(commit(append(gone.topic_id, 0, 0, 10, 1), append(keep.topic_id, 0, 10, 10, 1)))
+    assert results == [refused(UNKNOWN_TOPIC_OR_PARTITION), ok(2)]
+
+
+async def test_delete_unknown_topic(store):
+    with pytest.raises(UnknownTopic) as e:
+        await store.delete_topic("never")
+    assert e.value.error_code == 3
+
+
+async def test_recreated_topic_starts_afresh(store):
+    old = await store.create_topic("t", 1)
+    await store.commit(commit(append(old.topic_id, 0, 0, 10, 7, pid=1, epoch=0, seq=0)))
+    await store.delete_topic("t")
+    new = await store.create_topic("t", 1)
+    assert new.topic_id != old.topic_id
+    assert store.high_watermark(new.topic_id, 0) == 0
+    # No producer state carried over: the same batch is new here, not a duplicate.
+    assert await store.commit(commit(append(new.topic_id, 0, 0, 10, 7, pid=1, epoch=0, seq=0))) == [ok(0)]
+
+
+# -- offsets and index entries ------------------------------------------------------------------
+
+
+async def test_commit_assigns_contiguous_offsets(store):
+    t = (await store.create_topic("t", 2)).topic_id
+    first = await store.commit(commit(append(t, 0, 0, 30, 3), append(t, 0, 30, 20, 2), append(t, 1, 50, 40, 4)))
+    assert first == [ok(0), ok(3), ok(0)]
+    second = await store.commit(commit(append(t, 1, 0, 5, 1), append(t, 0, 5, 5, 1)))
+    assert second == [ok(4), ok(5)]
+    assert store.high_watermark(t, 0) == 6
+    assert store.high_watermark(t, 1) == 5
+
+
+async def test_adjacent_appends_of_a_partition_share_one_entry(store):
+    t = (await store.create_topic("t", 2)).topic_id
+    await store.commit(
+        commit(
+            append(t, 0, 0, 30, 3, max_ts=500),
+            append(t, 0, 30, 20, 2, max_ts=900),
+            append(t, 0, 50, 10, 1, max_ts=700),
+            append(t, 1, 60, 40, 4, max_ts=100),
+            key="wal/a",
+        )
+    )
+    assert store.entries(t, 0, 0) == [IndexEntry(0, 5, "wal/a", WAL, 0, 60, 900)]
+    assert store.entries(t, 1, 0) == [IndexEntry(0, 3, "wal/a", WAL, 60, 40, 100)]
+    await store.commit(commit(append(t, 0, 8, 12, 2, max_ts=50), key="wal/b"))
+    assert store.entries(t, 0, 0) == [IndexEntry(0, 5, "wal/a", WAL, 0, 60, 900), IndexEntry(6, 7, "wal/b", WAL, 8, 12, 50)]
+
+
+async def test_rejected_append_splits_the_entry(store):
+    t = (await store.create_topic("t", 1)).topic_id
+    await store.commit(commit(append(t, 0, 0, 10, 5, pid=7, epoch=0, seq=0)))  # seq 0..4
+    results = await store.commit(
+        commit(
+            append(t, 0, 0, 10, 2, max_ts=1, pid=7, epoch=0, seq=5),  # 5..6 stored
+            append(t, 0, 10, 10, 2, max_ts=2, pid=7, epoch=0, seq=9),  # gap: refused
+            append(t, 0, 20, 10, 3, max_ts=3, pid=7, epoch=0, seq=7),  # 7..9 stored
+            key="wal/x",
+        )
+    )
+    assert results == [ok(5), refused(OUT_OF_ORDER_SEQUENCE_NUMBER), ok(7)]
+    assert store.entries(t, 0, 5) == [IndexEntry(5, 6, "wal/x", WAL, 0, 10, 1), IndexEntry(7, 9, "wal/x", WAL, 20, 10, 3)]
+    assert store.high_watermark(t, 0) == 10
+
+
+async def test_duplicate_append_splits_the_entry(store):
+    t = (await store.create_topic("t", 1)).topic_id
+    await store.commit(commit(append(t, 0, 0, 10, 2, pid=7, epoch=0, seq=0)))  # offsets 0..1
+    results = await store.commit(
+        commit(
+            append(t, 0, 0, 10, 1, max_ts=4, pid=7, epoch=0, seq=2),  # offset 2
+            append(t, 0, 10, 10, 2, max_ts=5, pid=7, epoch=0, seq=0),  # a retry of the first batch
+            append(t, 0, 20, 10, 1, max_ts=6, pid=7, epoch=0, seq=3),  # offset 3
+            key="wal/y",
+        )
+    )
+    assert results == [ok(2), dup(0), ok(3)]
+    assert store.entries(t, 0, 2) == [IndexEntry(2, 2, "wal/y", WAL, 0, 10, 4), IndexEntry(3, 3, "wal/y", WAL, 20, 10, 6)]
+
+
+async def test_unknown_partition_is_refused_alone(store):
+    t = (await store.create_topic("t", 2)).topic_id
+    results = await store.commit(
+        commit(append(t, 0, 0, 10, 1), append(t, 2, 10, 10, 1), append(uuid.uuid4(), 0, 20, 10, 1), append(t, 1, 30, 10, 3), key="wal/z")
+    )
+    assert results == [ok(0), refused(UNKNOWN_TOPIC_OR_PARTITION), refused(UNKNOWN_TOPIC_OR_PARTITION), ok(0)]
+    assert store.entries(t, 0, 0) == [IndexEntry(0, 0, "wal/z", WAL, 0, 10, 0)]
+    assert store.entries(t, 1, 0) == [IndexEntry(0, 2, "wal/z", WAL, 30, 10, 0)]
+
+
+async def test_commit_with_nothing_stored(store):
+    t = (await store.create_topic("t", 1)).topic_id
+    assert await store.commit(commit(append(t, 5, 0, 10, 1))) == [refused(UNKNOWN_TOPIC_OR_PARTITION)]
+    assert await store.commit(commit()) == []
+    assert store.high_watermark(t, 0) == 0
+    assert store.entries(t, 0, 0) == []
+
+
+async def test_concurrent_commits_get_gap_free_offsets(store):
+    t = (await store.create_topic("t", 3)).topic_id
+    # Commit i holds i % 4 + 1 records for partition 0, i % 3 + 1 for 1 and 2 for 2.
+    counts = [(i % 4 + 1, i % 3 + 1, 2) for i in range(50)]
+    commits = [commit(*(append(t, p, 10 * p, 10, n) for p, n in enumerate(c)), key=f"wal/{i:02d}") for i, c in enumerate(counts)]
+    all_results = await asyncio.gather(*(store.commit(c) for c in commits))
+
+    for p in range(3):
+        ranges = sorted((results[p].base_offset, counts[i][p]) for i, results in enumerate(all_results))
+        expected_next = 0
+        for base, n in ranges:
+            assert base == expected_next
+            expected_next += n
+        total = sum(c[p] for c in counts)
+        assert expected_next == total
+        assert store.high_watermark(t, p) == total
+        # One entry per commit, in offset order, each pointing at the commit that took its offsets.
+        entries = store.entries(t, p, 0, max_entries=100)
+        by_base = {results[p].base_offset: (commits[i].object_key, counts[i][p]) for i, results in enumerate(all_results)}
+        assert [(e.base_offset, e.last_offset, e.object_key, e.start, e.size) for e in entries] == [
+            (base, base + by_base[base][1] - 1, by_base[base][0], 10 * p, 10) for base, _ in ranges
+        ]
+    assert all(r.error_code == 0 and not r.duplicate for results in all_results for r in results)
+
+
+# -- idempotent producers ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def topic(store):
+    return (await store.create_topic("idem", 2)).topic_id
+
+
+async def test_non_idempotent_appends_are_never_checked(store, topic):
+    same = append(topic, 0, 0, 10, 2)  # producer id -1: any retry is a new append
+    assert await store.commit(commit(same)) == [ok(0)]
+    assert await store.commit(commit(same)) == [ok(2)]
+
+
+async def test_unknown_producer_may_start_at_any_sequence(store, topic):
+    assert await store.commit(commit(append(topic, 0, 0, 10, 3, pid=1, epoch=4, seq=1000))) == [ok(0)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=4, seq=1003))) == [ok(3)]
+
+
+async def test_duplicate_is_answered_with_its_original_offset(store, topic):
+    await store.commit(commit(append(topic, 1, 0, 10, 5)))  # another writer takes offsets 0..4 of partition 1
+    batch = append(topic, 1, 0, 10, 3, pid=1, epoch=0, seq=0)
+    assert await store.commit(commit(batch)) == [ok(5)]
+    assert await store.commit(commit(append(topic, 1, 0, 10, 2, pid=1, epoch=0, seq=3))) == [ok(8)]
+    assert await store.commit(commit(batch)) == [dup(5)]
+    assert store.high_watermark(topic, 1) == 10
+    assert [e.base_offset for e in store.entries(topic, 1, 0)] == [0, 5, 8]
+
+
+async def test_only_the_last_five_batches_are_remembered(store, topic):
+    batches = [append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=s) for s in range(6)]
+    assert [(await store.commit(commit(b)))[0] for b in batches] == [ok(o) for o in range(6)]
+    assert [(await store.commit(commit(b)))[0] for b in batches[1:]] == [dup(o) for o in range(1, 6)]
+    # The first is forgotten: now it is just out of sequence.
+    assert await store.commit(commit(batches[0])) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+
+
+async def test_duplicate_needs_the_same_sequence_range(store, topic):
+    await store.commit(commit(append(topic, 0, 0, 10, 3, pid=1, epoch=0, seq=0)))
+    assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=0, seq=0))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+
+
+async def test_sequence_gap_is_out_of_order(store, topic):
+    await store.commit(commit(append(topic, 0, 0, 10, 3, pid=1, epoch=0, seq=0)))
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=4))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert store.high_watermark(topic, 0) == 3
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=3))) == [ok(3)]
+
+
+async def test_old_epoch_is_fenced(store, topic):
+    await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=3, seq=0)))
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=2, seq=2))) == [refused(INVALID_PRODUCER_EPOCH)]
+    # Even a batch the old epoch really wrote before is fenced, not a duplicate.
+    assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=2, seq=0))) == [refused(INVALID_PRODUCER_EPOCH)]
+    assert store.high_watermark(topic, 0) == 2
+
+
+async def test_new_epoch_restarts_at_sequence_zero(store, topic):
+    await store.commit(commit(append(topic, 0, 0, 10, 4, pid=1, epoch=0, seq=0)))
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=1, seq=4))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=1, seq=0))) == [ok(4)]
+    # The new epoch's state replaced the old one: its batches are gone, its epoch is fenced.
+    assert await store.commit(commit(append(topic, 0, 0, 10, 4, pid=1, epoch=0, seq=0))) == [refused(INVALID_PRODUCER_EPOCH)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=1, seq=0))) == [dup(4)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=1, seq=2))) == [ok(6)]
+
+
+async def test_sequence_wraps_at_int32_max(store, topic):
+    await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=0, seq=MAX_SEQ - 3)))  # ..MAX-2
+    # MAX-1, MAX, 0, 1: one batch across the wrap
+    assert await store.commit(commit(append(topic, 0, 0, 10, 4, pid=1, epoch=0, seq=MAX_SEQ - 1))) == [ok(2)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 4, pid=1, epoch=0, seq=MAX_SEQ - 1))) == [dup(2)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=3))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=2))) == [ok(6)]
+
+
+async def test_sequence_after_int32_max_is_zero(store, topic):
+    await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=MAX_SEQ)))
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=MAX_SEQ + 1))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=0))) == [ok(1)]
+
+
+async def test_producer_state_is_per_partition_and_per_producer(store, topic):
+    await store.commit(commit(append(topic, 0, 0, 10, 3, pid=1, epoch=0, seq=0)))
+    results = await store.commit(
+        commit(
+            append(topic, 0, 0, 10, 1, pid=2, epoch=0, seq=50),  # another producer: unknown, any sequence
+            append(topic, 1, 10, 10, 1, pid=1, epoch=0, seq=0),  # same producer, other partition: unknown there
+            append(topic, 1, 20, 10, 1, pid=1, epoch=0, seq=3),  # ...and now known there: a gap
+        )
+    )
+    assert results == [ok(3), ok(0), refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+
+
+async def test_appends_of_one_commit_are_checked_in_order(store, topic):
+    results = await store.commit(
+        commit(
+            append(topic, 0, 0, 10, 3, pid=1, epoch=0, seq=0),
+            append(topic, 0, 10, 10, 2, pid=1, epoch=0, seq=3),
+            append(topic, 0, 20, 10, 2, pid=1, epoch=0, seq=3),  # a retry inside the same object
+            append(topic, 0, 30, 10, 1, pid=1, epoch=0, seq=9),
+            append(topic, 0, 40, 10, 1, pid=1, epoch=1, seq=0),  # bump: later appends see epoch 1
+            append(topic, 0, 50, 10, 1, pid=1, epoch=0, seq=5),
+            key="wal/o",
+        )
+    )
+    assert results == [ok(0), ok(3), dup(3), refused(OUT_OF_ORDER_SEQUENCE_NUMBER), ok(5), refused(INVALID_PRODUCER_EPOCH)]
+    assert store.entries(topic, 0, 0) == [IndexEntry(0, 4, "wal/o", WAL, 0, 20, 0), IndexEntry(5, 5, "wal/o", WAL, 40, 10, 0)]
+
+
+# -- producer ids -------------------------------------------------------------------------------------
+
+
+async def test_init_producer_id(store):
+    assert await store.init_producer_id() == (0, 0)
+    assert await store.init_producer_id() == (1, 0)
+    assert await store.init_producer_id(0, 0) == (0, 1)  # KIP-360: same id, epoch bumped
+    assert await store.init_producer_id(0, 1) == (0, 2)
+    assert await store.init_producer_id(0, 0) == (2, 0)  # a stale epoch gets a fresh id
+    assert await store.init_producer_id(99, 0) == (3, 0)  # so does an id never handed out
+    assert await store.init_producer_id(-1, -1) == (4, 0)
+
+
+async def test_concurrent_init_producer_ids_are_distinct(store):
+    ids = await asyncio.gather(*(store.init_producer_id() for _ in range(20)))
+    assert sorted(ids) == [(i, 0) for i in range(20)]
+
+
+# -- lookups --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def indexed(store):
+    """Partition 0 with entries [0-2] ts 300, [3-3] ts 100, [4-8] ts 500, [9-10] ts 200."""
+    t = (await store.create_topic("ix", 2)).topic_id
+    for key, count, ts in [("a", 3, 300), ("b", 1, 100), ("c", 5, 500), ("d", 2, 200)]:
+        await store.commit(commit(append(t, 0, 16, 8 * count, count, max_ts=ts), key=key))
+    return t
+
+
+def entry(base: int, last: int, key: str, ts: int) -> IndexEntry:
+    return IndexEntry(base, last, key, WAL, 16, 8 * (last - base + 1), ts)
+
+
+A, B, C, D = entry(0, 2, "a", 300), entry(3, 3, "b", 100), entry(4, 8, "c", 500), entry(9, 10, "d", 200)
+
+
+@pytest.mark.parametrize(
+    ("offset", "max_entries", "expected"),
+    [
+        (0, 64, [A, B, C, D]),
+        (2, 64, [A, B, C, D]),
+        (3, 64, [B, C, D]),
+        (6, 2, [C, D]),
+        (8, 1, [C]),
+        (9, 64, [D]),
+        (10, 64, [D]),
+        (11, 64, []),  # the high watermark: nothing yet
+        (500, 64, []),
+        (-5, 2, [A, B]),  # below the log start: from the first entry
+        (0, 0, []),
+    ],
+)
+async def test_entries_from_offset(store, indexed, offset, max_entries, expected):
+    assert store.entries(indexed, 0, offset, max_entries) == expected
+
+
+@pytest.mark.parametrize(
+    ("timestamp", "expected"),
+    [(-1, A), (0, A), (300, A), (301, C), (350, C), (500, C), (501, None)],
+)
+async def test_entry_for_timestamp(store, indexed, timestamp, expected):
+    # Max timestamps are not monotonic (300, 100, 500, 200): the first entry reaching the target wins.
+    assert store.entry_for_timestamp(indexed, 0, timestamp) == expected
+
+
+async def test_reads_of_unknown_partitions_are_empty(store, indexed):
+    for topic_id, partition in [(indexed, 1), (indexed, 7), (uuid.uuid4(), 0)]:
+        assert store.high_watermark(topic_id, partition) == 0
+        assert store.log_start_offset(topic_id, partition) == 0
+        assert store.entries(topic_id, partition, 0) == []
+        assert store.entry_for_timestamp(topic_id, partition, 0) is None
+
+
+# -- waiting for commits ----------------------------------------------------------------------------------
+
+
+async def test_wait_for_commit_wakes_on_commit(store):
+    t = (await store.create_topic("w", 2)).topic_id
+    waiter = asyncio.create_task(store.wait_for_commit([(t, 1), (t, 5)], timeout=30))
+    await asyncio.sleep(0)  # let the waiter register; not a delay
+    assert not waiter.done()
+    await store.commit(commit(append(t, 1, 0, 10, 1)))
+    assert await waiter is True
+
+
+async def test_wait_for_commit_times_out(store):
+    t = (await store.create_topic("w", 2)).topic_id
+    assert await store.wait_for_commit([(t, 0)], timeout=0.05) is False
+
+
+async def test_wait_for_commit_ignores_other_partitions_and_refusals(store):
+    t = (await store.create_topic("w", 2)).topic_id
+    await store.commit(commit(append(t, 0, 0, 10, 1, pid=1, epoch=0, seq=0)))
+    waiter = asyncio.create_task(store.wait_for_commit([(t, 0)], timeout=0.2))
+    await asyncio.sleep(0)
+    await store.commit(commit(append(t, 1, 0, 10, 1)))  # another partition
+    await store.commit(commit(append(t, 0, 0, 10, 1, pid=1, epoch=0, seq=0)))  # a duplicate: no growth
+    await store.commit(commit(append(t, 0, 0, 10, 1, pid=1, epoch=0, seq=7)))  # refused
+    assert await waiter is False
+
+
+# -- durability ---------------------------------------------------------------------------------------------
+
+
+async def test_everything_survives_a_restart(open_store):
+    store = await open_store()
+    orders = await store.create_topic("orders", 2, {"cleanup.policy": "delete"})
+    scratch = await store.create_topic("scratch", 1)
+    gone = await store.create_topic("gone", 1)
+    o = orders.topic_id
+    await store.commit(commit(append(o, 0, 0, 10, 3, max_ts=30, pid=5, epoch=2, seq=0), append(o, 1, 10, 10, 2, max_ts=20), key="w1"))
+    await store.commit(commit(append(o, 0, 0, 10, 2, max_ts=10, pid=5, epoch=2, seq=3), append(gone.topic_id, 0, 10, 5, 1), key="w2"))
+    await store.delete_topic("gone")
+    assert [await store.init_producer_id() for _ in range(3)] == [(0, 0), (1, 0), (2, 0)]
+    assert await store.init_producer_id(1, 0) == (1, 1)
+    await store.close()
+
+    store = await open_store()
+    assert dict(store.topics()) == {"orders": orders, "scratch": scratch}
+    assert store.topic_by_id(o) == orders and store.topic_by_id(gone.topic_id) is None
+    assert [store.high_watermark(o, p) for p in (0, 1)] == [5, 2]
+    assert store.high_watermark(scratch.topic_id, 0) == 0
+    assert store.entries(o, 0, 0) == [IndexEntry(0, 2, "w1", WAL, 0, 10, 30), IndexEntry(3, 4, "w2", WAL, 0, 10, 10)]
+    assert store.entries(o, 1, 0) == [IndexEntry(0, 1, "w1", WAL, 10, 10, 20)]
+    assert store.entry_for_timestamp(o, 0, 25) == IndexEntry(0, 2, "w1", WAL, 0, 10, 30)
+    assert store.entries(gone.topic_id, 0, 0) == []
+    # Producer state: both remembered batches are duplicates, the sequence and epoch carry on.
+    results = await store.commit(
+        commit(
+            append(o, 0, 0, 10, 3, pid=5, epoch=2, seq=0),
+            append(o, 0, 0, 10, 2, pid=5, epoch=2, seq=3),
+            append(o, 0, 0, 10, 1, pid=5, epoch=2, seq=6),
+            append(o, 0, 0, 10, 1, pid=5, epoch=1, seq=5),
+            append(o, 0, 0, 10, 1, pid=5, epoch=2, seq=5),
+            key="w3",
+        )
+    )
+    assert results == [dup(0), dup(3), refused(OUT_OF_ORDER_SEQUENCE_NUMBER), refused(INVALID_PRODUCER_EPOCH), ok(5)]
+    # The producer-id counter and epoch table.
+    assert await store.init_producer_id() == (3, 0)
+    assert await store.init_producer_id(1, 1) == (1, 2)
+    await store.close()
+
+    store = await open_store()
+    assert store.high_watermark(o, 0) == 6
+    assert store.entries(o, 0, 5) == [IndexEntry(5, 5, "w3", WAL, 0, 10, 0)]
+    assert await store.init_producer_id() == (4, 0)
+    assert await store.init_producer_id(1, 2) == (1, 3)

@@ -1,0 +1,98 @@
+"""What only the embedded store promises: all-or-nothing persistence, cancellation safety, the
+SQLite file's settings, and the URL factory."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+import pytest
+
+from metadata.embedded import EmbeddedMetadataStore
+from metadata.model import AppendResult, IndexEntry, ObjectType
+from metadata.store import MetadataUnavailable, load_metadata_store
+
+from .helpers import append, commit
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def embedded(request, tmp_path):
+    store = EmbeddedMetadataStore(None if request.param == "memory" else str(tmp_path / "meta.db"))
+    await store.start()
+    yield store
+    await store.close()
+
+
+def failing_disk(*args):
+    raise sqlite3.OperationalError("disk I/O error")
+
+
+async def test_failed_persist_applies_nothing(embedded, monkeypatch):
+    t = (await embedded.create_topic("t", 1)).topic_id
+    await embedded.commit(commit(append(t, 0, 0, 10, 2, pid=1, epoch=0, seq=0), key="a"))
+
+    monkeypatch.setattr(embedded, "_transaction", failing_disk)
+    waiter = asyncio.create_task(embedded.wait_for_commit([(t, 0)], timeout=0.1))
+    with pytest.raises(MetadataUnavailable) as e:
+        await embedded.commit(commit(append(t, 0, 0, 10, 3, pid=1, epoch=0, seq=2), key="b"))
+    assert e.value.error_code == 7
+    with pytest.raises(MetadataUnavailable):
+        await embedded.create_topic("u", 1)
+    with pytest.raises(MetadataUnavailable):
+        await embedded.init_producer_id()
+    assert await waiter is False
+    assert list(embedded.topics()) == ["t"]
+    assert embedded.high_watermark(t, 0) == 2
+    assert embedded.entries(t, 0, 0) == [IndexEntry(0, 1, "a", ObjectType.WAL, 0, 10, 0)]
+
+    monkeypatch.undo()
+    # The failed batch was not recorded: its retry is new, not a duplicate; the id counter did not move.
+    assert await embedded.commit(commit(append(t, 0, 0, 10, 3, pid=1, epoch=0, seq=2), key="c")) == [AppendResult(0, 2, 0)]
+    assert await embedded.init_producer_id() == (0, 0)
+
+
+async def test_cancelled_caller_does_not_lose_the_commit(embedded):
+    t = (await embedded.create_topic("t", 1)).topic_id
+    first = asyncio.create_task(embedded.commit(commit(append(t, 0, 0, 10, 4), key="a")))
+    await asyncio.sleep(0)  # let it start its write
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    # The write finished regardless, so memory and disk agree and offsets carry on after it.
+    assert await embedded.commit(commit(append(t, 0, 0, 10, 1), key="b")) == [AppendResult(0, 4, 0)]
+    assert [e.object_key for e in embedded.entries(t, 0, 0)] == ["a", "b"]
+
+
+async def test_unstarted_store_is_unavailable():
+    store = EmbeddedMetadataStore(None)
+    with pytest.raises(MetadataUnavailable):
+        await store.create_topic("t", 1)
+
+
+async def test_unopenable_database_is_unavailable(tmp_path):
+    store = EmbeddedMetadataStore(str(tmp_path / "missing-dir" / "meta.db"))
+    with pytest.raises(MetadataUnavailable, match="missing-dir"):
+        await store.start()
+    with pytest.raises(MetadataUnavailable, match="not started"):  # nothing left running
+        await store.init_producer_id()
+
+
+async def test_sqlite_file_is_durable_by_configuration(tmp_path):
+    path = tmp_path / "meta.db"
+    store = EmbeddedMetadataStore(str(path))
+    await store.start()
+    await store.create_topic("t", 1)
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        assert db.execute("SELECT name, partitions FROM topics").fetchall() == [("t", 1)]
+    finally:
+        db.close()
+    await store.close()
+
+
+def test_urls_pick_the_embedded_store(tmp_path):
+    memory = load_metadata_store("memory://")
+    assert isinstance(memory, EmbeddedMetadataStore) and memory.path is None
+    durable = load_metadata_store(f"sqlite://{tmp_path}/meta.db")
+    assert isinstance(durable, EmbeddedMetadataStore) and durable.path == f"{tmp_path}/meta.db"
