@@ -1,0 +1,1 @@
+"""Scenario tests: stock Kafka clients and raw protocol bytes against real `neve dev` processes."""
