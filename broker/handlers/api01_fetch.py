@@ -24,26 +24,29 @@ from ..registry import handles
 NO_THROTTLE = datetime.timedelta(0)
 
 
-async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool) -> bytes | None:
+async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool) -> tuple[bytes | None, bool]:
     """Stored batches of one index entry from the batch holding `fetch_offset`, within
-    `byte_budget` bytes (at least one batch when `first`), with offsets injected."""
+    `byte_budget` bytes (at least one batch when `first`), with offsets injected; and whether the
+    entry was read to its end (if not, nothing after it may be added, or offsets would skip)."""
     data = await services.reader.read(entry.object_key, entry.start, entry.size)
     base = entry.base_offset
     cut_start = None
     cut_end = 0
     first_base = base
+    complete = True
     for h in iter_headers(data):
         last = base + h.last_offset_delta
         if last >= fetch_offset:
             if cut_start is None:
                 cut_start, first_base = h.position, base
             if h.position + h.size - cut_start > byte_budget and not (first and cut_end == 0):
+                complete = False
                 break
             cut_end = h.position + h.size
         base = last + 1
     if cut_start is None or cut_end <= cut_start:
-        return None
-    return bytes(inject_offsets(memoryview(data)[cut_start:cut_end], first_base))
+        return None, complete
+    return bytes(inject_offsets(memoryview(data)[cut_start:cut_end], first_base)), complete
 
 
 def _resolve(services, version, topic):
@@ -118,11 +121,12 @@ async def _partition_records(s, topic_id, p, budget: int, first: bool) -> bytes 
     for entry in entries:
         if used and used >= budget:
             break
-        piece = await read_range(s, entry, p.fetch_offset, budget - used, first and not pieces)
-        if piece is None:
+        piece, complete = await read_range(s, entry, p.fetch_offset, budget - used, first and not pieces)
+        if piece is not None:
+            pieces.append(piece)
+            used += len(piece)
+        if piece is None or not complete:
             break
-        pieces.append(piece)
-        used += len(piece)
     if not pieces:
         return None
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
