@@ -40,6 +40,13 @@ def fetch(raw: Raw, topic: str, offset: int, partition_max_bytes: int) -> list[i
 def test_partial_entry_ends_the_partition_data(neve_node):
     topic = create_topic(neve_node.bootstrap, 1, prefix="fetch-limits")
     raw = Raw(neve_node.port)
+    try:
+        check_limits(raw, topic)
+    finally:
+        raw.close()
+
+
+def check_limits(raw: Raw, topic: str) -> None:
     big = lambda i: (b"k", b"x" * 1000, [], 1000 + i)  # noqa: E731
     # one produce (one index entry): two ~1 KB batches, offsets 0 and 1; then a small one, offset 2
     for records in (make_batch([big(0)]) + make_batch([big(1)]), make_batch([(b"k", b"small", [], 1002)])):
