@@ -32,8 +32,8 @@ SMALL_BATCHES = {"java": {"batch.size": "1024"}, "librdkafka": {"batch.num.messa
 
 def create_topic(bootstrap: str, partitions: int) -> str:
     topic = f"idem-{uuid.uuid4().hex[:8]}"
-    futures = AdminClient({"bootstrap.servers": bootstrap}).create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)
-    futures[topic].result(timeout=30)
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # must outlive the future: its handle serves it
+    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)[topic].result(timeout=30)
     return topic
 
 
