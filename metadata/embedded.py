@@ -21,7 +21,6 @@ Topic ids are stored as their 32-digit hex form.
 from __future__ import annotations
 
 import asyncio
-import bisect
 import json
 import sqlite3
 import uuid
@@ -34,6 +33,7 @@ from typing import Any, TypeVar
 from .model import AppendResult, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
 from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, TopicAlreadyExists, UnknownTopic
+from .view import IndexReads, PartitionView
 
 T = TypeVar("T")
 
@@ -64,28 +64,7 @@ CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NU
 """
 
 
-class _Partition:
-    """One partition's head and index. Entries are kept with two parallel arrays to bisect on:
-    last offsets (for offset lookups) and the running maximum of max_timestamp (entries'
-    timestamps are not monotonic, their running maximum is)."""
-
-    __slots__ = ("next_offset", "log_start_offset", "entries", "last_offsets", "running_max")
-
-    def __init__(self, next_offset: int = 0, log_start_offset: int = 0) -> None:
-        self.next_offset = next_offset
-        self.log_start_offset = log_start_offset
-        self.entries: list[IndexEntry] = []
-        self.last_offsets: list[int] = []
-        self.running_max: list[int] = []
-
-    def add(self, entry: IndexEntry) -> None:
-        self.entries.append(entry)
-        self.last_offsets.append(entry.last_offset)
-        prev = self.running_max[-1] if self.running_max else entry.max_timestamp
-        self.running_max.append(max(prev, entry.max_timestamp))
-
-
-class EmbeddedMetadataStore(MetadataStore):
+class EmbeddedMetadataStore(IndexReads, MetadataStore):
     def __init__(self, path: str | None) -> None:
         super().__init__()
         self.path = path
@@ -95,7 +74,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._topics: dict[str, TopicInfo] = {}
         self._topics_view: Mapping[str, TopicInfo] = MappingProxyType({})  # replaced, never mutated
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
-        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._partitions: dict[TopicPartition, PartitionView] = {}
         self._producers: dict[ProducerKey, ProducerState] = {}
         self._producer_epochs: dict[int, int] = {}
         self._next_producer_id = 0
@@ -153,7 +132,7 @@ class EmbeddedMetadataStore(MetadataStore):
             self._by_id[info.topic_id] = info
         self._topics_view = MappingProxyType(dict(self._topics))
         for tid, p, next_offset, log_start in partitions:
-            self._partitions[(uuid.UUID(hex=tid), p)] = _Partition(next_offset, log_start)
+            self._partitions[(uuid.UUID(hex=tid), p)] = PartitionView(next_offset, log_start)
         for tid, p, base, last, key, otype, start, size, max_ts in entries:
             self._partitions[(uuid.UUID(hex=tid), p)].add(IndexEntry(base, last, key, ObjectType(otype), start, size, max_ts))
         for pid, tid, p, epoch, batches in producers:
@@ -223,7 +202,7 @@ class EmbeddedMetadataStore(MetadataStore):
         self._by_id[info.topic_id] = info
         self._topics_view = MappingProxyType(dict(self._topics))
         for p in range(partitions):
-            self._partitions[(info.topic_id, p)] = _Partition()
+            self._partitions[(info.topic_id, p)] = PartitionView()
         return info
 
     async def delete_topic(self, name: str) -> TopicInfo:
@@ -313,27 +292,3 @@ class EmbeddedMetadataStore(MetadataStore):
         self._producer_epochs[pid] = epoch
         self._next_producer_id = next_id
         return pid, epoch
-
-    # -- the offset index ---------------------------------------------------------------------
-
-    def high_watermark(self, topic_id: uuid.UUID, partition: int) -> int:
-        part = self._partitions.get((topic_id, partition))
-        return part.next_offset if part is not None else 0
-
-    def log_start_offset(self, topic_id: uuid.UUID, partition: int) -> int:
-        part = self._partitions.get((topic_id, partition))
-        return part.log_start_offset if part is not None else 0
-
-    def entries(self, topic_id: uuid.UUID, partition: int, offset: int, max_entries: int = 64) -> list[IndexEntry]:
-        part = self._partitions.get((topic_id, partition))
-        if part is None or max_entries <= 0:
-            return []
-        i = bisect.bisect_left(part.last_offsets, offset)
-        return part.entries[i : i + max_entries]
-
-    def entry_for_timestamp(self, topic_id: uuid.UUID, partition: int, timestamp: int) -> IndexEntry | None:
-        part = self._partitions.get((topic_id, partition))
-        if part is None:
-            return None
-        i = bisect.bisect_left(part.running_max, timestamp)
-        return part.entries[i] if i < len(part.entries) else None

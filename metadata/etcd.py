@@ -9,6 +9,7 @@ Key layout (all under `/<root>/`, root "neve" by default; values are compact JSO
     index/<topic id hex>/<partition:06d>/<base offset:020d>
                                               [last offset, object key, type, start, size, max timestamp]
     producer-ids                              the next unallocated producer id (allocated in blocks)
+    producer-epochs/<producer id>             current epoch, on a lease of the producer expiry
     brokers/<node id>                         {"host", "port", "zone"}, attached to the broker's lease
 
 A partition's head is the unit of optimistic concurrency: it holds the next offset and the
@@ -86,6 +87,9 @@ class _Keys:
     def broker(self, node_id: int) -> bytes:
         return f"/{self.root}/brokers/{node_id}".encode()
 
+    def producer_epoch(self, producer_id: int) -> bytes:
+        return f"/{self.root}/producer-epochs/{producer_id}".encode()
+
     @property
     def producer_ids(self) -> bytes:
         return f"/{self.root}/producer-ids".encode()
@@ -130,6 +134,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._pid_end = 0
         self._pid_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
+        self._epoch_lease_obj = None
+        self._epoch_lease_at = 0.0
         self._loaded = asyncio.Event()
         self._watching = False
         self._closed = False
@@ -484,16 +490,36 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
     # -- producer ids -------------------------------------------------------------------------
 
     async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
-        # KIP-360: a known producer asking again gets its epoch bumped; partitions' heads reset the
-        # producer's sequence when they see the higher epoch (with sequence 0).
+        # KIP-360: a producer giving its current (id, epoch) gets the epoch bumped (partitions'
+        # heads reset its sequence when they see the higher epoch with sequence 0); a stale epoch
+        # or an unknown id gets a fresh id. Epochs live under producer-epochs/, on a lease that
+        # expires them with the producer state (producer_expiry_ms).
+        tx = self._client.transactions
         if producer_id >= 0 and 0 <= producer_epoch < MAX_EPOCH:
-            return producer_id, producer_epoch + 1
+            key = self.keys.producer_epoch(producer_id)
+            lease = await self._epoch_lease()
+            ok, _ = await self._txn([tx.value(key) == str(producer_epoch).encode()], [tx.put(key, str(producer_epoch + 1).encode(), lease=lease)])
+            if ok:
+                return producer_id, producer_epoch + 1
         async with self._pid_lock:
             if self._pid_next >= self._pid_end:
                 await self._allocate_producer_ids()
             pid = self._pid_next
             self._pid_next += 1
-            return pid, 0
+        lease = await self._epoch_lease()
+        await self._txn([], [tx.put(self.keys.producer_epoch(pid), b"0", lease=lease)])
+        return pid, 0
+
+    async def _epoch_lease(self):
+        """A lease for new producer-epoch keys, renewed hourly so each key lives at least the
+        producer expiry and at most an hour longer."""
+        now = time.monotonic()
+        if self._epoch_lease_obj is None or now - self._epoch_lease_at > 3600:
+            ttl = max(self.settings.producer_expiry_ms // 1000, 60) + 3600
+            self._epoch_lease_obj = await asyncio.wait_for(self._client.lease(ttl), self.settings.timeout)
+            self._epoch_lease_at = now
+            self.ops += 1
+        return self._epoch_lease_obj
 
     async def _allocate_producer_ids(self) -> None:
         tx = self._client.transactions
@@ -501,7 +527,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         for _ in range(self.settings.commit_attempts):
             got = await self._client.get(key)
             self.ops += 1
-            current = int(got.value) if got is not None else 1
+            current = int(got.value) if got is not None else 0
             compare = [tx.mod(key) == got.mod_revision] if got is not None else [tx.create(key) == 0]
             ok, _ = await self._txn(compare, [tx.put(key, str(current + PRODUCER_ID_BLOCK).encode())])
             if ok:

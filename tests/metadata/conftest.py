@@ -10,20 +10,27 @@ from pathlib import Path
 import pytest
 
 from metadata.embedded import EmbeddedMetadataStore
-from metadata.store import MetadataStore
+from metadata.store import MetadataStore, load_metadata_store
 
-BACKENDS: dict[str, Callable[[Path], MetadataStore]] = {
-    "memory": lambda tmp: EmbeddedMetadataStore(None),
-    "sqlite": lambda tmp: EmbeddedMetadataStore(str(tmp / "meta.db")),
+def _etcd(tmp: Path, request) -> MetadataStore:
+    # the real etcd of this worker; the test's tmp dir name is unique, so it makes a private root
+    server = request.getfixturevalue("etcd_server")
+    return load_metadata_store(f"{server.url}/contract-{tmp.name}")
+
+
+BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], MetadataStore]] = {
+    "memory": lambda tmp, request: EmbeddedMetadataStore(None),
+    "sqlite": lambda tmp, request: EmbeddedMetadataStore(str(tmp / "meta.db")),
+    "etcd": _etcd,
 }
-DURABLE = ["sqlite"]  # backends whose state survives close() and a new store on the same location
+DURABLE = ["sqlite", "etcd"]  # backends whose state survives close() and a new store on the same location
 
 OpenStore = Callable[[], Awaitable[MetadataStore]]
 
 
-def _opener(backend: str, tmp_path: Path, opened: list[MetadataStore]) -> OpenStore:
+def _opener(backend: str, tmp_path: Path, opened: list[MetadataStore], request) -> OpenStore:
     async def open_store() -> MetadataStore:
-        store = BACKENDS[backend](tmp_path)
+        store = BACKENDS[backend](tmp_path, request)
         await store.start()
         opened.append(store)
         return store
@@ -34,7 +41,7 @@ def _opener(backend: str, tmp_path: Path, opened: list[MetadataStore]) -> OpenSt
 @pytest.fixture(params=list(BACKENDS))
 async def store(request, tmp_path):
     opened: list[MetadataStore] = []
-    yield await _opener(request.param, tmp_path, opened)()
+    yield await _opener(request.param, tmp_path, opened, request)()
     for s in opened:
         await s.close()
 
@@ -44,6 +51,6 @@ async def open_store(request, tmp_path):
     """Opens a fresh store on the same storage each call; every store is closed at teardown
     (closing twice is allowed)."""
     opened: list[MetadataStore] = []
-    yield _opener(request.param, tmp_path, opened)
+    yield _opener(request.param, tmp_path, opened, request)
     for s in opened:
         await s.close()

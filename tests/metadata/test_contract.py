@@ -326,18 +326,24 @@ async def test_appends_of_one_commit_are_checked_in_order(store, topic):
 
 
 async def test_init_producer_id(store):
-    assert await store.init_producer_id() == (0, 0)
-    assert await store.init_producer_id() == (1, 0)
-    assert await store.init_producer_id(0, 0) == (0, 1)  # KIP-360: same id, epoch bumped
-    assert await store.init_producer_id(0, 1) == (0, 2)
-    assert await store.init_producer_id(0, 0) == (2, 0)  # a stale epoch gets a fresh id
-    assert await store.init_producer_id(99, 0) == (3, 0)  # so does an id never handed out
-    assert await store.init_producer_id(-1, -1) == (4, 0)
+    # Ids are distinct and increasing (backends may allocate them in blocks, so not contiguous).
+    first, epoch = await store.init_producer_id()
+    assert epoch == 0
+    second = (await store.init_producer_id())[0]
+    assert second > first
+    assert await store.init_producer_id(first, 0) == (first, 1)  # KIP-360: same id, epoch bumped
+    assert await store.init_producer_id(first, 1) == (first, 2)
+    stale = await store.init_producer_id(first, 0)  # a stale epoch gets a fresh id
+    assert stale[1] == 0 and stale[0] > second
+    never = await store.init_producer_id(10**12, 0)  # so does an id never handed out
+    assert never[1] == 0 and never[0] > stale[0]
+    last = await store.init_producer_id(-1, -1)
+    assert last[1] == 0 and last[0] > never[0]
 
 
 async def test_concurrent_init_producer_ids_are_distinct(store):
     ids = await asyncio.gather(*(store.init_producer_id() for _ in range(20)))
-    assert sorted(ids) == [(i, 0) for i in range(20)]
+    assert len({pid for pid, _ in ids}) == 20 and {epoch for _, epoch in ids} == {0}
 
 
 # -- lookups --------------------------------------------------------------------------------------------
@@ -436,8 +442,10 @@ async def test_everything_survives_a_restart(open_store):
     await store.commit(commit(append(o, 0, 0, 10, 3, max_ts=30, pid=5, epoch=2, seq=0), append(o, 1, 10, 10, 2, max_ts=20), key="w1"))
     await store.commit(commit(append(o, 0, 0, 10, 2, max_ts=10, pid=5, epoch=2, seq=3), append(gone.topic_id, 0, 10, 5, 1), key="w2"))
     await store.delete_topic("gone")
-    assert [await store.init_producer_id() for _ in range(3)] == [(0, 0), (1, 0), (2, 0)]
-    assert await store.init_producer_id(1, 0) == (1, 1)
+    issued = [await store.init_producer_id() for _ in range(3)]
+    assert [epoch for _, epoch in issued] == [0, 0, 0]
+    pid = issued[1][0]
+    assert await store.init_producer_id(pid, 0) == (pid, 1)
     await store.close()
 
     store = await open_store()
@@ -462,12 +470,15 @@ async def test_everything_survives_a_restart(open_store):
     )
     assert results == [dup(0), dup(3), refused(OUT_OF_ORDER_SEQUENCE_NUMBER), refused(INVALID_PRODUCER_EPOCH), ok(5)]
     # The producer-id counter and epoch table.
-    assert await store.init_producer_id() == (3, 0)
-    assert await store.init_producer_id(1, 1) == (1, 2)
+    fresh, epoch = await store.init_producer_id()
+    assert epoch == 0 and fresh > max(p for p, _ in issued)  # never reused after a restart
+    issued.append((fresh, 0))
+    assert await store.init_producer_id(pid, 1) == (pid, 2)
     await store.close()
 
     store = await open_store()
     assert store.high_watermark(o, 0) == 6
     assert store.entries(o, 0, 5) == [IndexEntry(5, 5, "w3", WAL, 0, 10, 0)]
-    assert await store.init_producer_id() == (4, 0)
-    assert await store.init_producer_id(1, 2) == (1, 3)
+    fresh, epoch = await store.init_producer_id()
+    assert epoch == 0 and fresh > max(p for p, _ in issued)
+    assert await store.init_producer_id(pid, 2) == (pid, 3)
