@@ -70,7 +70,14 @@ class WalConfig:
 @dataclass
 class MetadataConfig:
     url: str = ""
-    """Metadata store URL (sqlite:///path/meta.db, memory://); empty in `neve dev`: <data-dir>/metadata.db."""
+    """Metadata store URL (etcd://host:port/root, sqlite:///path/meta.db, memory://); empty in
+    `neve dev`: <data-dir>/metadata.db."""
+    timeout_ms: int = 5000
+    """etcd: deadline of each request; a commit that cannot reach etcd answers REQUEST_TIMED_OUT."""
+    lease_ttl_s: int = 5
+    """etcd: a broker that stops renewing its registration leaves Metadata after this long."""
+    compact_interval_s: int = 300
+    """etcd: how often each broker compacts etcd's revision history."""
 
 
 @dataclass
@@ -152,6 +159,9 @@ def load_config(path: str | None = None, env: dict[str, str] | None = None, **ov
         else:
             if rest in ("data_dir", "log_level"):
                 _apply(config, {rest: value}, name)
+            else:
+                # A misspelt variable silently ignored is a setting the operator believes is on.
+                raise ConfigError(f"{name}: not a neve option (see `neve config` for every NEVE_* variable)")
     for key, value in overrides.items():
         if value is None:
             continue

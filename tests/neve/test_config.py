@@ -1,0 +1,51 @@
+"""Configuration: defaults < TOML file < NEVE_* environment < command line; mistakes fail loudly."""
+
+from __future__ import annotations
+
+import pytest
+
+from neve.config import ConfigError, describe_defaults, load_config
+
+
+def test_defaults():
+    c = load_config(env={})
+    assert (c.broker.port, c.wal.linger_ms, c.wal.flush_bytes, c.broker.auto_create_topics) == (9092, 200, 4 * 1024 * 1024, False)
+
+
+def test_precedence_file_env_flags(tmp_path):
+    path = tmp_path / "neve.toml"
+    path.write_text('[broker]\nport = 9100\nzone = "a"\n[wal]\nlinger_ms = 50\nflush_bytes = 1024\n')
+    c = load_config(str(path), env={"NEVE_WAL_LINGER_MS": "5", "NEVE_BROKER_AUTO_CREATE_TOPICS": "true"}, broker__port=9200)
+    assert c.broker.port == 9200  # flag over file
+    assert c.wal.linger_ms == 5  # env over file
+    assert c.wal.flush_bytes == 1024  # file over default
+    assert c.broker.zone == "a" and c.broker.auto_create_topics is True
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"NEVE_FAULT_DROP_PRODUCE_RESPONSE_EVERY": "7"}, "not a neve option"),
+        ({"NEVE_WAL_LINGERMS": "7"}, "unknown option 'lingerms'"),
+        ({"NEVE_WAL_LINGER_MS": "soon"}, "cannot use 'soon'"),
+        ({"NEVE_BROKER_AUTO_CREATE_TOPICS": "maybe"}, "cannot use 'maybe'"),
+    ],
+)
+def test_mistakes_fail_with_the_variable_named(env, message):
+    with pytest.raises(ConfigError, match=message) as raised:
+        load_config(env=env)
+    assert next(iter(env)) in str(raised.value)
+
+
+def test_bad_file_is_named(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text("[wal\n")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        load_config(str(path), env={})
+
+
+def test_every_option_is_documented_with_its_variable():
+    text = describe_defaults()
+    for name in ("NEVE_WAL_LINGER_MS", "NEVE_BROKER_ZONE", "NEVE_METADATA_URL", "NEVE_FAULTS_DROP_PRODUCE_RESPONSE_EVERY", "NEVE_WAL_ORPHAN_GRACE_S"):
+        line = next(line for line in text.splitlines() if name in line)
+        assert line.split("#", 1)[1].split(":", 1)[1].strip(), f"{name} has no description"
