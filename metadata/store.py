@@ -170,7 +170,7 @@ class MetadataStore(abc.ABC):
         return [self._brokers[k] for k in sorted(self._brokers)]
 
 
-def load_metadata_store(url: str) -> MetadataStore:
+def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 5, compact_interval_s: int = 300) -> MetadataStore:
     """Pick the backend from the URL scheme: `sqlite:///path/meta.db` (embedded, durable),
     `memory://` (embedded, for unit tests), `etcd://host:port[/root]` (production)."""
     from urllib.parse import urlparse
@@ -181,7 +181,8 @@ def load_metadata_store(url: str) -> MetadataStore:
 
         return EmbeddedMetadataStore(None if parsed.scheme == "memory" else parsed.path)
     if parsed.scheme == "etcd":
-        from .etcd import EtcdMetadataStore  # imported lazily: aetcd is only needed for etcd
+        from .etcd import EtcdMetadataStore, EtcdSettings  # imported lazily: aetcd is only needed for etcd
 
-        return EtcdMetadataStore(parsed.hostname or "127.0.0.1", parsed.port or 2379, root=parsed.path.strip("/") or "neve")
+        settings = EtcdSettings(timeout=timeout_ms / 1000, lease_ttl=lease_ttl_s, compact_interval_s=compact_interval_s)
+        return EtcdMetadataStore(parsed.hostname or "127.0.0.1", parsed.port or 2379, root=parsed.path.strip("/") or "neve", settings=settings)
     raise ValueError(f"unsupported metadata URL {url!r} (use sqlite:///path, memory:// or etcd://host:port)")

@@ -79,7 +79,8 @@ class Node:
         c = self.config
         try:
             self.objects = load_object_store(self.object_store_url)
-            self.metadata = load_metadata_store(self.metadata_url)
+            m = c.metadata
+            self.metadata = load_metadata_store(self.metadata_url, timeout_ms=m.timeout_ms, lease_ttl_s=m.lease_ttl_s, compact_interval_s=m.compact_interval_s)
         except (ValueError, ImportError) as e:
             raise StartupError(str(e)) from None
         try:
