@@ -72,3 +72,110 @@ def java_client():
 
     driver.compiled()
     return driver
+
+
+# -- a leaderless cluster: brokers over a real etcd and a real SeaweedFS (S3) ------------------------
+
+from dataclasses import dataclass, field  # noqa: E402
+import uuid  # noqa: E402
+
+from tests.fixtures import Etcd, SeaweedFS  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def etcd_server(tmp_path_factory) -> Etcd:
+    """One etcd per xdist worker, shared by its tests; each test keeps its keys under its own root
+    (a cluster_factory cluster does). Tests that stop etcd use `private_etcd` instead."""
+    server = Etcd("etcd", tmp_path_factory.mktemp("etcd")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def seaweedfs(tmp_path_factory) -> SeaweedFS:
+    """One SeaweedFS (`weed mini`: S3 + Iceberg REST) per xdist worker, shared by its tests; each
+    test keeps its objects under its own prefix. Tests that stop S3 use `private_seaweedfs`."""
+    server = SeaweedFS("seaweedfs", tmp_path_factory.mktemp("seaweedfs")).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def private_etcd(artifacts_dir) -> Etcd:
+    """An etcd of this test alone (it may stop, kill and restart it: `.start()` reuses the ports
+    and data dir); its log is kept with the test's artifacts."""
+    server = Etcd("etcd", artifacts_dir / "etcd").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def private_seaweedfs(artifacts_dir) -> SeaweedFS:
+    """A SeaweedFS of this test alone, like `private_etcd`."""
+    server = SeaweedFS("seaweedfs", artifacts_dir / "seaweedfs").start()
+    yield server
+    server.stop()
+
+
+@dataclass
+class Cluster:
+    """Brokers sharing one metadata root in etcd and one object prefix in S3."""
+
+    etcd: Etcd
+    s3: SeaweedFS
+    root: str  # etcd key prefix
+    prefix: str  # S3 key prefix inside SeaweedFS.bucket
+    nodes: list[NeveNode] = field(default_factory=list)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    @property
+    def metadata_url(self) -> str:
+        return f"{self.etcd.url}/{self.root}"
+
+    @property
+    def object_store_url(self) -> str:
+        return self.s3.object_store_url(self.prefix)
+
+
+@pytest.fixture
+def cluster_factory(request, artifacts_dir):
+    """Start a cluster: `cluster_factory(zones=("a", "b", "c"), env={...}, etcd=..., s3=...)` starts
+    one `neve broker` per zone (node ids 0, 1, ...; logs broker<i>.log in the artifacts dir) over the
+    session's `etcd_server` and `seaweedfs` unless private servers are given, under a metadata root
+    and an object prefix unique to this call. Every broker is stopped at teardown."""
+    clusters: list[Cluster] = []
+
+    def make(zones=("a", "b", "c"), env: dict[str, str] | None = None, etcd: Etcd | None = None, s3: SeaweedFS | None = None) -> Cluster:
+        etcd = etcd or request.getfixturevalue("etcd_server")
+        s3 = s3 or request.getfixturevalue("seaweedfs")
+        name = f"t{uuid.uuid4().hex[:12]}"
+        cluster = Cluster(etcd, s3, root=name, prefix=name)
+        clusters.append(cluster)
+        for i, zone in enumerate(zones):
+            n = sum(len(c.nodes) for c in clusters)
+            data_dir = artifacts_dir / f"broker{n}-data"
+            node_env = {
+                **s3.env,
+                "NEVE_METADATA_URL": cluster.metadata_url,
+                "NEVE_WAL_OBJECT_STORE": cluster.object_store_url,
+                "NEVE_BROKER_NODE_ID": str(i),
+                "NEVE_BROKER_ZONE": zone or "",
+                "NEVE_WAL_LINGER_MS": "20",
+                "NEVE_DATA_DIR": str(data_dir),
+                **(env or {}),
+            }
+            node = NeveNode(data_dir=data_dir, log_path=artifacts_dir / f"broker{n}.log", env=node_env, command="broker")
+            cluster.nodes.append(node)
+            node.start()
+        return cluster
+
+    yield make
+    for cluster in clusters:
+        for node in cluster.nodes:
+            try:
+                node.stop()
+            except Exception:
+                node.kill9()
