@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from .model import AppendResult, IndexEntry, ObjectCommit, ObjectType, TopicInfo
+from .model import AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
 from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, TopicAlreadyExists, UnknownTopic
 from .view import IndexReads, PartitionView
@@ -61,6 +61,12 @@ CREATE TABLE IF NOT EXISTS producer_states (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producer_epochs (producer_id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS group_states (group_id TEXT PRIMARY KEY, state BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS group_offsets (
+    group_id TEXT NOT NULL, topic_id TEXT NOT NULL, partition INTEGER NOT NULL,
+    committed_offset INTEGER NOT NULL, leader_epoch INTEGER NOT NULL, metadata TEXT, commit_timestamp INTEGER NOT NULL,
+    PRIMARY KEY (group_id, topic_id, partition)
+) WITHOUT ROWID;
 """
 
 
@@ -292,3 +298,81 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         self._producer_epochs[pid] = epoch
         self._next_producer_id = next_id
         return pid, epoch
+
+    # -- topic changes and log start ------------------------------------------------------------
+
+    async def update_topic(self, name: str, partitions: int | None = None, configs: Mapping[str, str | None] | None = None) -> TopicInfo:
+        return await self._exclusive(self._update_topic, name, partitions, dict(configs or {}))
+
+    async def _update_topic(self, name: str, partitions: int | None, configs: dict[str, str | None]) -> TopicInfo:
+        info = self._topics.get(name)
+        if info is None:
+            raise UnknownTopic(name)
+        count = info.partitions if partitions is None else partitions
+        if count < info.partitions:
+            raise InvalidPartitions(f"topic {name} has {info.partitions} partitions; it cannot shrink to {count}")
+        merged = {k: v for k, v in {**info.configs, **configs}.items() if v is not None}
+        updated = TopicInfo(name, info.topic_id, count, merged)
+        tid = info.topic_id.hex
+        await self._write(
+            [
+                ("UPDATE topics SET partitions = ?, configs = ? WHERE topic_id = ?", (count, json.dumps(merged), tid), False),
+                ("INSERT INTO partitions VALUES (?, ?, 0, 0)", [(tid, p) for p in range(info.partitions, count)], True),
+            ]
+        )
+        self._topics[name] = updated
+        self._by_id[info.topic_id] = updated
+        self._topics_view = MappingProxyType(dict(self._topics))
+        for p in range(info.partitions, count):
+            self._partitions[(info.topic_id, p)] = PartitionView()
+        return updated
+
+    async def advance_log_start(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
+        return await self._exclusive(self._advance_log_start, topic_id, partition, offset)
+
+    async def _advance_log_start(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
+        part = self._partitions.get((topic_id, partition))
+        if part is None:
+            raise UnknownTopic(f"{topic_id}/{partition}")
+        target = min(max(offset, part.log_start_offset), part.next_offset)
+        if target != part.log_start_offset:
+            await self._write([("UPDATE partitions SET log_start_offset = ? WHERE topic_id = ? AND partition = ?", (target, topic_id.hex, partition), False)])
+            part.log_start_offset = target
+        return target
+
+    # -- consumer groups ------------------------------------------------------------------------
+
+    async def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
+        rows = [(group, tid.hex, p, o.offset, o.leader_epoch, o.metadata, o.commit_timestamp) for (tid, p), o in offsets.items()]
+        await self._exclusive(self._write, [("INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?, ?, ?)", rows, True)])
+
+    async def fetch_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        rows = await self._run(self._query, "SELECT topic_id, partition, committed_offset, leader_epoch, metadata, commit_timestamp FROM group_offsets WHERE group_id = ?", (group,))
+        return {(uuid.UUID(hex=tid), p): CommittedOffset(o, e, m, ts) for tid, p, o, e, m, ts in rows}
+
+    async def delete_offsets(self, group: str, partitions=None) -> None:
+        if partitions is None:
+            statements = [("DELETE FROM group_offsets WHERE group_id = ?", (group,), False)]
+        else:
+            statements = [("DELETE FROM group_offsets WHERE group_id = ? AND topic_id = ? AND partition = ?", [(group, tid.hex, p) for tid, p in partitions], True)]
+        await self._exclusive(self._write, statements)
+
+    async def save_group(self, group: str, state: bytes | None) -> None:
+        if state is None:
+            statement = ("DELETE FROM group_states WHERE group_id = ?", (group,), False)
+        else:
+            statement = ("INSERT OR REPLACE INTO group_states VALUES (?, ?)", (group, state), False)
+        await self._exclusive(self._write, [statement])
+
+    async def load_group(self, group: str) -> bytes | None:
+        rows = await self._run(self._query, "SELECT state FROM group_states WHERE group_id = ?", (group,))
+        return bytes(rows[0][0]) if rows else None
+
+    async def list_groups(self) -> list[str]:
+        rows = await self._run(self._query, "SELECT group_id FROM group_states UNION SELECT group_id FROM group_offsets ORDER BY 1", ())
+        return [r[0] for r in rows]
+
+    def _query(self, sql: str, params: tuple) -> list:
+        if self._db is None:
+            raise MetadataUnavailable("metadata store is closed")
+        return self._db.execute(sql, params).fetchall()

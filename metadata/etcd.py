@@ -11,6 +11,9 @@ Key layout (all under `/<root>/`, root "neve" by default; values are compact JSO
     producer-ids                              the next unallocated producer id (allocated in blocks)
     producer-epochs/<producer id>             current epoch, on a lease of the producer expiry
     brokers/<node id>                         {"host", "port", "zone"}, attached to the broker's lease
+    groups/<group, url-quoted>                the group coordinator's state (opaque to this store)
+    offsets/<group, url-quoted>/<topic id hex>/<partition:06d>
+                                              [offset, leader epoch, metadata, commit timestamp]
 
 A partition's head is the unit of optimistic concurrency: it holds the next offset and the
 idempotent-producer state of that partition, so one compare on its mod revision guards both. A
@@ -45,8 +48,9 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from urllib.parse import quote, unquote
 
-from .model import AppendResult, BrokerRegistration, IndexEntry, ObjectCommit, ObjectType, TopicInfo
+from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .sequencer import BatchSequence, ProducerState, involved, sequence
 from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, TopicAlreadyExists, UnknownTopic
 from .view import IndexReads, PartitionView
@@ -83,6 +87,15 @@ class _Keys:
 
     def index(self, topic_id: uuid.UUID, partition: int, base_offset: int) -> bytes:
         return f"/{self.root}/index/{topic_id.hex}/{partition:06d}/{base_offset:020d}".encode()
+
+    def group(self, group: str) -> bytes:
+        return f"/{self.root}/groups/{quote(group, safe='')}".encode()
+
+    def offsets(self, group: str) -> bytes:
+        return f"/{self.root}/offsets/{quote(group, safe='')}/".encode()
+
+    def offset(self, group: str, topic_id: uuid.UUID, partition: int) -> bytes:
+        return self.offsets(group) + f"{topic_id.hex}/{partition:06d}".encode()
 
     def broker(self, node_id: int) -> bytes:
         return f"/{self.root}/brokers/{node_id}".encode()
@@ -268,12 +281,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 if info is not None:
                     self._forget_topic(info)
             else:
-                info = self._decode_topic(rest, event.kv.value)
-                if rest not in self._topics:
-                    self._topics[rest] = info
-                    self._topics_by_id[info.topic_id] = info
-                    for p in range(info.partitions):
-                        self._partitions.setdefault((info.topic_id, p), _PartitionState())
+                self._adopt_topic(self._decode_topic(rest, event.kv.value))
         elif kind == "brokers":
             node_id = int(rest)
             if deleted:
@@ -281,6 +289,16 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             else:
                 b = json.loads(event.kv.value)
                 self._brokers[node_id] = BrokerRegistration(node_id, b["host"], b["port"], b.get("zone"))
+
+    def _adopt_topic(self, info: TopicInfo) -> None:
+        """A topic created or changed (more partitions, new configs)."""
+        known = self._topics.get(info.name)
+        if known is not None and known.topic_id != info.topic_id:
+            self._forget_topic(known)
+        self._topics[info.name] = info
+        self._topics_by_id[info.topic_id] = info
+        for p in range(info.partitions):
+            self._partitions.setdefault((info.topic_id, p), _PartitionState())
 
     def _forget_topic(self, info: TopicInfo) -> None:
         self._topics_by_id.pop(info.topic_id, None)
@@ -339,11 +357,52 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         if not ok:
             raise TopicAlreadyExists(name)
         if name not in self._topics:
-            self._topics[name] = info
-            self._topics_by_id[info.topic_id] = info
-            for p in range(partitions):
-                self._partitions.setdefault((info.topic_id, p), _PartitionState())
+            self._adopt_topic(info)
         return self._topics[name]
+
+    async def update_topic(self, name: str, partitions: int | None = None, configs: Mapping[str, str | None] | None = None) -> TopicInfo:
+        tx = self._client.transactions
+        key = self.keys.topic(name)
+        for _ in range(self.settings.commit_attempts):
+            got = await self._client.get(key)
+            self.ops += 1
+            if got is None:
+                raise UnknownTopic(name)
+            info = self._decode_topic(name, got.value)
+            count = info.partitions if partitions is None else partitions
+            if count < info.partitions:
+                raise InvalidPartitions(f"topic {name} has {info.partitions} partitions; it cannot shrink to {count}")
+            merged = {k: v for k, v in {**info.configs, **(configs or {})}.items() if v is not None}
+            updated = TopicInfo(name, info.topic_id, count, merged)
+            value = json.dumps({"id": info.topic_id.hex, "partitions": count, "configs": merged}).encode()
+            ok, _ = await self._txn([tx.mod(key) == got.mod_revision], [tx.put(key, value)])
+            if ok:
+                self._adopt_topic(updated)
+                return updated
+        raise MetadataUnavailable(f"update of topic {name} kept conflicting")
+
+    async def advance_log_start(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
+        tp = (topic_id, partition)
+        tx = self._client.transactions
+        key = self.keys.head(topic_id, partition)
+        for _ in range(self.settings.commit_attempts):
+            part = self._partitions.get(tp)
+            if part is None:
+                raise UnknownTopic(f"{topic_id}/{partition}")
+            target = min(max(offset, part.log_start_offset), part.next_offset)
+            if target == part.log_start_offset:
+                return target
+            value = self._encode_head(part, part.next_offset, {}, int(time.time() * 1000), log_start=target)
+            ok, responses = await self._txn([tx.mod(key) == part.mod_revision], [tx.put(key, value)], [tx.get(key)])
+            if ok:
+                revision = responses[0].response_put.header.revision
+                if revision > part.mod_revision:
+                    part.log_start_offset, part.mod_revision = target, revision
+                return target
+            if responses and responses[0]:
+                fresh, meta = responses[0][0]
+                self._apply_head(f"{topic_id.hex}/{partition:06d}", fresh, meta.mod_revision, notify=False)
+        raise MetadataUnavailable(f"log start of {topic_id}/{partition} kept conflicting")
 
     async def delete_topic(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
@@ -459,7 +518,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 await asyncio.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
         raise MetadataUnavailable(f"commit of {commit.object_key} kept conflicting")
 
-    def _encode_head(self, part: _PartitionState, next_offset: int, changed: dict[int, ProducerState], now_ms: int) -> bytes:
+    def _encode_head(self, part: _PartitionState, next_offset: int, changed: dict[int, ProducerState], now_ms: int, log_start: int | None = None) -> bytes:
         expiry = now_ms - self.settings.producer_expiry_ms
         producers = {}
         for pid, state in part.producers.items():
@@ -468,7 +527,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 producers[str(pid)] = [state.epoch, [list(b) for b in state.batches], used]
         for pid, state in changed.items():
             producers[str(pid)] = [state.epoch, [list(b) for b in state.batches], now_ms]
-        return json.dumps({"n": next_offset, "s": part.log_start_offset, "p": producers}, separators=(",", ":")).encode()
+        start = part.log_start_offset if log_start is None else log_start
+        return json.dumps({"n": next_offset, "s": start, "p": producers}, separators=(",", ":")).encode()
 
     def _apply_commit(self, seq, new_heads, revision: int) -> None:
         touched = []
@@ -534,6 +594,65 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 self._pid_next, self._pid_end = current, current + PRODUCER_ID_BLOCK
                 return
         raise MetadataUnavailable("could not allocate producer ids")
+
+    # -- consumer groups ------------------------------------------------------------------------
+
+    async def commit_offsets(self, group: str, offsets: Mapping[tuple[uuid.UUID, int], CommittedOffset]) -> None:
+        tx = self._client.transactions
+        puts = [
+            tx.put(self.keys.offset(group, tid, p), json.dumps([o.offset, o.leader_epoch, o.metadata, o.commit_timestamp]).encode())
+            for (tid, p), o in offsets.items()
+        ]
+        if len(puts) > MAX_OPS:
+            # More partitions than one transaction holds: each put is still atomic on its own key,
+            # and a group's commit names each partition once.
+            await asyncio.gather(*(self._txn([], puts[i : i + MAX_OPS]) for i in range(0, len(puts), MAX_OPS)))
+        elif puts:
+            await self._txn([], puts)
+
+    async def fetch_offsets(self, group: str) -> dict[tuple[uuid.UUID, int], CommittedOffset]:
+        prefix = self.keys.offsets(group)
+        result = await self._read(self._client.get_prefix(prefix))
+        out = {}
+        for kv in result:
+            topic_hex, partition = kv.key[len(prefix) :].decode().split("/")
+            offset, epoch, metadata, ts = json.loads(kv.value)
+            out[(uuid.UUID(hex=topic_hex), int(partition))] = CommittedOffset(offset, epoch, metadata, ts)
+        return out
+
+    async def delete_offsets(self, group: str, partitions=None) -> None:
+        tx = self._client.transactions
+        if partitions is None:
+            prefix = self.keys.offsets(group)
+            await self._txn([], [tx.delete(prefix, _prefix_end(prefix))])
+            return
+        deletes = [tx.delete(self.keys.offset(group, tid, p)) for tid, p in partitions]
+        for i in range(0, len(deletes), MAX_OPS):
+            await self._txn([], deletes[i : i + MAX_OPS])
+
+    async def save_group(self, group: str, state: bytes | None) -> None:
+        tx = self._client.transactions
+        key = self.keys.group(group)
+        await self._txn([], [tx.delete(key) if state is None else tx.put(key, state)])
+
+    async def load_group(self, group: str) -> bytes | None:
+        got = await self._read(self._client.get(self.keys.group(group)))
+        return None if got is None else bytes(got.value)
+
+    async def list_groups(self) -> list[str]:
+        names = set()
+        for kind in ("groups/", "offsets/"):
+            prefix = self.keys.prefix(kind)
+            for kv in await self._read(self._client.get_prefix(prefix, keys_only=True)):
+                names.add(unquote(kv.key[len(prefix) :].decode().split("/", 1)[0]))
+        return sorted(names)
+
+    async def _read(self, call):
+        self.ops += 1
+        try:
+            return await asyncio.wait_for(call, self.settings.timeout)
+        except Exception as e:
+            raise MetadataUnavailable(f"etcd read failed: {e!r}") from e
 
     # -- brokers ------------------------------------------------------------------------------
 

@@ -21,6 +21,16 @@ class TopicInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """A consumer group's committed position in one partition (OffsetCommit / OffsetFetch)."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+    commit_timestamp: int = -1  # ms since the epoch
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerRegistration:
     """A live broker, as registered under a lease: where clients reach it, and its zone."""
 

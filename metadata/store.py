@@ -14,7 +14,7 @@ import asyncio
 import uuid
 from collections.abc import Iterable, Mapping
 
-from .model import AppendResult, BrokerRegistration, IndexEntry, ObjectCommit, TopicInfo
+from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, TopicInfo
 
 
 class MetadataError(Exception):
@@ -99,6 +99,11 @@ class MetadataStore(abc.ABC):
         """Raises UnknownTopic. The topic's index entries become unreachable."""
 
     @abc.abstractmethod
+    async def update_topic(self, name: str, partitions: int | None = None, configs: Mapping[str, str | None] | None = None) -> TopicInfo:
+        """CreatePartitions and AlterConfigs: grow the partition count (never shrink: raises
+        InvalidPartitions) and set configs (a None value removes the key). Raises UnknownTopic."""
+
+    @abc.abstractmethod
     def topics(self) -> Mapping[str, TopicInfo]:
         """All live topics by name."""
 
@@ -135,6 +140,12 @@ class MetadataStore(abc.ABC):
         after it), at most `max_entries`."""
 
     @abc.abstractmethod
+    async def advance_log_start(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
+        """DeleteRecords and retention: move the log start offset forward to `offset` (clamped to
+        the high watermark; never backward). Returns the new log start offset. The Kafka view
+        hides what lies before it; the data itself is not deleted."""
+
+    @abc.abstractmethod
     def entry_for_timestamp(self, topic_id: uuid.UUID, partition: int, timestamp: int) -> IndexEntry | None:
         """The first entry whose max_timestamp >= timestamp, or None."""
 
@@ -156,6 +167,33 @@ class MetadataStore(abc.ABC):
 
     async def wait_for_commit(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
         return await self.notifier.wait(partitions, timeout)
+
+    # -- consumer groups ------------------------------------------------------------------------
+    # Committed offsets are durable facts; group membership is an opaque blob the coordinator
+    # saves at each generation, so another broker can take a group over from the store.
+
+    @abc.abstractmethod
+    async def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
+        """Durably record the group's positions (all or nothing)."""
+
+    @abc.abstractmethod
+    async def fetch_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        """The group's committed positions, read from the durable store (not a cache)."""
+
+    @abc.abstractmethod
+    async def delete_offsets(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Forget the group's positions for `partitions` (all when None)."""
+
+    @abc.abstractmethod
+    async def save_group(self, group: str, state: bytes | None) -> None:
+        """Store the coordinator's state of a group (None deletes it)."""
+
+    @abc.abstractmethod
+    async def load_group(self, group: str) -> bytes | None: ...
+
+    @abc.abstractmethod
+    async def list_groups(self) -> list[str]:
+        """Groups with stored state or committed offsets, sorted."""
 
     # -- brokers ------------------------------------------------------------------------------
 
