@@ -169,17 +169,31 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._tasks.append(asyncio.create_task(self._compact_history()))
 
     async def close(self) -> None:
+        # Cancelling is not enough on Python 3.11: aetcd waits for a new watch with asyncio.wait_for,
+        # which there can swallow a cancellation that arrives as the wait completes (CPython
+        # gh-86296), leaving `_follow` on a live watch. So `_follow` also checks `_closed` after every
+        # await, and every step of closing is bounded: a stuck step is logged and left behind.
         self._closed = True
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._bounded("background tasks", *self._tasks)
         if self._lease is not None:
-            try:
-                await asyncio.wait_for(self._lease.revoke(), 2)
-            except Exception:
-                pass
+            await self._bounded("lease revoke", self._lease.revoke())
         if self._client is not None:
-            await self._client.close()
+            await self._bounded("client close", self._client.close())
+
+    async def _bounded(self, what: str, *aws) -> None:
+        if not aws:
+            return
+        futures = [asyncio.ensure_future(a) for a in aws]
+        done, pending = await asyncio.wait(futures, timeout=self.settings.timeout)
+        for f in done:
+            if not f.cancelled() and f.exception() is not None and not isinstance(f.exception(), asyncio.CancelledError):
+                log.debug("etcd_close_step_failed", extra={"step": what, "error": repr(f.exception())})
+        if pending:
+            log.warning("etcd_close_step_stuck", extra={"step": what, "pending": len(pending)})
+            for f in pending:
+                f.cancel()
 
     async def _load(self) -> int:
         """Read everything under the root into the view; returns the revision it reflects."""
@@ -234,6 +248,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         while not self._closed:
             try:
                 watch = await self._client.watch_prefix(self.keys.prefix(), start_revision=revision + 1)
+                if self._closed:  # closed while the watch was being created (see close())
+                    return
                 delay = 0.1
                 self._watching = True
                 async for event in watch:
