@@ -30,8 +30,8 @@ def client_zone(client_id: str | None) -> str | None:
 
 
 def brokers_for_zone(brokers: Sequence[Broker], zone: str | None) -> list:
-    """The brokers a client in `zone` should use: its zone's, or all when it has none or its zone
-    has no live broker."""
+    """The brokers that lead partitions for a client in `zone`: its zone's, or all when it has
+    none or its zone has no live broker."""
     if zone is not None:
         local = [b for b in brokers if b.zone == zone]
         if local:

@@ -3,7 +3,13 @@
 neve has no partition leaders: any broker accepts produce and fetch for any partition. The leader
 named here is a locality hint only (which broker batches a partition's writes and caches its
 reads). Unknown topics are auto-created only when the broker allows it (off by default) and the
-request asks for it."""
+request asks for it.
+
+Brokers: every live broker is listed, whatever the client's zone; only the leaders are chosen among
+the client's zone. A client that knew only its zone's brokers would be stranded when the zone's
+last broker died (librdkafka forgets its bootstrap list once it has learnt the cluster), while
+knowing the others costs nothing: clients connect to the brokers they send requests to, and those
+are the leaders."""
 
 from __future__ import annotations
 
@@ -41,7 +47,8 @@ async def metadata(ctx, request):
                 wanted.append((name, None))
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
     zone = client_zone(ctx.client_id)
-    visible = brokers_for_zone(s.live_brokers(), zone)
+    live = s.live_brokers()
+    visible = brokers_for_zone(live, zone)
     out = []
     for name, asked_id in wanted:
         info = topics.get(name) if name is not None else None
@@ -71,13 +78,13 @@ async def metadata(ctx, request):
             )
         partitions = tuple(partitions)
         out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False, partitions=partitions, topic_authorized_operations=-2147483648))
-    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.zone) for b in visible)
+    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.zone) for b in live)
     return build(
         r.MetadataResponse,
         throttle_time=NO_THROTTLE,
         brokers=brokers,
         cluster_id=s.cluster_id,
-        controller_id=min(b.node_id for b in visible),
+        controller_id=min(b.node_id for b in live),
         topics=tuple(out),
         cluster_authorized_operations=-2147483648,
     )
