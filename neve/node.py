@@ -100,7 +100,7 @@ class Node:
             on_object_stored=self.recent.add,
             metrics=WalMetrics(),
         )
-        settings = broker_settings(c)
+        settings = replace(broker_settings(c), storage=self.object_store_url.split("?", 1)[0])
         services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent))
         self.server = KafkaServer(services)
         try:
