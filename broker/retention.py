@@ -9,7 +9,8 @@ As Kafka deletes whole segments, retention hides whole index entries, oldest fir
   and deletes the active segment then.
 - retention.bytes: entries are hidden only while what remains is still at least retention.bytes
   (Kafka's rule, so a partition keeps between retention.bytes and that plus one entry).
-Only topics whose cleanup.policy includes 'delete' are touched.
+Only topics whose cleanup.policy includes 'delete' are touched. Sizes are the stored bytes of
+WAL entries (compacted Parquet entries, a later issue, will need their byte size here).
 
 Every broker of a cluster runs the loop; advance_log_start is monotonic and idempotent, so they
 agree without coordination."""
@@ -22,7 +23,7 @@ import time
 from collections.abc import Iterable
 
 from metadata.model import IndexEntry
-from metadata.store import MetadataStore
+from metadata.store import MetadataError, MetadataStore
 
 from .topic_configs import retention_policy
 
@@ -51,11 +52,16 @@ def retention_target(entries: Iterable[IndexEntry], now_ms: int, retention_ms: i
     return entries[kept].base_offset if kept < len(entries) else entries[-1].last_offset + 1
 
 
-def _partition_entries(store: MetadataStore, topic_id, partition: int) -> list[IndexEntry]:
+def _partition_entries(store: MetadataStore, topic_id, partition: int, cutoff_ms: int | None) -> list[IndexEntry]:
+    """The partition's entries from its log start on. With only a time limit (`cutoff_ms` given)
+    the scan stops at the first page holding an entry that has not expired: nothing after it can
+    be hidden, and a partition's visible history may be long."""
     out: list[IndexEntry] = []
     offset = store.log_start_offset(topic_id, partition)
     while batch := store.entries(topic_id, partition, offset, max_entries=PAGE):
         out.extend(batch)
+        if cutoff_ms is not None and any(e.max_timestamp >= cutoff_ms for e in batch):
+            break
         offset = batch[-1].last_offset + 1
     return out
 
@@ -70,9 +76,15 @@ async def enforce_once(store: MetadataStore, now_ms: int | None = None) -> int:
         if not policy.active:
             continue
         for p in range(info.partitions):
-            target = retention_target(_partition_entries(store, info.topic_id, p), now_ms, policy.retention_ms, policy.retention_bytes)
+            cutoff = now_ms - policy.retention_ms if policy.retention_bytes < 0 else None
+            entries = _partition_entries(store, info.topic_id, p, cutoff)
+            target = retention_target(entries, now_ms, policy.retention_ms, policy.retention_bytes)
             if target is not None and target > store.log_start_offset(info.topic_id, p):
-                new_start = await store.advance_log_start(info.topic_id, p, target)
+                try:
+                    new_start = await store.advance_log_start(info.topic_id, p, target)
+                except MetadataError as e:  # e.g. the topic was deleted meanwhile: the next pass retries the rest
+                    log.warning("retention_not_advanced", extra={"topic": info.name, "partition": p, "error": repr(e)})
+                    continue
                 log.info("retention_advanced", extra={"topic": info.name, "partition": p, "log_start_offset": new_start})
                 moved += 1
             await asyncio.sleep(0)  # many partitions: let the broker's requests in between

@@ -161,6 +161,21 @@ def test_invalid_config_is_refused_everywhere(neve_node, name, value, message):
     assert {n: e.value for n, e in describe(client, topic).items() if e.source == TOPIC_SET} == {}
 
 
+def test_validate_only_changes_nothing(neve_node):
+    client = admin(neve_node)
+    topic = create_topic(neve_node.bootstrap, 2, prefix="validate")
+    client.create_partitions([NewPartitions(topic, 5)], validate_only=True, operation_timeout=T)[topic].result(T)
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource], validate_only=True)[resource].result(T)
+    assert len(client.list_topics(topic, timeout=T).topics[topic].partitions) == 2
+    assert describe(client, topic)["retention.ms"].value == "604800000"
+    # validation still happens: APPEND only applies to list configs
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.APPEND)])
+    with pytest.raises(KafkaException) as raised:
+        client.incremental_alter_configs([resource], validate_only=True)[resource].result(T)
+    assert raised.value.args[0].code() == INVALID_CONFIG and "Can't APPEND to key retention.ms because its type is not LIST." in raised.value.args[0].str()
+
+
 def test_create_partitions_then_produce_to_a_new_one(neve_factory):
     node = neve_factory(env=ENV)
     client = admin(node)
@@ -208,6 +223,17 @@ def test_describe_cluster(neve_factory):
     assert result.cluster_id == "neve"
     assert [(n.id, n.host, n.port, n.rack) for n in result.nodes] == [(0, "127.0.0.1", node.port, None)]
     assert result.controller.id == 0
+
+
+def test_describe_cluster_is_zone_aware(cluster_factory):
+    cluster = cluster_factory(zones=("a", "b"))
+    expected = {n.port: i for i, n in enumerate(cluster.nodes)}
+    for client_id, zones in (("app,zone_id=a", ["a"]), ("ws_az=b", ["b"]), ("no-zone", ["a", "b"])):
+        client = AdminClient({"bootstrap.servers": cluster.bootstrap, "client.id": client_id, "logger": LOG})
+        result = client.describe_cluster(request_timeout=T).result(T)
+        assert sorted((n.id, n.rack) for n in result.nodes) == [("ab".index(z), z) for z in zones]
+        assert all(expected[n.port] == n.id for n in result.nodes)
+        assert result.controller.id == min(n.id for n in result.nodes)
 
 
 # kafka-python loads its protocol schemas through importlib.resources' legacy API (its warning is

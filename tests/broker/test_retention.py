@@ -13,9 +13,11 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, OffsetSpec, ResourceType
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 
-from broker.retention import retention_target
+from broker.retention import enforce_once, retention_target
+from metadata.embedded import EmbeddedMetadataStore
 from metadata.model import IndexEntry, ObjectType
 from tests.batches import make_batch
+from tests.metadata.helpers import append, commit
 from tests.scenarios.records import LOG, create_topic
 from tests.scenarios.test_bad_input import Raw, produce_v9
 
@@ -61,6 +63,26 @@ def test_retention_target_edges():
     all_old = [entry(0, 4, NOW - 10), entry(5, 9, NOW - 10)]
     assert retention_target(all_old, NOW, 5, -1) == 10  # every entry expired: up to the high watermark
     assert retention_target(all_old, NOW, 10, -1) is None  # exactly retention.ms old is kept (Kafka: older than)
+
+
+async def test_enforce_once_over_a_store():
+    """The loop over an embedded store: per partition, per topic policy, idempotent."""
+    store = EmbeddedMetadataStore(None)
+    await store.start()
+    try:
+        timed = (await store.create_topic("timed", 2, {"retention.ms": "1000"})).topic_id
+        sized = (await store.create_topic("sized", 1, {"retention.bytes": "100", "retention.ms": "-1"})).topic_id
+        compact = (await store.create_topic("compact", 1, {"retention.ms": "1000", "cleanup.policy": "compact"})).topic_id
+        for tid in (timed, sized, compact):
+            await store.commit(commit(append(tid, 0, 0, 100, 3, max_ts=NOW - 5000)))  # 0..2, old
+            await store.commit(commit(append(tid, 0, 0, 100, 2, max_ts=NOW)))  # 3..4, new
+        await store.commit(commit(append(timed, 1, 0, 100, 4, max_ts=NOW - 5000)))  # 0..3, old
+        assert await enforce_once(store, NOW) == 3
+        starts = [store.log_start_offset(t, p) for t, p in ((timed, 0), (timed, 1), (sized, 0), (compact, 0))]
+        assert starts == [3, 4, 3, 0]
+        assert await enforce_once(store, NOW) == 0  # nothing more to hide
+    finally:
+        await store.close()
 
 
 # -- a real node -------------------------------------------------------------------------------------
@@ -195,3 +217,23 @@ def test_compact_only_topics_keep_everything(neve_factory):
         assert time.monotonic() < deadline, "retention did not run again"
         time.sleep(0.1)
     assert earliest(client, compacted) == 0
+
+
+@pytest.mark.integration
+def test_retention_in_a_cluster(cluster_factory):
+    """Two brokers over etcd: the config is altered through one broker, every broker runs retention,
+    and both answer the same log start (each client names a zone, so it talks to its zone's broker)."""
+    cluster = cluster_factory(zones=("a", "b"), env={"NEVE_BROKER_RETENTION_CHECK_INTERVAL_MS": "200"})
+    first, second = cluster.nodes
+    topic = create_topic(first.bootstrap, 1, prefix="ret-cluster")
+    now = int(time.time() * 1000)
+    old = now - 3_600_000
+    raw = Raw(first.port)
+    try:
+        produce_entries(raw, topic, [[old, old], [old], [now, now]])
+    finally:
+        raw.close()
+    set_config(AdminClient({"bootstrap.servers": second.bootstrap, "logger": LOG}), topic, "retention.ms", "600000")
+    for zone in ("a", "b"):
+        client = AdminClient({"bootstrap.servers": cluster.bootstrap, "client.id": f"zone_id={zone}", "logger": LOG})
+        assert wait_for_log_start(client, topic) == 3
