@@ -214,8 +214,11 @@ def retention_policy(configs: Mapping[str, str]) -> RetentionPolicy:
     policy = configs.get("cleanup.policy", TOPIC_CONFIGS["cleanup.policy"].default)
     if "delete" not in policy.split(","):
         return RetentionPolicy(-1, -1)
-    ms = int(configs.get("retention.ms", TOPIC_CONFIGS["retention.ms"].default))
-    size = int(configs.get("retention.bytes", TOPIC_CONFIGS["retention.bytes"].default))
+    try:
+        ms = int(configs.get("retention.ms", TOPIC_CONFIGS["retention.ms"].default))
+        size = int(configs.get("retention.bytes", TOPIC_CONFIGS["retention.bytes"].default))
+    except ValueError:  # stored before configs were validated: hide nothing rather than guess
+        return RetentionPolicy(-1, -1)
     return RetentionPolicy(ms if ms >= 0 else -1, size if size >= 0 else -1)
 
 
