@@ -21,3 +21,4 @@ class BrokerSettings:
     fetch_max_bytes: int = 50 * 1024 * 1024
     produce_timeout_ms: int = 30000
     fault_drop_produce_response_every: int = 0
+    storage: str = ""  # where the data lives (object store URL without its query), for DescribeLogDirs

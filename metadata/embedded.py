@@ -277,6 +277,10 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
                 part.add(e)
         self._producers.update(seq.producers)
 
+    def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
+        # A scan over every producer state; DescribeProducers is rare and the commit path keeps its flat keys.
+        return {pid: state for (pid, tid, p), state in self._producers.items() if tid == topic_id and p == partition}
+
     async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
         return await self._exclusive(self._init_producer_id, producer_id, producer_epoch)
 

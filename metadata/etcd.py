@@ -563,6 +563,14 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 touched.append(tp)
         self.notifier.notify(touched)
 
+    def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
+        part = self._partitions.get((topic_id, partition))
+        if part is None:
+            return {}
+        # expired producers linger in the head until its next write; they are not active
+        expiry = int(time.time() * 1000) - self.settings.producer_expiry_ms
+        return {pid: state for pid, state in part.producers.items() if part.producer_used.get(pid, expiry) >= expiry}
+
     # -- producer ids -------------------------------------------------------------------------
 
     async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 
 from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, TopicInfo
+from .sequencer import ProducerState
 
 
 class MetadataError(Exception):
@@ -124,6 +125,11 @@ class MetadataStore(abc.ABC):
     async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
         """A new producer id with epoch 0, or (KIP-360) the same id with its epoch bumped when a
         known (id, epoch) is given. Returns (producer_id, producer_epoch)."""
+
+    @abc.abstractmethod
+    def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
+        """The idempotent producers the sequencer remembers on one partition, by producer id
+        (DescribeProducers); empty for an unknown partition. Served from the in-memory view."""
 
     # -- the offset index -------------------------------------------------------------------------
 

@@ -41,6 +41,9 @@ class BrokerConfig:
     """Upper bound on one Fetch response, whatever the client asks."""
     metrics_port: int = 0
     """Prometheus metrics HTTP port on `host`; 0: disabled."""
+    retention_check_interval_ms: int = 300_000
+    """How often each broker applies topics' retention.ms / retention.bytes by advancing log start
+    offsets (Kafka's log.retention.check.interval.ms); 0 disables retention."""
 
 
 @dataclass

@@ -13,6 +13,7 @@ from broker.appender import commit_fn
 from broker.config import BrokerSettings
 from broker.context import Services
 from broker.metrics import WalMetrics
+from broker.retention import run_retention
 from broker.server import KafkaServer
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
@@ -60,6 +61,7 @@ class Node:
         self._lock_fd: int | None = None
         self.server: KafkaServer | None = None
         self._sweeper: asyncio.Task | None = None
+        self._retention: asyncio.Task | None = None
 
     def _lock_data_dir(self) -> None:
         os.makedirs(self.data_dir, exist_ok=True)
@@ -100,7 +102,7 @@ class Node:
             on_object_stored=self.recent.add,
             metrics=WalMetrics(),
         )
-        settings = broker_settings(c)
+        settings = replace(broker_settings(c), storage=self.object_store_url.split("?", 1)[0])
         services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent))
         self.server = KafkaServer(services)
         try:
@@ -117,6 +119,8 @@ class Node:
             self._sweeper = asyncio.create_task(
                 run_sweeper(self.objects, self.metadata.referenced_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s)
             )
+        if c.broker.retention_check_interval_ms > 0:
+            self._retention = asyncio.create_task(run_retention(self.metadata, c.broker.retention_check_interval_ms / 1000))
         if c.broker.metrics_port:
             from prometheus_client import start_http_server
 
@@ -129,8 +133,9 @@ class Node:
         return self.server.port
 
     async def stop(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
+        for task in (self._sweeper, self._retention):
+            if task is not None:
+                task.cancel()
         if self.server is not None:
             await self.server.stop()
             await self.wal.close()

@@ -1,5 +1,6 @@
 """ListOffsets (key 2), v1-v9: earliest (-2), latest (-1), max timestamp (-3, KIP-734) and by
 timestamp: the first offset whose record timestamp is at or after the target, or -1 when none is.
+Every answer follows the log start offset (DeleteRecords, retention): nothing before it is found.
 The offset index narrows the search to one entry by its max timestamp; only that entry's batches
 are read, and only the batch that reaches the target is decoded."""
 
@@ -20,15 +21,29 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 async def _by_timestamp(s, topic_id, partition, timestamp) -> tuple[int, int]:
     store = s.metadata
+    log_start = store.log_start_offset(topic_id, partition)
     entry = store.entry_for_timestamp(topic_id, partition, timestamp)
+    if entry is not None and entry.last_offset < log_start:
+        entry = _first_reaching(store, topic_id, partition, log_start, timestamp)  # only what the Kafka view shows
     while entry is not None:
         data = await s.reader.read(entry.object_key, entry.start, entry.size)
         found = offset_for_timestamp(data, entry.base_offset, timestamp)
         if found is not None:
-            return found
-        following = store.entries(topic_id, partition, entry.last_offset + 1, max_entries=1)
-        entry = next((e for e in following if e.max_timestamp >= timestamp), None) if following else None
+            # A record hidden by a log start inside its batch (DeleteRecords mid-batch) answers the
+            # log start: the first offset a consumer can read there.
+            return (found[0], found[1]) if found[0] >= log_start else (log_start, found[1])
+        entry = _first_reaching(store, topic_id, partition, entry.last_offset + 1, timestamp)
     return -1, -1
+
+
+def _first_reaching(store, topic_id, partition, offset: int, timestamp: int):
+    """The first entry from `offset` on whose max timestamp reaches `timestamp`, or None."""
+    while batch := store.entries(topic_id, partition, offset, max_entries=256):
+        for e in batch:
+            if e.max_timestamp >= timestamp:
+                return e
+        offset = batch[-1].last_offset + 1
+    return None
 
 
 async def _max_timestamp(s, topic_id, partition) -> tuple[int, int]:

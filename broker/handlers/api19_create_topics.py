@@ -1,5 +1,8 @@
 """CreateTopics (key 19), v2-v7. Replication factor and assignments are accepted and ignored: the
-one copy of the data lives on object storage. validate_only checks without creating."""
+one copy of the data lives on object storage. Configs are validated against the known topic
+configs (broker/topic_configs.py): an unknown name or invalid value answers INVALID_CONFIG. v5+
+answers with the created topic's configs, as DescribeConfigs would. validate_only checks without
+creating."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import build, error
 from ..registry import handles
+from ..topic_configs import INVALID_CONFIG, InvalidConfig, check, describe
 from ..topics import INVALID_PARTITIONS, INVALID_TOPIC_EXCEPTION, create_topic_checked, topic_name_error
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -24,15 +28,22 @@ async def create_topics(ctx, request):
     seen: set[str] = set()
     for topic in request.topics:
         partitions = topic.num_partitions if topic.num_partitions != -1 else s.settings.default_partitions
-        configs = {c.name: c.value for c in topic.configs if c.value is not None}
         message = None
         info = None
+        try:
+            configs = check({c.name: c.value for c in topic.configs if c.value is not None})
+        except InvalidConfig as e:
+            configs, config_error = {}, str(e)
+        else:
+            config_error = None
         if topic.name in seen:
             code, message = int(ErrorCode.invalid_request), "topic named twice in one request"
         elif (message := topic_name_error(topic.name)) is not None:
             code = INVALID_TOPIC_EXCEPTION
         elif partitions <= 0:
             code, message = INVALID_PARTITIONS, f"num_partitions {partitions} must be positive"
+        elif config_error is not None:
+            code, message = INVALID_CONFIG, config_error
         elif request.validate_only:
             code = int(ErrorCode.topic_already_exists) if topic.name in s.metadata.topics() else 0
         else:
@@ -48,7 +59,16 @@ async def create_topics(ctx, request):
                 topic_config_error_code=ErrorCode.none,
                 num_partitions=partitions if code == 0 else -1,
                 replication_factor=1 if code == 0 else -1,
-                configs=(),
+                configs=_described(r, info, s.settings.max_message_bytes),
             )
         )
     return build(r.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def _described(r, info, max_message_bytes: int) -> tuple:
+    if info is None or not hasattr(r, "CreatableTopicConfigs"):
+        return ()
+    return tuple(
+        build(r.CreatableTopicConfigs, name=d.name, value=d.value, read_only=d.read_only, config_source=int(d.source), is_sensitive=False)
+        for d in describe(info.configs, max_message_bytes)
+    )

@@ -1,0 +1,42 @@
+"""OffsetForLeaderEpoch (key 23), v2-v4 (kio has no v0-v1): how clients check their position
+after a leader change (KIP-320). neve has no leaders and one leader epoch, 0, starting at offset
+0 of every partition (Metadata and Fetch answer epoch 0). So, as Kafka's leader answers from its
+epoch cache: epoch 0 ends at the high watermark (answered as epoch 0); any other epoch (-1, or a
+higher one neve never had) is unknown: epoch -1, end offset -1. A current_leader_epoch above 0
+answers UNKNOWN_LEADER_EPOCH (the client knows a newer epoch than the broker), -1 skips the
+check. replica_id (v3+) is -1 from consumers and -2 from debugging tools; a follower id would be
+answered the same way (neve has no followers)."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import build
+from ..registry import handles
+
+NO_THROTTLE = datetime.timedelta(0)
+EPOCH = 0
+
+
+@handles(23, "OffsetForLeaderEpoch", 2, 4)
+async def offset_for_leader_epoch(ctx, request):
+    r = ctx.response
+    store = ctx.services.metadata
+    topics = store.topics()
+    out = []
+    for topic in request.topics:
+        info = topics.get(topic.topic)
+        parts = []
+        for p in topic.partitions:
+            code, epoch, end = ErrorCode.none, -1, -1
+            if info is None or not 0 <= p.partition < info.partitions:
+                code = ErrorCode.unknown_topic_or_partition
+            elif p.current_leader_epoch > EPOCH:
+                code = ErrorCode.unknown_leader_epoch
+            elif p.leader_epoch == EPOCH:
+                epoch, end = EPOCH, store.high_watermark(info.topic_id, p.partition)
+            parts.append(build(r.EpochEndOffset, error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
+        out.append(build(r.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(parts)))
+    return build(r.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(out))

@@ -1,0 +1,36 @@
+"""AlterConfigs (key 33), v0-v2: each topic resource's configs are replaced by the given set (a
+config left out returns to its default; a null value counts as left out). Every name and value
+is validated first (broker/topic_configs.py): an unknown name or invalid value answers
+INVALID_CONFIG and changes nothing for that resource. validate_only checks without storing. An
+unknown topic answers UNKNOWN_TOPIC_OR_PARTITION; broker resources INVALID_REQUEST (read-only:
+brokers are configured by their node configuration)."""
+
+from __future__ import annotations
+
+import datetime
+
+from ..codec import build, error
+from ..registry import handles
+from ..topic_configs import INVALID_REQUEST, replace_configs, resource_refusal
+
+NO_THROTTLE = datetime.timedelta(0)
+
+
+@handles(33, "AlterConfigs", 0, 2)
+async def alter_configs(ctx, request):
+    r = ctx.response
+    store = ctx.services.metadata
+    responses = []
+    for res in request.resources:
+        names = [c.name for c in res.configs]
+        refusal = resource_refusal(res.resource_type, res.resource_name, store.topics())
+        if refusal is not None:
+            code, message = refusal
+        elif len(set(names)) != len(names):
+            code, message = INVALID_REQUEST, "Error due to duplicate config keys"
+        else:
+            old = store.topics()[res.resource_name].configs
+            new = {c.name: c.value for c in res.configs if c.value is not None}
+            code, message = await replace_configs(store, res.resource_name, old, new, request.validate_only)
+        responses.append(build(r.AlterConfigsResourceResponse, error_code=error(code), error_message=message, resource_type=res.resource_type, resource_name=res.resource_name))
+    return build(r.AlterConfigsResponse, throttle_time=NO_THROTTLE, responses=tuple(responses))

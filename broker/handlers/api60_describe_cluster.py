@@ -1,0 +1,43 @@
+"""DescribeCluster (key 60), v0-v1: the live brokers a client in this zone should use (as Metadata
+answers: broker/locality.py), the cluster id, and as controller the lowest of those node ids
+(neve has no controller; Metadata names the same one). Only the broker endpoint type exists:
+asking for controllers (v1 endpoint_type 2) answers MISMATCHED_ENDPOINT_TYPE, an unknown type
+UNSUPPORTED_ENDPOINT_TYPE. Authorized operations are not reported (no authorizer)."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import build
+from ..locality import brokers_for_zone, client_zone
+from ..registry import handles
+
+NO_THROTTLE = datetime.timedelta(0)
+BROKERS, CONTROLLERS = 1, 2
+NOT_REPORTED = -2147483648
+
+
+@handles(60, "DescribeCluster", 0, 1)
+async def describe_cluster(ctx, request):
+    r = ctx.response
+    s = ctx.services
+    endpoint_type = getattr(request, "endpoint_type", BROKERS)
+    if endpoint_type != BROKERS:
+        code = ErrorCode.mismatched_endpoint_type if endpoint_type == CONTROLLERS else ErrorCode.unsupported_endpoint_type
+        message = f"neve brokers serve endpoint type {BROKERS} (brokers), not {endpoint_type}"
+        return build(r.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=message, endpoint_type=BROKERS, cluster_id=s.cluster_id, controller_id=-1, brokers=(), cluster_authorized_operations=NOT_REPORTED)
+    visible = brokers_for_zone(s.live_brokers(), client_zone(ctx.client_id))
+    brokers = tuple(build(r.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.zone, is_fenced=False) for b in visible)
+    return build(
+        r.DescribeClusterResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        endpoint_type=BROKERS,
+        cluster_id=s.cluster_id,
+        controller_id=min(b.node_id for b in visible),
+        brokers=brokers,
+        cluster_authorized_operations=NOT_REPORTED,
+    )
