@@ -116,7 +116,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
         _c("retention.ms", T.LONG, "604800000", "How long records are kept in the Kafka view (-1: forever). Retention advances the log start offset by whole index entries whose newest timestamp is older than this; the data stays in object storage and the Iceberg table.", broker_synonym="log.retention.ms", minimum=-1),
         _c("retention.bytes", T.LONG, "-1", "The most bytes a partition keeps in the Kafka view before the oldest index entries are hidden (-1: no limit); as in Kafka, whole entries are hidden only while what remains is at least this size.", broker_synonym="log.retention.bytes"),
         _c("cleanup.policy", T.LIST, "delete", "'delete' applies retention.ms and retention.bytes. 'compact' is accepted but keys are not compacted yet (a gap); a policy without 'delete' keeps everything.", broker_synonym="log.cleanup.policy", choices=("compact", "delete")),
-        _c(MAX_MESSAGE_BYTES, T.INT, "", "The largest record batch (default: the broker's message.max.bytes). Produce enforces the broker's limit; a smaller per-topic limit is stored but not enforced yet.", broker_synonym="message.max.bytes", minimum=0),
+        _c(MAX_MESSAGE_BYTES, T.INT, "", "The largest record batch (default: the broker's message.max.bytes); Produce answers MESSAGE_TOO_LARGE for a bigger batch.", broker_synonym="message.max.bytes", minimum=0),
         _c("message.timestamp.type", T.STRING, "CreateTime", "Records keep the producer's CreateTime; LogAppendTime is not supported (a gap).", broker_synonym="log.message.timestamp.type", choices=("CreateTime",), read_only=True),
         _c("compression.type", T.STRING, "producer", "Batches are stored exactly as produced, with the producer's compression; neve never recompresses.", broker_synonym="compression.type", choices=("producer",), read_only=True),
         # neve's own
@@ -206,6 +206,14 @@ class RetentionPolicy:
     @property
     def active(self) -> bool:
         return self.retention_ms >= 0 or self.retention_bytes >= 0
+
+
+def max_message_bytes(configs: Mapping[str, str], broker_default: int) -> int:
+    """The largest record batch Produce accepts for a topic with these configs."""
+    try:
+        return int(configs[MAX_MESSAGE_BYTES])
+    except (KeyError, ValueError):  # unset, or stored before configs were validated
+        return broker_default
 
 
 def retention_policy(configs: Mapping[str, str]) -> RetentionPolicy:

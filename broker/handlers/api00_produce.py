@@ -4,7 +4,8 @@ Each partition's records are validated (magic 2, CRC-32C, lengths) and summarise
 decoding, then handed to the WAL buffer as they are. The response waits until the WAL object is
 stored and its sequencer commit is done; acks=1 and acks=all therefore mean the same thing, and
 acks=0 answers nothing. Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE,
-UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD, MESSAGE_TOO_LARGE, OUT_OF_ORDER_SEQUENCE_NUMBER,
+UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD, MESSAGE_TOO_LARGE (a batch over the
+topic's max.message.bytes, by default the broker's), OUT_OF_ORDER_SEQUENCE_NUMBER,
 INVALID_PRODUCER_EPOCH, and the retriable KAFKA_STORAGE_ERROR / REQUEST_TIMED_OUT when the object
 store or the metadata store fails.
 
@@ -27,6 +28,7 @@ from wal.writer import WalUnavailable
 
 from ..codec import build, error
 from ..registry import handles
+from ..topic_configs import max_message_bytes
 
 log = logging.getLogger("neve.broker.produce")
 NO_THROTTLE = datetime.timedelta(0)
@@ -49,11 +51,9 @@ async def produce(ctx, request):
             if not records:
                 parts.append((p.index, None, ErrorCode.invalid_record, "no records"))
                 continue
-            if len(records) > max_bytes:
-                parts.append((p.index, None, ErrorCode.message_too_large, f"{len(records)} > {max_bytes} bytes"))
-                continue
             try:
-                summary = validate(records)
+                # each batch within the topic's max.message.bytes (else the broker's), as in Kafka
+                summary = validate(records, max_size=max_message_bytes(info.configs, max_bytes))
             except InvalidRecords as e:
                 parts.append((p.index, None, error(e.error_code), str(e)))
                 continue
