@@ -102,3 +102,232 @@ def _record(msg, into: dict[int, list[int]]) -> None:
     p, i = msg.value().decode().split(":")
     assert int(p) == msg.partition() and int(i) == msg.offset()
     into[msg.partition()].append(msg.offset())
+
+
+# --- 1. members join and leave while consuming ----------------------------------------------------
+
+PARTITIONS = 6
+PER_PARTITION = 520  # 3,120 records
+
+
+@dataclass
+class Ledger:
+    """Who processed which record and which of those a successful commit covered. A record is
+    delivered again only if its processor's commit of it failed (or never happened) before the
+    partition moved, so the duplicates must be exactly the records left uncovered."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    deliveries: Counter = field(default_factory=Counter)  # (partition, offset) -> times processed
+    by_member: Counter = field(default_factory=Counter)
+    uncovered: dict = field(default_factory=dict)  # (member, partition) -> offsets not yet committed
+    lost_commits: int = 0  # records whose commit failed
+    assigned: dict = field(default_factory=dict)  # member -> partitions (from rebalance callbacks)
+    limit: int = 0  # members process only while fewer unique records than this were processed
+
+    @property
+    def unique(self) -> int:
+        return len(self.deliveries)
+
+    def gated(self) -> bool:
+        with self.lock:
+            return self.unique >= self.limit
+
+    def processed(self, member: str, partition: int, offset: int) -> None:
+        with self.lock:
+            self.deliveries[(partition, offset)] += 1
+            self.by_member[member] += 1
+            self.uncovered.setdefault((member, partition), []).append(offset)
+
+    def commit_result(self, member: str, partition: int, upto: int, ok: bool) -> None:
+        with self.lock:
+            pending = self.uncovered.get((member, partition), [])
+            done = [o for o in pending if o < upto]
+            self.uncovered[(member, partition)] = [o for o in pending if o >= upto]
+            if not ok:
+                self.lost_commits += len(done)
+
+    def check(self) -> None:
+        assert set(self.deliveries) == {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+        duplicates = sum(n - 1 for n in self.deliveries.values())
+        never_committed = sum(len(v) for v in self.uncovered.values())
+        assert never_committed == 0, f"{never_committed} processed records were never committed"
+        assert duplicates == self.lost_commits, f"{duplicates} duplicates, but only {self.lost_commits} records had a failed commit"
+        for member in ("a", "b", "c"):
+            assert self.by_member[member] > 0, f"member {member} processed nothing: {dict(self.by_member)}"
+
+
+def _confluent_member(bootstrap: str, topic: str, group: str, name: str, ledger: Ledger, stop: threading.Event) -> None:
+    def on_assign(consumer, partitions):
+        with ledger.lock:
+            ledger.assigned[name] = {tp.partition for tp in partitions}
+
+    def on_revoke(consumer, partitions):
+        with ledger.lock:
+            ledger.assigned[name] = set()
+
+    consumer = Consumer(consumer_config(bootstrap, group, **{"client.id": f"member-{name}", "partition.assignment.strategy": "range"}))
+    consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
+    try:
+        paused: set[int] = set()
+        while not stop.is_set():
+            owned = {tp.partition for tp in consumer.assignment()}
+            paused &= owned
+            if ledger.gated() and owned - paused:
+                consumer.pause([TopicPartition(topic, p) for p in owned - paused])  # keep polling: rebalances are served in poll
+                paused = owned
+            elif not ledger.gated() and paused:
+                consumer.resume([TopicPartition(topic, p) for p in paused])
+                paused = set()
+            batch = [m for m in consumer.consume(25, 0.05) if m.error() is None]
+            upto: dict[int, int] = {}
+            for msg in batch:
+                ledger.processed(name, msg.partition(), msg.offset())
+                upto[msg.partition()] = msg.offset() + 1
+            for p, offset in upto.items():
+                try:
+                    consumer.commit(offsets=[TopicPartition(topic, p, offset)], asynchronous=False)
+                    ledger.commit_result(name, p, offset, ok=True)
+                except KafkaException as e:
+                    LOG.info("member %s commit of %d@%d failed: %s", name, p, offset, e)
+                    ledger.commit_result(name, p, offset, ok=False)
+    finally:
+        consumer.close()
+        with ledger.lock:
+            ledger.assigned[name] = set()
+
+
+async def _aiokafka_member(bootstrap: str, topic: str, group: str, name: str, ledger: Ledger, stop: asyncio.Event) -> None:
+    from aiokafka import AIOKafkaConsumer, TopicPartition as TP
+    from aiokafka.abc import ConsumerRebalanceListener
+    from aiokafka.errors import KafkaError as AioKafkaError
+    from aiokafka.structs import OffsetAndMetadata
+
+    class Listener(ConsumerRebalanceListener):
+        async def on_partitions_revoked(self, revoked):
+            with ledger.lock:
+                ledger.assigned[name] = set()
+
+        async def on_partitions_assigned(self, assigned):
+            with ledger.lock:
+                ledger.assigned[name] = {tp.partition for tp in assigned}
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        client_id=f"member-{name}",
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=500,
+        max_poll_interval_ms=20000,
+    )
+    await consumer.start()
+    consumer.subscribe([topic], listener=Listener())
+    try:
+        while not stop.is_set():
+            if ledger.gated():
+                await asyncio.sleep(0.02)  # aiokafka rebalances in its own task; nothing to serve here
+                continue
+            batches = await consumer.getmany(timeout_ms=100, max_records=25)
+            for tp, records in batches.items():
+                for r in records:
+                    ledger.processed(name, tp.partition, r.offset)
+                upto = records[-1].offset + 1
+                try:
+                    await consumer.commit({TP(topic, tp.partition): OffsetAndMetadata(upto, "")})
+                    ledger.commit_result(name, tp.partition, upto, ok=True)
+                except (AioKafkaError, AssertionError) as e:
+                    LOG.info("member %s commit of %d@%d failed: %r", name, tp.partition, upto, e)
+                    ledger.commit_result(name, tp.partition, upto, ok=False)
+    finally:
+        await consumer.stop()
+        with ledger.lock:
+            ledger.assigned[name] = set()
+
+
+def _churn_phases(ledger: Ledger, start, stop_member, wait) -> None:
+    """a alone; then b and c join; then b leaves; each phase consumes about a third."""
+    t0 = time.monotonic()
+    _wait = wait
+
+    def wait(cond, what):
+        _wait(cond, what)
+        LOG.info("phase %s done at %.1fs", what, time.monotonic() - t0)
+    total = PARTITIONS * PER_PARTITION
+    ledger.limit = total // 5
+    start("a")
+    wait(lambda: ledger.unique >= ledger.limit, "member a alone")
+    start("b")
+    start("c")
+    wait(lambda: all(ledger.assigned.get(m) for m in "abc") and set().union(*(ledger.assigned[m] for m in "abc")) == set(range(PARTITIONS)), "a, b, c all assigned")
+    with ledger.lock:
+        ledger.limit = total * 3 // 5
+    wait(lambda: ledger.unique >= ledger.limit and ledger.by_member["b"] > 0 and ledger.by_member["c"] > 0, "three members consuming")
+    stop_member("b")
+    wait(lambda: not ledger.assigned.get("b") and set().union(ledger.assigned.get("a", set()), ledger.assigned.get("c", set())) == set(range(PARTITIONS)), "a and c own everything")
+    with ledger.lock:
+        ledger.limit = total + 1
+    wait(lambda: ledger.unique == total, "every record")
+
+
+@pytest.mark.parametrize("client", ["confluent", "aiokafka"])
+def test_members_join_and_leave_while_consuming(client: str, neve_factory) -> None:
+    node = neve_factory(env=ENV)
+    topic = create_topic(node.bootstrap, PARTITIONS)
+    produce(node.bootstrap, topic, PARTITIONS, PER_PARTITION)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    ledger = Ledger()
+    if client == "confluent":
+        threads, stops = {}, {}
+
+        def start(name):
+            stops[name] = threading.Event()
+            threads[name] = threading.Thread(target=_confluent_member, args=(node.bootstrap, topic, group, name, ledger, stops[name]), daemon=True)
+            threads[name].start()
+
+        def stop_member(name):
+            stops[name].set()
+            threads[name].join(DEADLINE)
+            assert not threads[name].is_alive()
+
+        try:
+            _churn_phases(ledger, start, stop_member, lambda cond, what: wait_for(cond, DEADLINE, what))
+        finally:
+            for name in list(threads):
+                stop_member(name)
+    else:
+        asyncio.run(_aiokafka_churn(node.bootstrap, topic, group, ledger))
+    LOG.info("churn %s: per member %s, lost commits %d", client, dict(ledger.by_member), ledger.lost_commits)
+    ledger.check()
+
+
+async def _aiokafka_churn(bootstrap: str, topic: str, group: str, ledger: Ledger) -> None:
+    tasks, stops = {}, {}
+    loop = asyncio.get_running_loop()
+
+    def start(name):
+        stops[name] = asyncio.Event()
+        tasks[name] = loop.create_task(_aiokafka_member(bootstrap, topic, group, name, ledger, stops[name]))
+
+    pending_stop: list = []
+
+    def stop_member(name):
+        stops[name].set()
+        pending_stop.append(tasks[name])
+
+    # The phases are written as blocking steps; run them in a thread that schedules into this loop.
+    def call(fn, *args):
+        return asyncio.run_coroutine_threadsafe(_call(fn, *args), loop).result(DEADLINE)
+
+    async def _call(fn, *args):
+        fn(*args)
+
+    phases = loop.run_in_executor(None, _churn_phases, ledger, lambda n: call(start, n), lambda n: call(stop_member, n), lambda cond, what: wait_for(cond, DEADLINE, what))
+    try:
+        await phases
+    finally:
+        for name in stops:
+            stops[name].set()
+        results = await asyncio.wait_for(asyncio.gather(*tasks.values(), return_exceptions=True), DEADLINE)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        assert not errors, errors
