@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
 
 from tests.scenarios.records import LOG, create_topic
+from tests.scenarios.test_bad_input import Raw
 
 pytestmark = pytest.mark.integration
 
@@ -331,3 +333,139 @@ async def _aiokafka_churn(bootstrap: str, topic: str, group: str, ledger: Ledger
         results = await asyncio.wait_for(asyncio.gather(*tasks.values(), return_exceptions=True), DEADLINE)
         errors = [r for r in results if isinstance(r, BaseException)]
         assert not errors, errors
+
+
+# --- raw group requests ----------------------------------------------------------------------------
+
+
+def call(raw, body):
+    """Send one kio request on a raw connection and decode its response."""
+    cls = type(body)
+    return raw.response(cls.__api_key__, cls.__version__, raw.request(body))
+
+
+def current_generation(port: int, group: str, member_id: str, upto: int = 20) -> int:
+    """The group's generation, found by heartbeating as `member_id` with 1, 2, ... (a wrong
+    generation is answered ILLEGAL_GENERATION and changes nothing)."""
+    from kio.schema.heartbeat.v4.request import HeartbeatRequest
+
+    raw = Raw(port)
+    try:
+        for generation in range(1, upto):
+            answer = call(raw, HeartbeatRequest(group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None))
+            if answer.error_code == ErrorCode.none:
+                return generation
+            assert answer.error_code == ErrorCode.illegal_generation, answer
+    finally:
+        raw.close()
+    raise AssertionError(f"no generation below {upto} accepted for {member_id}")
+
+
+# --- 3. static membership -----------------------------------------------------------------------------
+
+
+def test_static_member_restarts_without_rebalance(neve_factory) -> None:
+    node = neve_factory(env=ENV)
+    topic = create_topic(node.bootstrap, 4)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    callbacks: Counter = Counter()
+
+    def member(instance: str) -> Consumer:
+        consumer = Consumer(consumer_config(node.bootstrap, group, **{"group.instance.id": instance, "session.timeout.ms": 10000, "partition.assignment.strategy": "range"}))
+        consumer.subscribe(
+            [topic],
+            on_assign=lambda c, ps: callbacks.update([f"{instance} assign"]),
+            on_revoke=lambda c, ps: callbacks.update([f"{instance} revoke"]),
+        )
+        return consumer
+
+    a, b = member("static-a"), member("static-b")
+    wait_for(lambda: len(a.assignment()) + len(b.assignment()) == 4 and len(a.assignment()) == 2, what="both static members assigned", step=lambda: (a.poll(0.05), b.poll(0.05)))
+    a_parts = sorted(tp.partition for tp in a.assignment())
+    b_parts = sorted(tp.partition for tp in b.assignment())
+    generation = current_generation(node.port, group, b.memberid())
+    before = dict(callbacks)
+    old_a_id = a.memberid()
+
+    a.close()  # a static member leaves no LeaveGroup behind: its place is kept for the session timeout
+    a = member("static-a")
+    wait_for(lambda: a.assignment(), what="restarted member assigned", step=lambda: (a.poll(0.05), b.poll(0.05)))
+    assert sorted(tp.partition for tp in a.assignment()) == a_parts
+    assert sorted(tp.partition for tp in b.assignment()) == b_parts
+    assert a.memberid() != old_a_id
+    assert current_generation(node.port, group, b.memberid()) == generation
+    assert current_generation(node.port, group, a.memberid()) == generation
+    after = dict(callbacks)
+    # b saw no rebalance; a's old instance was revoked by its own close, the new one assigned once
+    assert after == {**before, "static-a assign": before["static-a assign"] + 1, "static-a revoke": before["static-a revoke"] + 1}, (before, after)
+    a.close()
+    b.close()
+
+
+# --- 4. the admin group APIs -------------------------------------------------------------------------
+
+
+def test_admin_group_apis(neve_factory) -> None:
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions
+
+    node = neve_factory(env=ENV)
+    topic = create_topic(node.bootstrap, 2)
+    produce(node.bootstrap, topic, 2, 5)
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, "logger": LOG})
+    live, idle = f"live-{uuid.uuid4().hex[:8]}", f"idle-{uuid.uuid4().hex[:8]}"
+
+    consumer = Consumer(consumer_config(node.bootstrap, live, **{"client.id": "admin-test"}))
+    consumer.subscribe([topic])
+    poll_assignment(consumer)
+    consumer.commit(offsets=[TopicPartition(topic, 0, 3), TopicPartition(topic, 1, 5)], asynchronous=False)
+    # An assign()-only group: simple commits (generation -1, no member) through AdminClient.
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions(idle, [TopicPartition(topic, 0, 2), TopicPartition(topic, 1, 4)])])[idle].result(10)
+
+    listed = admin.list_consumer_groups(request_timeout=10).result(10)
+    assert not listed.errors
+    states = {g.group_id: (g.state, g.is_simple_consumer_group) for g in listed.valid}
+    assert states == {live: (ConsumerGroupState.STABLE, False), idle: (ConsumerGroupState.EMPTY, True)}
+    stable_only = admin.list_consumer_groups(request_timeout=10, states={ConsumerGroupState.STABLE}).result(10)
+    assert [g.group_id for g in stable_only.valid] == [live]
+
+    described = {g: f.result(10) for g, f in admin.describe_consumer_groups([live, idle], request_timeout=10).items()}
+    d = described[live]
+    assert (d.state, d.partition_assignor, d.is_simple_consumer_group) == (ConsumerGroupState.STABLE, "range", False)
+    assert [(m.member_id, m.client_id) for m in d.members] == [(consumer.memberid(), "admin-test")]
+    assert sorted(tp.partition for tp in d.members[0].assignment.topic_partitions) == [0, 1]
+    assert (described[idle].state, described[idle].members) == (ConsumerGroupState.EMPTY, [])
+
+    def offsets(group):
+        result = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(10)
+        return {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
+
+    assert offsets(live) == {(topic, 0): 3, (topic, 1): 5}
+    assert offsets(idle) == {(topic, 0): 2, (topic, 1): 4}
+
+    # OffsetDelete (no AdminClient call in the Python binding): refused for the live group's topic.
+    from kio.schema.offset_delete.v0.request import OffsetDeleteRequest, OffsetDeleteRequestPartition, OffsetDeleteRequestTopic
+
+    def offset_delete(group, partitions, name=topic):
+        raw = Raw(node.port)
+        try:
+            return call(raw, OffsetDeleteRequest(group_id=group, topics=(OffsetDeleteRequestTopic(name=name, partitions=tuple(OffsetDeleteRequestPartition(partition_index=p) for p in partitions)),)))
+        finally:
+            raw.close()
+
+    answer = offset_delete(live, [0])
+    assert (answer.error_code, answer.topics[0].partitions[0].error_code) == (ErrorCode.none, ErrorCode.group_subscribed_to_topic)
+    answer = offset_delete(idle, [0, 7])
+    assert [p.error_code for p in answer.topics[0].partitions] == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+    assert offsets(idle) == {(topic, 1): 4}  # all offsets of the group: the deleted one is gone
+    assert offset_delete(f"nobody-{uuid.uuid4().hex[:6]}", [0]).error_code == ErrorCode.group_id_not_found
+
+    deleted = admin.delete_consumer_groups([live, idle], request_timeout=10)
+    with pytest.raises(KafkaException) as refused:
+        deleted[live].result(10)
+    assert refused.value.args[0].code() == KafkaError.NON_EMPTY_GROUP
+    deleted[idle].result(10)
+    consumer.close()
+    admin.delete_consumer_groups([live], request_timeout=10)[live].result(10)
+    listed = admin.list_consumer_groups(request_timeout=10).result(10)
+    assert [g.group_id for g in listed.valid] == []
+    assert offsets(live) == {}
