@@ -468,3 +468,69 @@ def test_admin_group_apis(neve_factory) -> None:
     listed = admin.list_consumer_groups(request_timeout=10).result(10)
     assert [g.group_id for g in listed.valid] == []
     assert offsets(live) == {}
+
+
+# --- 6. bad group requests -----------------------------------------------------------------------------
+
+
+def test_bad_group_requests_get_error_codes(neve_factory) -> None:
+    import datetime
+
+    from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
+    from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
+    from kio.schema.sync_group.v5.request import SyncGroupRequest
+
+    node = neve_factory(env=ENV)
+    topic = create_topic(node.bootstrap, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    raw = Raw(node.port)
+
+    def join(member_id="", session_s=10, protocol_type="consumer", protocols=("range",)):
+        return call(
+            raw,
+            JoinGroupRequest(
+                group_id=group,
+                session_timeout=datetime.timedelta(seconds=session_s),
+                rebalance_timeout=datetime.timedelta(seconds=10),
+                member_id=member_id,
+                group_instance_id=None,
+                protocol_type=protocol_type,
+                protocols=tuple(JoinGroupRequestProtocol(name=p, metadata=b"") for p in protocols),
+            ),
+        )
+
+    def heartbeat(generation, member_id):
+        from kio.schema.heartbeat.v4.request import HeartbeatRequest
+
+        return call(raw, HeartbeatRequest(group_id=group, generation_id=generation, member_id=member_id, group_instance_id=None)).error_code
+
+    assert join(session_s=7 * 24 * 3600).error_code == ErrorCode.invalid_session_timeout
+    assert join(protocol_type="").error_code == ErrorCode.inconsistent_group_protocol
+    first = join()
+    assert first.error_code == ErrorCode.member_id_required and first.member_id
+    joined = join(first.member_id)
+    assert (joined.error_code, joined.generation_id, joined.leader, joined.member_id) == (ErrorCode.none, 1, first.member_id, first.member_id)
+    assert join(protocol_type="connect").error_code == ErrorCode.inconsistent_group_protocol  # foreign to the group
+    assert join(protocols=("sticky-only",)).error_code == ErrorCode.inconsistent_group_protocol
+    unknown_sync = call(raw, SyncGroupRequest(group_id=group, generation_id=1, member_id="nobody", group_instance_id=None, protocol_type="consumer", protocol_name="range", assignments=()))
+    assert unknown_sync.error_code == ErrorCode.unknown_member_id
+    assert heartbeat(1, first.member_id) == ErrorCode.none  # awaiting the sync: heartbeats are fine (as Kafka)
+    synced = call(raw, SyncGroupRequest(group_id=group, generation_id=1, member_id=first.member_id, group_instance_id=None, protocol_type="consumer", protocol_name="range", assignments=()))
+    assert (synced.error_code, synced.assignment) == (ErrorCode.none, b"")
+    assert heartbeat(1, first.member_id) == ErrorCode.none
+    assert heartbeat(7, first.member_id) == ErrorCode.illegal_generation
+    assert heartbeat(1, "nobody") == ErrorCode.unknown_member_id
+    found = call(raw, FindCoordinatorRequest(key_type=1, coordinator_keys=("txn-1",))).coordinators[0]
+    assert found.error_code == ErrorCode.transactional_id_authorization_failed
+    found = call(raw, FindCoordinatorRequest(key_type=0, coordinator_keys=(group,))).coordinators[0]
+    assert (found.error_code, found.port) == (ErrorCode.none, node.port)
+    raw.close()
+
+    # The broker keeps serving: a real consumer group works afterwards.
+    produce(node.bootstrap, topic, 1, 3)
+    consumer = Consumer(consumer_config(node.bootstrap, f"after-{group}"))
+    consumer.subscribe([topic])
+    got: dict[int, list[int]] = {0: []}
+    wait_for(lambda: len(got[0]) == 3, what="3 records", step=lambda: _record(consumer.poll(0.2), got))
+    consumer.close()
+    assert got == {0: [0, 1, 2]}
