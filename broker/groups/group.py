@@ -436,8 +436,7 @@ class Group:
         for m in self.members.values():
             self._touch(m)
         if self.state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE):
-            self.state = GroupState.STABLE  # so _prepare_rebalance resets assignments cleanly
-            self._prepare_rebalance()
+            self._prepare_rebalance()  # the leader's assignments may never have arrived
 
     def shutdown(self, code: int) -> None:
         """This broker stops owning the group (deleted, or coordination moved): answer every
