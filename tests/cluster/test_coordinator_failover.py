@@ -60,7 +60,7 @@ def test_coordinator_failover_keeps_group_and_offsets(cluster_factory) -> None:
         t.start()
     try:
         # both members consume half the records and commit them; then they pause (the gate)
-        wait_for(lambda: ledger.unique >= ledger.limit and ledger.all_committed() and all(ledger.assigned.get(m) for m in "ab"), DEADLINE, "both members assigned, half the records consumed and committed")
+        wait_for(lambda: ledger.unique >= ledger.limit and ledger.all_committed() and all(ledger.assigned.get(m) and ledger.by_member[m] for m in "ab"), DEADLINE, "both members assigned, half the records consumed and committed")
         before = fetch_offsets(ports[coordinator], group)
         with ledger.lock:
             consumed_upto = {(topic, p): max(o for q, o in ledger.deliveries if q == p) + 1 for p in {q for q, _ in ledger.deliveries}}

@@ -124,15 +124,17 @@ class Ledger:
     uncovered: dict = field(default_factory=dict)  # (member, partition) -> offsets not yet committed
     lost_commits: int = 0  # records whose commit failed
     assigned: dict = field(default_factory=dict)  # member -> partitions (from rebalance callbacks)
-    limit: int = 0  # members process only while fewer unique records than this were processed
+    limit: int = 0  # members pause once this many distinct records were processed
 
     @property
     def unique(self) -> int:
         return len(self.deliveries)
 
-    def gated(self) -> bool:
+    def gated(self, member: str) -> bool:
+        """Whether `member` must pause: the limit is reached and it has had its share (a late
+        joiner still gets its first records, so every phase sees every member consume)."""
         with self.lock:
-            return self.unique >= self.limit
+            return self.unique >= self.limit and self.by_member[member] > 0
 
     def processed(self, member: str, partition: int, offset: int) -> None:
         with self.lock:
@@ -179,7 +181,7 @@ def _confluent_member(bootstrap: str, topic: str, group: str, name: str, ledger:
         while not stop.is_set():
             # Gate by pausing (not by not polling: librdkafka serves rebalances in poll). Applied
             # again whenever the assignment changes: a reassigned partition may keep its pause.
-            wanted = (ledger.gated(), frozenset(tp.partition for tp in consumer.assignment()))
+            wanted = (ledger.gated(name), frozenset(tp.partition for tp in consumer.assignment()))
             if wanted != applied and wanted[1]:
                 partitions = [TopicPartition(topic, p) for p in wanted[1]]
                 consumer.pause(partitions) if wanted[0] else consumer.resume(partitions)
@@ -231,7 +233,7 @@ async def _aiokafka_member(bootstrap: str, topic: str, group: str, name: str, le
     consumer.subscribe([topic], listener=Listener())
     try:
         while not stop.is_set():
-            if ledger.gated():
+            if ledger.gated(name):
                 await asyncio.sleep(0.02)  # aiokafka rebalances in its own task; nothing to serve here
                 continue
             batches = await consumer.getmany(timeout_ms=100, max_records=25)
@@ -257,7 +259,10 @@ def _churn_phases(ledger: Ledger, start, stop_member, wait) -> None:
     _wait = wait
 
     def wait(cond, what):
-        _wait(cond, what)
+        try:
+            _wait(cond, what)
+        except AssertionError as e:
+            raise AssertionError(f"{e}; assigned {ledger.assigned}, processed per member {dict(ledger.by_member)}, unique {ledger.unique}, limit {ledger.limit}") from None
         LOG.info("phase %s done at %.1fs", what, time.monotonic() - t0)
     total = PARTITIONS * PER_PARTITION
     ledger.limit = total // 5
