@@ -58,7 +58,7 @@ def wait_for(condition, timeout: float = DEADLINE, what: str = "condition", step
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
         if step is not None:
             step()
         else:
