@@ -121,7 +121,12 @@ class GroupCoordinator:
             return self.groups[group_id]
         if data is None:
             return None
-        group = state.decode(group_id, data, Group(group_id, self._on_change))
+        try:
+            group = state.decode(group_id, data, Group(group_id, self._on_change))
+        except (ValueError, KeyError, TypeError) as e:
+            # Unreadable (a newer version, or damaged): start afresh; members rejoin, offsets are kept apart.
+            log.error("group_state_unreadable", extra={"group": group_id, "error": repr(e)})
+            return None
         if not self.owns(group_id):
             raise GroupError(NOT_COORDINATOR)
         self.groups[group_id] = group

@@ -280,3 +280,10 @@ async def test_group_moving_away_answers_waiting_joins(store):
         await c.heartbeat(group, 1, a.member_id, None)
     assert e.value.code == NOT_COORDINATOR
     assert (await settle(waiting)).error == NOT_COORDINATOR
+
+
+async def test_unreadable_stored_state_starts_the_group_afresh(store):
+    await store.save_group("g", b'{"v": 99}')
+    c = make(store)
+    joined = await settle(join(c, "g"))
+    assert (joined.error, joined.generation) == (NONE, 1)
