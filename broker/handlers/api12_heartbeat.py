@@ -1,5 +1,6 @@
 """Heartbeat (key 12), v0-v4 (v3+ carries group.instance.id). Keeps a member's session alive;
-answers REBALANCE_IN_PROGRESS while the group rebalances (the member then rejoins),
+answers REBALANCE_IN_PROGRESS while the group gathers its members (the member then rejoins; once
+joined and waiting for the leader's SyncGroup, heartbeats are accepted, as Kafka does),
 ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID for stale members and NOT_COORDINATOR
 when another broker owns the group."""
 

@@ -34,13 +34,13 @@ def find_coordinator(port: int, group: str) -> int:
     return answer.node_id
 
 
-def fetch_offsets(port: int, group: str) -> dict[tuple[str, int], int]:
+def fetch_offsets(port: int, group: str, expect: ErrorCode = ErrorCode.none) -> dict[tuple[str, int], int]:
     raw = Raw(port)
     try:
         answer = call(raw, OffsetFetchRequest(groups=(OffsetFetchRequestGroup(group_id=group, topics=None),), require_stable=True)).groups[0]
     finally:
         raw.close()
-    assert answer.error_code == ErrorCode.none, answer
+    assert answer.error_code == expect, answer
     return {(t.name, p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions}
 
 
@@ -52,6 +52,9 @@ def test_coordinator_failover_keeps_group_and_offsets(cluster_factory) -> None:
     ports = {i: node.port for i, node in enumerate(cluster.nodes)}
     coordinator = find_coordinator(ports[0], group)
     assert all(find_coordinator(port, group) == coordinator for port in ports.values())  # one coordinator, whatever the zone
+    for i, port in ports.items():
+        if i != coordinator:
+            fetch_offsets(port, group, expect=ErrorCode.not_coordinator)
 
     # a quarter first: less than the records of any two partitions, so a member that joins late
     # still finds records of its own to consume before both pause
