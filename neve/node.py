@@ -104,6 +104,7 @@ class Node:
         )
         settings = replace(broker_settings(c), storage=self.object_store_url.split("?", 1)[0])
         services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent))
+        self.services = services
         self.server = KafkaServer(services)
         try:
             await self.server.start()
@@ -137,7 +138,9 @@ class Node:
             if task is not None:
                 task.cancel()
         if self.server is not None:
+            self.services.coordinator.close()  # answer waiting joins/syncs before connections close
             await self.server.stop()
+            await self.services.coordinator.flush()  # group state writes already under way
             await self.wal.close()
             await self.metadata.close()
             await self.objects.close()
