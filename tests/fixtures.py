@@ -194,7 +194,9 @@ class SeaweedFS(ServerProcess):
         if not self.ports:
             self.ports = {flag: free_port() for flag in self.PORT_FLAGS}
         args = [_bin("weed"), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-bucket={self.bucket}", f"-tableBucket={self.table_bucket}", "-webdav=false", "-admin.ui=false"]
+                f"-bucket={self.bucket}", f"-tableBucket={self.table_bucket}", "-webdav=false", "-admin.ui=false",
+                # the Lance namespace server would take fixed port 9101 in every instance; no telemetry off-box
+                "-s3.port.lance=0", "-master.telemetry=false"]
         args += [f"-{flag}={port}" for flag, port in self.ports.items()]
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
         self._spawn(args, env={"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET})
