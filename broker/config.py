@@ -20,5 +20,7 @@ class BrokerSettings:
     max_message_bytes: int = 10 * 1024 * 1024
     fetch_max_bytes: int = 50 * 1024 * 1024
     produce_timeout_ms: int = 30000
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
     fault_drop_produce_response_every: int = 0
     storage: str = ""  # where the data lives (object store URL without its query), for DescribeLogDirs

@@ -30,7 +30,13 @@ class Services:
         if self.coordinator is None:
             from .groups.coordinator import GroupCoordinator
 
-            self.coordinator = GroupCoordinator(self.metadata, self.live_brokers, lambda: self.settings.node_id)
+            self.coordinator = GroupCoordinator(
+                self.metadata,
+                self.live_brokers,
+                lambda: self.settings.node_id,
+                consumer_session_timeout_ms=self.settings.group_consumer_session_timeout_ms,
+                consumer_heartbeat_interval_ms=self.settings.group_consumer_heartbeat_interval_ms,
+            )
 
     def live_brokers(self):
         """Registered live brokers (never empty: this broker is always live to itself)."""

@@ -41,6 +41,13 @@ class BrokerConfig:
     """Upper bound on one Fetch response, whatever the client asks."""
     metrics_port: int = 0
     """Prometheus metrics HTTP port on `host`; 0: disabled."""
+    group_consumer_session_timeout_ms: int = 45_000
+    """KIP-848 consumer groups (group.protocol=consumer): a member silent this long is removed
+    (Kafka's group.consumer.session.timeout.ms)."""
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    """KIP-848 consumer groups: the heartbeat interval given to members; a member waiting for
+    partitions another member releases learns of them on its next heartbeat
+    (Kafka's group.consumer.heartbeat.interval.ms)."""
     retention_check_interval_ms: int = 300_000
     """How often each broker applies topics' retention.ms / retention.bytes by advancing log start
     offsets (Kafka's log.retention.check.interval.ms); 0 disables retention."""

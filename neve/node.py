@@ -49,6 +49,8 @@ def broker_settings(config: Config) -> BrokerSettings:
         # answer after the writer's own deadline (upload, then a commit bounded by the store's timeouts)
         produce_timeout_ms=config.wal.upload_timeout_ms + 15_000,
         fault_drop_produce_response_every=config.faults.drop_produce_response_every,
+        group_consumer_session_timeout_ms=b.group_consumer_session_timeout_ms,
+        group_consumer_heartbeat_interval_ms=b.group_consumer_heartbeat_interval_ms,
     )
 
 

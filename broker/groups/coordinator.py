@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from metadata.model import CommittedOffset
 from metadata.store import MetadataError, TopicPartition
 
-from . import state
-from .group import COORDINATOR_NOT_AVAILABLE, NONE, NOT_COORDINATOR, UNKNOWN_MEMBER_ID, Group, GroupError, GroupState, JoinResult, SyncResult
+from . import consumer_group, state
+from .consumer_group import ConsumerGroup, Heartbeat, HeartbeatResult
+from .group import COORDINATOR_NOT_AVAILABLE, INCONSISTENT_GROUP_PROTOCOL, NONE, NOT_COORDINATOR, UNKNOWN_MEMBER_ID, Group, GroupError, GroupState, JoinResult, SyncResult
 
 log = logging.getLogger("neve.broker.groups")
 
@@ -60,13 +61,17 @@ class GroupCoordinator:
         *,
         min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
         max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
+        consumer_session_timeout_ms: int = consumer_group.SESSION_TIMEOUT_MS,
+        consumer_heartbeat_interval_ms: int = consumer_group.HEARTBEAT_INTERVAL_MS,
     ) -> None:
         self.metadata = metadata
         self.live_brokers = live_brokers
         self.node_id = node_id
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
-        self.groups: dict[str, Group] = {}
+        self.consumer_session_timeout_ms = consumer_session_timeout_ms
+        self.consumer_heartbeat_interval_ms = consumer_heartbeat_interval_ms
+        self.groups: dict[str, Group | ConsumerGroup] = {}
         self._loading: dict[str, asyncio.Future] = {}
         self._save_locks: dict[str, asyncio.Lock] = {}
         self._saves: set[asyncio.Task] = set()
@@ -96,7 +101,7 @@ class GroupCoordinator:
         if not self.owns(group_id):
             raise GroupError(NOT_COORDINATOR)
 
-    async def group(self, group_id: str, create: bool = False) -> Group | None:
+    async def group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
         """The group's live state, loaded from the store the first time; None if it has no stored
         state (and `create` is false). Raises GroupError(NOT_COORDINATOR) if another broker owns it."""
         self.check_owner(group_id)
@@ -122,7 +127,8 @@ class GroupCoordinator:
         if data is None:
             return None
         try:
-            group = state.decode(group_id, data, Group(group_id, self._on_change))
+            empty = self._new_consumer_group(group_id) if state.group_type(data) == ConsumerGroup.TYPE else Group(group_id, self._on_change)
+            group = state.decode(group_id, data, empty)
         except (ValueError, KeyError, TypeError) as e:
             # Unreadable (a newer version, or damaged): start afresh; members rejoin, offsets are kept apart.
             log.error("group_state_unreadable", extra={"group": group_id, "error": repr(e)})
@@ -131,13 +137,22 @@ class GroupCoordinator:
             raise GroupError(NOT_COORDINATOR)
         self.groups[group_id] = group
         group.start_sessions()
-        log.info("group_loaded", extra={"group": group_id, "generation": group.generation, "members": len(group.members), "state": group.state.value})
+        log.info("group_loaded", extra={"group": group_id, "type": _type(group), "members": len(group.members)})
         return group
+
+    def _new_consumer_group(self, group_id: str) -> ConsumerGroup:
+        return ConsumerGroup(group_id, self._on_change, session_timeout_ms=self.consumer_session_timeout_ms, heartbeat_interval_ms=self.consumer_heartbeat_interval_ms)
+
+    def _replace(self, old: Group | ConsumerGroup, new: Group | ConsumerGroup) -> None:
+        """An empty group of one type becomes a group of the other type (as Kafka converts them)."""
+        old.shutdown(COORDINATOR_NOT_AVAILABLE)
+        self.groups[new.group_id] = new
+        log.info("group_type_changed", extra={"group": new.group_id, "type": _type(new)})
 
     # -- persistence ----------------------------------------------------------------------------------
 
     def _on_change(self, group: Group) -> None:
-        data = None if group.state is GroupState.DEAD else state.encode(group)
+        data = None if _dead(group) else state.encode(group)
         task = asyncio.ensure_future(self._save(group.group_id, data))
         self._saves.add(task)
         task.add_done_callback(self._saves.discard)
@@ -168,22 +183,47 @@ class GroupCoordinator:
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
             return JoinResult(INVALID_SESSION_TIMEOUT, member_id=member_id)
         group = await self.group(group_id, create=True)
+        if isinstance(group, ConsumerGroup):
+            if not group.is_empty:
+                return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)  # a consumer-protocol group
+            self._replace(group, group := Group(group_id, self._on_change))
         fut = group.join(member_id, instance_id, protocol_type, list(protocols), session_timeout_ms, rebalance_timeout_ms, client_id, client_host, require_known_member_id)
         return await fut
 
     async def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None, protocol_type: str | None, protocol_name: str | None, assignments: Mapping[str, bytes]):
         group = await self.group(group_id)
-        if group is None:
+        if group is None or isinstance(group, ConsumerGroup):
             return SyncResult(UNKNOWN_MEMBER_ID)
         return await group.sync(generation, member_id, instance_id, protocol_type, protocol_name, dict(assignments))
 
     async def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> int:
         group = await self.group(group_id)
-        return UNKNOWN_MEMBER_ID if group is None else group.heartbeat(generation, member_id, instance_id)
+        return UNKNOWN_MEMBER_ID if group is None or isinstance(group, ConsumerGroup) else group.heartbeat(generation, member_id, instance_id)
 
     async def leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[int]:
         group = await self.group(group_id)
-        return [UNKNOWN_MEMBER_ID if group is None else group.leave(m, i) for m, i in members]
+        return [UNKNOWN_MEMBER_ID if group is None or isinstance(group, ConsumerGroup) else group.leave(m, i) for m, i in members]
+
+    async def consumer_heartbeat(self, group_id: str, heartbeat: Heartbeat) -> HeartbeatResult:
+        """A KIP-848 ConsumerGroupHeartbeat. A non-empty classic group of that id answers
+        GROUP_ID_NOT_FOUND (no online upgrade); an empty one becomes a consumer group."""
+        group = await self.group(group_id)
+        if isinstance(group, Group):
+            if not group.is_empty or group.pending:
+                return HeartbeatResult(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", heartbeat.member_id or None)
+            self._replace(group, group := self._new_consumer_group(group_id))
+        elif group is None:
+            if heartbeat.member_epoch != 0:
+                return HeartbeatResult(UNKNOWN_MEMBER_ID, f"Group {group_id} has no member {heartbeat.member_id}.", heartbeat.member_id or None)
+            group = self.groups.setdefault(group_id, self._new_consumer_group(group_id))
+        return group.heartbeat(heartbeat, self.metadata.topics())
+
+    async def describe_consumer_group(self, group_id: str) -> ConsumerGroup:
+        """ConsumerGroupDescribe: GROUP_ID_NOT_FOUND unless it is a consumer-protocol group."""
+        group = await self.group(group_id)
+        if not isinstance(group, ConsumerGroup) or group.deleted:
+            raise GroupError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+        return group
 
     # -- offsets ----------------------------------------------------------------------------------------
 
@@ -201,8 +241,16 @@ class GroupCoordinator:
                 return COORDINATOR_NOT_AVAILABLE
         return code
 
-    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+    async def fetch_offsets(self, group_id: str, member_id: str | None = None, member_epoch: int = -1) -> dict[TopicPartition, CommittedOffset]:
+        """Committed offsets; a member of a consumer-protocol group naming itself (OffsetFetch v9)
+        must give its current epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID otherwise)."""
         self.check_owner(group_id)
+        if member_id is not None:
+            group = await self.group(group_id)
+            if isinstance(group, ConsumerGroup):
+                code = group.validate_fetch(member_id, member_epoch)
+                if code != NONE:
+                    raise GroupError(code)
         try:
             return await self.metadata.fetch_offsets(group_id)
         except MetadataError as e:
@@ -221,7 +269,7 @@ class GroupCoordinator:
         group = await self.group(group_id)
         return group is not None or bool(await self.fetch_offsets(group_id))
 
-    async def describe(self, group_id: str) -> Group | None:
+    async def describe(self, group_id: str) -> Group | ConsumerGroup | None:
         """The group, or None when nothing is known of it (Kafka answers Dead)."""
         group = await self.group(group_id)
         if group is None and await self.fetch_offsets(group_id):
@@ -230,6 +278,11 @@ class GroupCoordinator:
 
     async def list(self) -> list[tuple[str, str, str]]:
         """(group id, protocol type, state) of every group this broker coordinates."""
+        return [(name, protocol_type, group_state) for name, protocol_type, group_state, _ in await self.listing()]
+
+    async def listing(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type "classic"/"consumer") of every group this
+        broker coordinates."""
         try:
             names = await self.metadata.list_groups()
         except MetadataError as e:
@@ -244,9 +297,12 @@ class GroupCoordinator:
             except GroupError:
                 continue
             if group is None:
-                out.append((name, "", GroupState.EMPTY.value))
+                out.append((name, "", GroupState.EMPTY.value, "classic"))
+            elif isinstance(group, ConsumerGroup):
+                if not group.deleted:
+                    out.append((name, ConsumerGroup.TYPE, group.state_name, ConsumerGroup.TYPE))
             elif group.state is not GroupState.DEAD:
-                out.append((name, group.protocol_type or "", group.state.value))
+                out.append((name, group.protocol_type or "", group.state.value, "classic"))
         return out
 
     async def delete(self, group_id: str) -> int:
@@ -258,7 +314,10 @@ class GroupCoordinator:
         try:
             await self.metadata.delete_offsets(group_id)
             if group is not None:
-                group.state = GroupState.DEAD
+                if isinstance(group, ConsumerGroup):
+                    group.deleted = True
+                else:
+                    group.state = GroupState.DEAD
                 group.shutdown(COORDINATOR_NOT_AVAILABLE)
                 self.groups.pop(group_id, None)
                 self._on_change(group)
@@ -266,3 +325,11 @@ class GroupCoordinator:
         except MetadataError as e:
             raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
         return NONE
+
+
+def _dead(group: Group | ConsumerGroup) -> bool:
+    return group.deleted if isinstance(group, ConsumerGroup) else group.state is GroupState.DEAD
+
+
+def _type(group: Group | ConsumerGroup) -> str:
+    return ConsumerGroup.TYPE if isinstance(group, ConsumerGroup) else "classic"

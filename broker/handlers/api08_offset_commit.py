@@ -6,7 +6,8 @@ while the group waits for the leader's assignments get REBALANCE_IN_PROGRESS). "
 (generation -1, no member: consumers using assign()) are accepted while the group has no members,
 as Kafka does. Each partition gets its own answer: UNKNOWN_TOPIC_OR_PARTITION for partitions that
 do not exist, OFFSET_METADATA_TOO_LARGE over 4096 bytes of metadata. Offsets are durable in the
-metadata store before the answer. retention_time (v2-v4) is accepted and ignored: offsets are kept
+metadata store before the answer. In a KIP-848 consumer group generation_id_or_member_epoch is
+the member epoch: an old one gets STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID. retention_time (v2-v4) is accepted and ignored: offsets are kept
 until the group or the topic is deleted."""
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 Offsets are read from the metadata store (never a cache), so a new coordinator returns every
 offset committed through the old one. topics=None (v2+) returns every committed offset of the
 group (of topics that still exist); a partition without a commit answers offset -1. require_stable
-(v7+) is trivially honoured: there are no transactional offsets to wait for. Errors are per group
+(v7+) is trivially honoured: there are no transactional offsets to wait for. v9 members of a
+KIP-848 group name themselves and their epoch: UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH otherwise. Errors are per group
 (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE); v1 has only per-partition error codes, so they go
 there."""
 
@@ -20,12 +21,12 @@ from ..registry import handles
 NO_THROTTLE = datetime.timedelta(0)
 
 
-async def _fetch_group(ctx, group_id: str, wanted, cls) -> tuple[int, list]:
+async def _fetch_group(ctx, group_id: str, wanted, cls, member: tuple[str | None, int] = (None, -1)) -> tuple[int, list]:
     """(group error code, topics) for one group; `cls` names the version's (topic, partition) classes."""
     topic_cls, partition_cls = cls
     store = ctx.services.metadata
     try:
-        committed = await ctx.services.coordinator.fetch_offsets(group_id)
+        committed = await ctx.services.coordinator.fetch_offsets(group_id, *member)
         code = 0
     except GroupError as e:
         committed, code = {}, e.code
@@ -64,7 +65,8 @@ async def offset_fetch(ctx, request):
         groups = []
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            code, topics = await _fetch_group(ctx, g.group_id, wanted, (r.OffsetFetchResponseTopics, r.OffsetFetchResponsePartitions))
+            member = (getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+            code, topics = await _fetch_group(ctx, g.group_id, wanted, (r.OffsetFetchResponseTopics, r.OffsetFetchResponsePartitions), member)
             groups.append(build(r.OffsetFetchResponseGroup, group_id=g.group_id, topics=tuple(topics), error_code=error(code)))
         return build(r.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]

@@ -1,7 +1,9 @@
 """DescribeGroups (key 15), v0-v5: state, protocol type, chosen protocol and members (with the
 chosen protocol's metadata and their assignment) of each group. A group nothing is known of is
 Dead with no error (as Kafka answers up to v5); a group with only committed offsets is Empty.
-Groups coordinated elsewhere get NOT_COORDINATOR. Authorized operations are not computed."""
+Groups coordinated elsewhere get NOT_COORDINATOR. A KIP-848 consumer group shows protocol type
+"consumer", its ConsumerGroupState name and its members without metadata or assignment (those
+are in ConsumerGroupDescribe). Authorized operations are not computed."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from ..codec import build, error
+from ..groups.consumer_group import ConsumerGroup
 from ..groups.group import GroupError, GroupState
 from ..registry import handles
 
@@ -30,6 +33,14 @@ async def describe_groups(ctx, request):
             continue
         if group is None:
             out.append(build(r.DescribedGroup, error_code=ErrorCode.none, group_state=GroupState.DEAD.value, **fields))
+            continue
+        if isinstance(group, ConsumerGroup):
+            members = tuple(
+                build(r.DescribedGroupMember, member_id=m.member_id, group_instance_id=m.instance_id, client_id=m.client_id, client_host=m.client_host, member_metadata=b"", member_assignment=b"")
+                for m in group.members.values()
+            )
+            fields.update(protocol_type=ConsumerGroup.TYPE, members=members)
+            out.append(build(r.DescribedGroup, error_code=ErrorCode.none, group_state=group.state_name, **fields))
             continue
         stable = group.state is GroupState.STABLE
         members = tuple(

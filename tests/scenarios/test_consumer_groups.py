@@ -165,16 +165,19 @@ class Ledger:
             assert self.by_member[member] > 0, f"member {member} processed nothing: {dict(self.by_member)}"
 
 
-def _confluent_member(bootstrap: str, topic: str, group: str, name: str, ledger: Ledger, stop: threading.Event) -> None:
+def _confluent_member(bootstrap: str, topic: str, group: str, name: str, ledger: Ledger, stop: threading.Event, configure=lambda config: config) -> None:
+    """`configure` adapts the consumer's configuration (the KIP-848 test sets group.protocol).
+    The callbacks track changes, so they serve eager (whole assignment) and incremental rebalances."""
+
     def on_assign(consumer, partitions):
         with ledger.lock:
-            ledger.assigned[name] = {tp.partition for tp in partitions}
+            ledger.assigned[name] = ledger.assigned.get(name, set()) | {tp.partition for tp in partitions}
 
     def on_revoke(consumer, partitions):
         with ledger.lock:
-            ledger.assigned[name] = set()
+            ledger.assigned[name] = ledger.assigned.get(name, set()) - {tp.partition for tp in partitions}
 
-    consumer = Consumer(consumer_config(bootstrap, group, **{"client.id": f"member-{name}", "partition.assignment.strategy": "range", "session.timeout.ms": 10000}))
+    consumer = Consumer(configure(consumer_config(bootstrap, group, **{"client.id": f"member-{name}", "partition.assignment.strategy": "range", "session.timeout.ms": 10000})))
     consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
     try:
         applied = None
@@ -289,27 +292,32 @@ def test_members_join_and_leave_while_consuming(client: str, neve_factory) -> No
     group = f"g-{uuid.uuid4().hex[:8]}"
     ledger = Ledger()
     if client == "confluent":
-        threads, stops = {}, {}
-
-        def start(name):
-            stops[name] = threading.Event()
-            threads[name] = threading.Thread(target=_confluent_member, args=(node.bootstrap, topic, group, name, ledger, stops[name]), daemon=True)
-            threads[name].start()
-
-        def stop_member(name):
-            stops[name].set()
-            threads[name].join(DEADLINE)
-            assert not threads[name].is_alive()
-
-        try:
-            _churn_phases(ledger, start, stop_member, lambda cond, what: wait_for(cond, DEADLINE, what))
-        finally:
-            for name in list(threads):
-                stop_member(name)
+        _confluent_churn(node.bootstrap, topic, group, ledger)
     else:
         asyncio.run(_aiokafka_churn(node.bootstrap, topic, group, ledger))
     LOG.info("churn %s: per member %s, lost commits %d", client, dict(ledger.by_member), ledger.lost_commits)
     ledger.check({(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}, "abc")
+
+
+def _confluent_churn(bootstrap: str, topic: str, group: str, ledger: Ledger, configure=lambda config: config) -> None:
+    """The churn phases with librdkafka members, one thread each."""
+    threads, stops = {}, {}
+
+    def start(name):
+        stops[name] = threading.Event()
+        threads[name] = threading.Thread(target=_confluent_member, args=(bootstrap, topic, group, name, ledger, stops[name], configure), daemon=True)
+        threads[name].start()
+
+    def stop_member(name):
+        stops[name].set()
+        threads[name].join(DEADLINE)
+        assert not threads[name].is_alive()
+
+    try:
+        _churn_phases(ledger, start, stop_member, lambda cond, what: wait_for(cond, DEADLINE, what))
+    finally:
+        for name in list(threads):
+            stop_member(name)
 
 
 async def _aiokafka_churn(bootstrap: str, topic: str, group: str, ledger: Ledger) -> None:

@@ -1,0 +1,72 @@
+"""ConsumerGroupDescribe (key 69), v0-v1: KIP-848 groups with their group epoch, target
+assignment epoch, assignor and members (epoch, subscription, current and target assignment; v1
+member type 1 = consumer). A group that does not exist or is a classic group gets
+GROUP_ID_NOT_FOUND, as Kafka answers; one coordinated elsewhere NOT_COORDINATOR. Authorized
+operations are not computed."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import build, error
+from ..groups.group import GroupError
+from ..registry import handles
+
+NO_THROTTLE = datetime.timedelta(0)
+NOT_COMPUTED = -2147483648
+CONSUMER_MEMBER = 1
+
+
+def _assignment(r, assignment, names: dict) -> object:
+    topics = tuple(
+        build(r.TopicPartitions, topic_id=t, topic_name=names.get(t, ""), partitions=tuple(sorted(ps)))
+        for t, ps in sorted(assignment.items(), key=lambda kv: names.get(kv[0], str(kv[0])))
+    )
+    return build(r.Assignment, topic_partitions=topics)
+
+
+@handles(69, "ConsumerGroupDescribe", 0, 1)
+async def consumer_group_describe(ctx, request):
+    r = ctx.response
+    names = {info.topic_id: name for name, info in ctx.services.metadata.topics().items()}
+    out = []
+    for group_id in request.group_ids:
+        try:
+            group = await ctx.services.coordinator.describe_consumer_group(group_id)
+        except GroupError as e:
+            out.append(build(r.DescribedGroup, error_code=error(e.code), error_message=str(e) if e.args else None, group_id=group_id, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(), authorized_operations=NOT_COMPUTED))
+            continue
+        members = tuple(
+            build(
+                r.Member,
+                member_id=m.member_id,
+                instance_id=m.instance_id,
+                rack_id=m.rack_id,
+                member_epoch=m.epoch,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                subscribed_topic_names=m.topic_names,
+                subscribed_topic_regex=m.topic_regex,
+                assignment=_assignment(r, m.assigned, names),
+                target_assignment=_assignment(r, group.target.get(m.member_id, {}), names),
+                member_type=CONSUMER_MEMBER,
+            )
+            for m in group.members.values()
+        )
+        out.append(
+            build(
+                r.DescribedGroup,
+                error_code=ErrorCode.none,
+                error_message=None,
+                group_id=group_id,
+                group_state=group.state_name,
+                group_epoch=group.group_epoch,
+                assignment_epoch=group.assignment_epoch,
+                assignor_name=group.assignor,
+                members=members,
+                authorized_operations=NOT_COMPUTED,
+            )
+        )
+    return build(r.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(out))

@@ -1,0 +1,88 @@
+"""KIP-848 consumer groups (librdkafka with group.protocol=consumer) against a `neve dev` node:
+members joining and leaving while consuming (the classic churn test's phases and ledger, so every
+record is consumed and duplicates are exactly the records whose commit failed), commit-close-resume,
+ConsumerGroupDescribe / ListGroups through the AdminClient, and one group id being one type.
+
+The node gives members a 500 ms heartbeat interval (KIP-848 has the coordinator choose it), so a
+member waiting for partitions another member releases learns of them quickly."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaError, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.scenarios.records import LOG, create_topic
+from tests.scenarios.test_consumer_groups import PARTITIONS, PER_PARTITION, Ledger, _confluent_churn, _record, consumer_config, poll_assignment, produce, wait_for
+
+pytestmark = pytest.mark.integration
+
+ENV = {"NEVE_WAL_LINGER_MS": "5", "NEVE_BROKER_GROUP_CONSUMER_HEARTBEAT_INTERVAL_MS": "500", "NEVE_BROKER_GROUP_CONSUMER_SESSION_TIMEOUT_MS": "10000"}
+CLASSIC_ONLY = ("session.timeout.ms", "heartbeat.interval.ms", "partition.assignment.strategy")
+
+
+def consumer_protocol(config: dict) -> dict:
+    """A classic consumer configuration turned KIP-848: librdkafka refuses the settings the
+    coordinator now owns."""
+    return {k: v for k, v in config.items() if k not in CLASSIC_ONLY} | {"group.protocol": "consumer"}
+
+
+def test_members_join_and_leave_while_consuming(neve_factory) -> None:
+    node = neve_factory(env=ENV)
+    topic = create_topic(node.bootstrap, PARTITIONS)
+    produce(node.bootstrap, topic, PARTITIONS, PER_PARTITION)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    ledger = Ledger()
+    _confluent_churn(node.bootstrap, topic, group, ledger, configure=consumer_protocol)
+    LOG.info("consumer-protocol churn: per member %s, lost commits %d", dict(ledger.by_member), ledger.lost_commits)
+    ledger.check({(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}, "abc")
+
+
+def test_commit_close_resume_and_describe(neve_factory) -> None:
+    node = neve_factory(env=ENV)
+    topic = create_topic(node.bootstrap, 3)
+    produce(node.bootstrap, topic, 3, 10)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, "logger": LOG})
+
+    first = Consumer(consumer_protocol(consumer_config(node.bootstrap, group, **{"client.id": "first"})))
+    first.subscribe([topic])
+    assert sorted(tp.partition for tp in poll_assignment(first)) == [0, 1, 2]
+
+    described = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    assert (described.type, described.state, described.partition_assignor) == (ConsumerGroupType.CONSUMER, ConsumerGroupState.STABLE, "uniform")
+    assert [(m.client_id, sorted(tp.partition for tp in m.assignment.topic_partitions)) for m in described.members] == [("first", [0, 1, 2])]
+    listed = admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(timeout=10)
+    assert [(g.group_id, g.type) for g in listed.valid if g.group_id == group] == [(group, ConsumerGroupType.CONSUMER)]
+    assert group not in {g.group_id for g in admin.list_consumer_groups(types={ConsumerGroupType.CLASSIC}).result(timeout=10).valid}
+
+    # A classic member cannot join a consumer-protocol group.
+    classic = Consumer(consumer_config(node.bootstrap, group))
+    classic.subscribe([topic])
+    errors = []
+    wait_for(lambda: errors, what="the classic member's error", step=lambda: errors.extend(m.error() for m in [classic.poll(0.1)] if m is not None and m.error()))
+    assert errors[0].code() == KafkaError.INCONSISTENT_GROUP_PROTOCOL, errors
+    classic.close()
+
+    seen: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    wait_for(lambda: all(len(v) >= 4 for v in seen.values()), what="4 records per partition", step=lambda: _record(first.poll(0.2), seen))
+    committed_at = {0: 4, 1: 7, 2: 0}
+    first.commit(offsets=[TopicPartition(topic, p, o) for p, o in committed_at.items()], asynchronous=False)
+    assert {tp.partition: tp.offset for tp in first.committed([TopicPartition(topic, p) for p in range(3)], timeout=10)} == committed_at
+    first.close()
+
+    second = Consumer(consumer_protocol(consumer_config(node.bootstrap, group)))
+    second.subscribe([topic])
+    resumed: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    wait_for(lambda: sum(map(len, resumed.values())) >= 30 - sum(committed_at.values()), what="the rest of the records", step=lambda: _record(second.poll(0.2), resumed))
+    second.close()
+    assert resumed == {p: list(range(committed_at[p], 10)) for p in range(3)}
+
+    empty = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    assert (empty.type, empty.state, empty.members) == (ConsumerGroupType.CONSUMER, ConsumerGroupState.EMPTY, [])
+    admin.delete_consumer_groups([group])[group].result(timeout=10)
+    # ConsumerGroupDescribe answers GROUP_ID_NOT_FOUND; librdkafka then asks DescribeGroups: Dead.
+    gone = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    assert (gone.type, gone.state, gone.members) == (ConsumerGroupType.CLASSIC, ConsumerGroupState.DEAD, []), (gone.type, gone.state, gone.members)
