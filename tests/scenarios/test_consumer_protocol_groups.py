@@ -86,3 +86,54 @@ def test_commit_close_resume_and_describe(neve_factory) -> None:
     # ConsumerGroupDescribe answers GROUP_ID_NOT_FOUND; librdkafka then asks DescribeGroups: Dead.
     gone = admin.describe_consumer_groups([group])[group].result(timeout=10)
     assert (gone.type, gone.state, gone.members) == (ConsumerGroupType.CLASSIC, ConsumerGroupState.DEAD, []), (gone.type, gone.state, gone.members)
+
+
+def test_raw_heartbeats_get_error_codes(neve_factory) -> None:
+    """ConsumerGroupHeartbeat v0 (coordinator-named members) and v1 on a raw socket: a bad first
+    heartbeat, an unknown assignor, fencing, a classic group's id, and a static member's restart."""
+    import datetime
+
+    from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+    from kio.schema.consumer_group_heartbeat.v0.request import ConsumerGroupHeartbeatRequest as V0
+    from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest as V1
+    from kio.schema.errors import ErrorCode
+
+    from tests.scenarios.test_bad_input import Raw
+    from tests.scenarios.test_consumer_groups import call
+
+    node = neve_factory(env=ENV)
+    topic = create_topic(node.bootstrap, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    raw = Raw(node.port)
+    ten_s = datetime.timedelta(seconds=10)
+
+    def beat(cls=V1, **kw):
+        fields = dict(group_id=group, member_id="m1", member_epoch=0, rebalance_timeout=ten_s, subscribed_topic_names=(topic,), topic_partitions=()) | kw
+        return call(raw, cls(**fields))
+
+    try:
+        assert beat(rebalance_timeout=datetime.timedelta(milliseconds=-1)).error_code == ErrorCode.invalid_request
+        assert beat(topic_partitions=None).error_code == ErrorCode.invalid_request
+        assert beat(server_assignor="cooperative-sticky").error_code == ErrorCode.unsupported_assignor
+        first = beat(cls=V0, member_id="")
+        assert (first.error_code, first.member_epoch, first.heartbeat_interval) == (ErrorCode.none, 1, datetime.timedelta(milliseconds=500))
+        assert uuid.UUID(first.member_id) and [sorted(t.partitions) for t in first.assignment.topic_partitions] == [[0, 1]]
+        assert beat(cls=V0, member_id=first.member_id, member_epoch=5, subscribed_topic_names=None, topic_partitions=None, rebalance_timeout=datetime.timedelta(milliseconds=-1)).error_code == ErrorCode.fenced_member_epoch
+        static = beat(member_id="s1", instance_id="i1")
+        assert static.error_code == ErrorCode.none and static.member_epoch == 2
+        assert beat(member_id="s2", instance_id="i1").error_code == ErrorCode.unreleased_instance_id
+        left = beat(member_id="s1", instance_id="i1", member_epoch=-2, subscribed_topic_names=None, topic_partitions=None)
+        assert (left.error_code, left.member_epoch) == (ErrorCode.none, -2)
+        back = beat(member_id="s2", instance_id="i1")
+        assert (back.error_code, back.member_epoch) == (ErrorCode.none, 2)
+        described = call(raw, ConsumerGroupDescribeRequest(group_ids=(group, "nothing-here"), include_authorized_operations=False)).groups
+        assert (described[0].error_code, described[0].group_epoch, sorted(m.member_id for m in described[0].members)) == (ErrorCode.none, 2, sorted([first.member_id, "s2"]))
+        assert described[1].error_code == ErrorCode.group_id_not_found
+        # A classic group's id is not a consumer group's.
+        classic = Consumer(consumer_config(node.bootstrap, f"{group}-classic"))
+        classic.subscribe([topic])
+        poll_assignment(classic)
+        assert beat(group_id=f"{group}-classic").error_code == ErrorCode.group_id_not_found
+        classic.close()
+    finally:
+        raw.close()
