@@ -7,6 +7,10 @@ in different zones and must still agree on a single coordinator. (The product ca
 its lease expires, the live set shrinks, and only its groups move. A broker asked about a group it
 does not own answers NOT_COORDINATOR, and clients look the coordinator up again.
 
+A group id holds one type of group: a classic group (`group.py`: JoinGroup/SyncGroup) or a
+KIP-848 consumer group (`consumer_group.py`: ConsumerGroupHeartbeat); an empty group changes type
+when the other protocol's first request arrives, a group with members refuses the other protocol.
+
 One owner per group: all state of a group is mutated only here, in the event loop. The first
 request for a group loads its stored state (`metadata.load_group`); every new generation and every
 new set of assignments is stored again (`save_group`, writes kept in order per group), so a new
@@ -215,7 +219,11 @@ class GroupCoordinator:
         elif group is None:
             if heartbeat.member_epoch != 0:
                 return HeartbeatResult(UNKNOWN_MEMBER_ID, f"Group {group_id} has no member {heartbeat.member_id}.", heartbeat.member_id or None)
-            group = self.groups.setdefault(group_id, self._new_consumer_group(group_id))
+            group = self._new_consumer_group(group_id)
+            result = group.heartbeat(heartbeat, self.metadata.topics())
+            if result.error == NONE:  # a refused first heartbeat leaves no empty group behind
+                self.groups.setdefault(group_id, group)
+            return result
         return group.heartbeat(heartbeat, self.metadata.topics())
 
     async def describe_consumer_group(self, group_id: str) -> ConsumerGroup:

@@ -270,6 +270,8 @@ def hb(member: str, epoch: int, **kw) -> Heartbeat:
 
 async def test_one_group_id_is_one_type(coordinator):
     c = coordinator
+    assert (await c.consumer_heartbeat("cg", hb("a", 0, rebalance_timeout_ms=-1))).error == INVALID_REQUEST
+    assert "cg" not in c.groups  # a refused first heartbeat creates no group
     assert (await c.consumer_heartbeat("cg", hb("a", 0))).error == NONE
     classic = await c.join("cg", "", None, "consumer", [("range", b"")], LONG, LONG, "client", "host", require_known_member_id=False)
     assert classic.error == INCONSISTENT_GROUP_PROTOCOL
