@@ -141,7 +141,10 @@ class GroupCoordinator:
             raise GroupError(NOT_COORDINATOR)
         self.groups[group_id] = group
         group.start_sessions()
-        log.info("group_loaded", extra={"group": group_id, "type": _type(group), "members": len(group.members)})
+        if isinstance(group, ConsumerGroup):
+            log.info("group_loaded", extra={"group": group_id, "type": ConsumerGroup.TYPE, "epoch": group.group_epoch, "members": len(group.members), "state": group.state_name})
+        else:
+            log.info("group_loaded", extra={"group": group_id, "generation": group.generation, "members": len(group.members), "state": group.state.value})
         return group
 
     def _new_consumer_group(self, group_id: str) -> ConsumerGroup:

@@ -137,3 +137,53 @@ def test_raw_heartbeats_get_error_codes(neve_factory) -> None:
         classic.close()
     finally:
         raw.close()
+
+
+def test_coordinator_failover_carries_the_group_on(cluster_factory) -> None:
+    """Three brokers over etcd and S3: the coordinator of a two-member consumer-protocol group is
+    killed; another broker loads the group's stored epochs and assignments and the members carry
+    on without losing a committed offset."""
+    import json
+    import threading
+
+    from tests.cluster.test_coordinator_failover import fetch_offsets, find_coordinator
+    from tests.scenarios.test_consumer_groups import DEADLINE, _confluent_member
+
+    partitions, per_partition = 4, 100
+    cluster = cluster_factory(zones=("a", "b", "c"), env={"NEVE_METADATA_LEASE_TTL_S": "2", **ENV})
+    topic = create_topic(cluster.bootstrap, partitions)
+    produce(cluster.bootstrap, topic, partitions, per_partition)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    ports = {i: node.port for i, node in enumerate(cluster.nodes)}
+    coordinator = find_coordinator(ports[0], group)
+
+    ledger = Ledger(limit=partitions * per_partition // 4)
+    stops = {name: threading.Event() for name in "ab"}
+    threads = [threading.Thread(target=_confluent_member, args=(cluster.bootstrap, topic, group, name, ledger, stops[name], consumer_protocol), daemon=True) for name in "ab"]
+    for t in threads:
+        t.start()
+    try:
+        wait_for(
+            lambda: ledger.unique >= ledger.limit and ledger.all_committed() and all(ledger.assigned.get(m) and ledger.by_member[m] for m in "ab"),
+            DEADLINE,
+            lambda: f"both members consuming, then paused with every processed record committed (assigned {ledger.assigned}, per member {dict(ledger.by_member)})",
+        )
+        before = fetch_offsets(ports[coordinator], group)
+        cluster.nodes[coordinator].kill9()
+        survivors = {i: port for i, port in ports.items() if i != coordinator}
+        any_port = next(iter(survivors.values()))
+        wait_for(lambda: find_coordinator(any_port, group) != coordinator, DEADLINE, "the coordinator's lease to expire")
+        new_coordinator = find_coordinator(any_port, group)
+        assert fetch_offsets(survivors[new_coordinator], group) == before
+        with ledger.lock:
+            ledger.limit = partitions * per_partition + 1
+        wait_for(lambda: ledger.unique == partitions * per_partition and ledger.all_committed(), DEADLINE, "every record consumed after the failover")
+    finally:
+        for name in stops:
+            stops[name].set()
+        for t in threads:
+            t.join(DEADLINE)
+    ledger.check({(p, o) for p in range(partitions) for o in range(per_partition)}, "ab")
+    assert fetch_offsets(survivors[new_coordinator], group) == {(topic, p): per_partition for p in range(partitions)}
+    loaded = [json.loads(line) for line in cluster.nodes[new_coordinator].log_path.read_text().splitlines() if '"group_loaded"' in line]
+    assert any(e["group"] == group and e.get("type") == "consumer" and e["epoch"] >= 2 and e["members"] == 2 for e in loaded), loaded
