@@ -1,11 +1,13 @@
 """Reading the topics out of a "consumer" protocol subscription (ConsumerProtocolSubscription:
 int16 version, then an array of int16-length topic names; later versions only append fields).
-Only OffsetDelete needs it, to keep the offsets of topics a live member still consumes."""
+Only OffsetDelete needs it, to keep the offsets of topics a live member still consumes (a KIP-848
+group's members send their subscriptions in the clear)."""
 
 from __future__ import annotations
 
 import struct
 
+from .consumer_group import ConsumerGroup
 from .group import Group
 
 
@@ -24,7 +26,9 @@ def topics_of(metadata: bytes) -> list[str]:
         return []
 
 
-def subscribed_topics(group: Group) -> set[str]:
+def subscribed_topics(group: Group | ConsumerGroup) -> set[str]:
+    if isinstance(group, ConsumerGroup):  # KIP-848: the coordinator knows the subscriptions itself
+        return set(group.subscribed) if group.members else set()
     if group.protocol_type != "consumer" or group.is_empty:
         return set()
     return {t for m in group.members.values() for t in topics_of(m.metadata_for(group.protocol_name))}

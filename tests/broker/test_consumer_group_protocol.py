@@ -15,6 +15,7 @@ from broker.groups import state
 from broker.groups.consumer_group import ConsumerGroup, Heartbeat, MemberState
 from broker.groups.coordinator import GroupCoordinator
 from broker.groups.group import GroupError
+from broker.groups.subscription import subscribed_topics
 from metadata.embedded import EmbeddedMetadataStore
 from metadata.model import BrokerRegistration, CommittedOffset, TopicInfo
 
@@ -307,6 +308,7 @@ async def test_commits_and_fetches_check_the_member_epoch(coordinator):
         await c.fetch_offsets("g", "a", 7)
     assert e.value.code == STALE_MEMBER_EPOCH
     assert await c.delete("g") == NON_EMPTY_GROUP
+    assert subscribed_topics(await c.group("g")) == {"t"}  # OffsetDelete keeps their offsets
     await c.consumer_heartbeat("g", hb("a", -1))
     assert await c.commit_offsets("g", -1, "", None, {(tid, 0): CommittedOffset(6)}) == NONE
     assert await c.delete("g") == NONE
