@@ -106,6 +106,44 @@ class ConsumerMember:
         return name in self.topic_names or (self.topic_regex is not None and re.fullmatch(self.topic_regex, name) is not None)
 
 
+MAX_REGEX_REPEATS = 2
+
+
+def regex_problem(pattern: str) -> str | None:
+    """Why a subscription regex is refused, or None. Kafka matches with RE2J, which never
+    backtracks; Python's `re` does, so only simple patterns are taken: no quantified groups, no
+    back-references or lookarounds, and at most two repeats (`*`, `+`, `?`, `{m,n}`), which keeps
+    matching a topic name (at most 249 characters) to tens of thousands of steps at worst."""
+    try:
+        re.compile(pattern)
+    except re.error as e:
+        return f"invalid: {e}"
+    repeats, i, in_class = 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            if i + 1 < len(pattern) and pattern[i + 1].isdigit() and not in_class:
+                return "back-references are not supported"
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            if pattern[i + 1 : i + 2] == "]":
+                i += 1  # a leading ] is a literal
+        elif c == "(" and pattern[i + 1 : i + 2] == "?" and pattern[i + 2 : i + 3] != ":":
+            return "only (?:...) groups are supported"
+        elif c == ")" and pattern[i + 1 : i + 2] in ("*", "+", "?", "{"):
+            return "repeated groups are not supported"
+        elif c in "*+{" or (c == "?" and pattern[i - 1 : i] not in ("(", "*", "+", "?", "}")):
+            repeats += 1  # a "?" right after another quantifier only makes it lazy
+        i += 1
+    if repeats > MAX_REGEX_REPEATS:
+        return f"more than {MAX_REGEX_REPEATS} repeats (*, +, ?, {{m,n}}) are not supported"
+    return None
+
+
 def _minus(a: Assignment, b: Assignment) -> Assignment:
     return {t: ps - b.get(t, frozenset()) for t, ps in a.items() if ps - b.get(t, frozenset())}
 
@@ -229,10 +267,9 @@ class ConsumerGroup:
         if hb.assignor is not None and hb.assignor not in ASSIGNORS:
             return UNSUPPORTED_ASSIGNOR, f"ServerAssignor {hb.assignor} is not supported. Supported assignors: {', '.join(ASSIGNORS)}."
         if hb.topic_regex:
-            try:
-                re.compile(hb.topic_regex)
-            except re.error as e:
-                return INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {hb.topic_regex!r} is invalid: {e}"
+            problem = regex_problem(hb.topic_regex)
+            if problem is not None:
+                return INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {hb.topic_regex!r}: {problem}"
         return None
 
     def _join(self, hb: Heartbeat) -> tuple[ConsumerMember, HeartbeatResult | None]:

@@ -7,7 +7,7 @@ and each member reconciles towards it (broker/groups/consumer_group.py): partiti
 being revoked by another member are withheld until that member's heartbeat shows them released.
 v0 members without an id get one from the coordinator; v1 members bring their own (KIP-1082).
 Subscriptions are topic names or (v1) a regular expression matched in full against topic names
-(Python `re`, close to Kafka's RE2J for ordinary patterns). The answer carries the member epoch,
+(Python `re`; only simple patterns, since `re` backtracks where Kafka's RE2J does not). The answer carries the member epoch,
 the heartbeat interval and, when it changed or the request was a full one, the assignment.
 Errors: FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
 INVALID_REQUEST (bad first heartbeat), INVALID_REGULAR_EXPRESSION, GROUP_ID_NOT_FOUND (a classic
