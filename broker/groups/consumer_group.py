@@ -21,6 +21,7 @@ with the same instance id and a new member id takes it back without moving anyth
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import re
@@ -180,6 +181,8 @@ class ConsumerGroup:
         self.target: dict[str, Assignment] = {}
         self.subscribed: dict[str, tuple[uuid.UUID, int]] = {}  # topic name -> (id, partitions) at the last epoch
         self.deleted = False
+        self._membership_changed = False  # a member joined or was removed since the last epoch
+        self._subscriptions_seen: dict[str, frozenset[uuid.UUID]] | None = None  # what the last epoch was computed from
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self._on_change = on_change
@@ -189,10 +192,6 @@ class ConsumerGroup:
     @property
     def is_empty(self) -> bool:
         return not self.members
-
-    @property
-    def is_dead(self) -> bool:
-        return self.deleted
 
     @property
     def state_name(self) -> str:
@@ -299,7 +298,7 @@ class ConsumerGroup:
         """A static member came back under a new member id: it takes the old one's place as is."""
         self._cancel(old)
         del self.members[old.member_id]
-        member = ConsumerMember(member_id, old.instance_id, old.rack_id, epoch=old.previous_epoch, previous_epoch=old.previous_epoch, state=old.state, assigned=old.assigned, revoking=old.revoking, topic_names=old.topic_names, topic_regex=old.topic_regex, assignor=old.assignor)
+        member = dataclasses.replace(old, member_id=member_id, epoch=old.previous_epoch, session_timer=None, revocation_timer=None)
         self.members[member_id] = member
         self.static[old.instance_id] = member_id
         if old.member_id in self.target:
@@ -350,8 +349,6 @@ class ConsumerGroup:
 
     # -- the target assignment ----------------------------------------------------------------------
 
-    _membership_changed = False
-
     def _subscribed_topics(self, topics: Mapping) -> dict[str, tuple[uuid.UUID, int]]:
         names = {n for m in self.members.values() for n in m.topic_names}
         regexes = {m.topic_regex for m in self.members.values() if m.topic_regex}
@@ -383,8 +380,6 @@ class ConsumerGroup:
         self.assignment_epoch = self.group_epoch
         log.info("consumer_group_epoch", extra={"group": self.group_id, "epoch": self.group_epoch, "members": len(self.members), "assignor": assignor})
         self._on_change(self)
-
-    _subscriptions_seen: dict | None = None
 
     def _subscriptions(self, subscribed: Mapping[str, tuple[uuid.UUID, int]]) -> dict[str, frozenset[uuid.UUID]]:
         return {m.member_id: frozenset(tid for n, (tid, _) in subscribed.items() if m.subscribes(n)) for m in self.members.values()}

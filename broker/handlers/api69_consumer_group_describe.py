@@ -36,7 +36,8 @@ async def consumer_group_describe(ctx, request):
         try:
             group = await ctx.services.coordinator.describe_consumer_group(group_id)
         except GroupError as e:
-            out.append(build(r.DescribedGroup, error_code=error(e.code), error_message=str(e) if e.args else None, group_id=group_id, group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(), authorized_operations=NOT_COMPUTED))
+            fields = dict(group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(), authorized_operations=NOT_COMPUTED)
+            out.append(build(r.DescribedGroup, error_code=error(e.code), error_message=str(e), group_id=group_id, **fields))
             continue
         members = tuple(
             build(
