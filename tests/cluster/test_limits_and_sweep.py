@@ -12,14 +12,11 @@ import time
 import uuid
 
 import aetcd
-import boto3
 import pytest
-from botocore.config import Config as BotoConfig
 
 from metadata.etcd import EtcdMetadataStore
 from metadata.model import Append, AppendResult, IndexEntry, ObjectCommit, ObjectType
-from tests.cluster.workload import ProducerSpec, check_log, create_topic, read_everywhere, start_producers, wait_until
-from tests.fixtures import S3_KEY, S3_SECRET
+from tests.cluster.workload import ProducerSpec, check_log, create_topic, read_everywhere, s3_client, start_producers, wait_until
 
 WIDE = 500
 ETCD_MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
@@ -91,17 +88,6 @@ COUNT = 6_000
 RATE = 600  # records/s per producer: production lasts about 10 s, through several sweeps
 SWEPT_WITHIN = GRACE_S + 3 * SWEEP_INTERVAL_S + 5  # generous: three brokers sweep every second
 S3_LIST_GRANULARITY = 1.0  # S3 LastModified has whole seconds: an object may look up to 1 s older
-
-
-def s3_client(cluster):
-    return boto3.client(
-        "s3",
-        endpoint_url=cluster.s3.endpoint,
-        aws_access_key_id=S3_KEY,
-        aws_secret_access_key=S3_SECRET,
-        region_name="us-east-1",
-        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
-    )
 
 
 def wal_objects(s3, cluster) -> set[str]:

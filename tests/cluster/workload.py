@@ -323,6 +323,48 @@ def check_log(log: Log, producers: list[LoadProducer], exact: Callable[[LoadProd
 # -- looking inside ---------------------------------------------------------------------------------
 
 
+def s3_client(cluster):
+    """A boto3 S3 client of the cluster's SeaweedFS (path-style addressing, few retries)."""
+    import boto3
+    from botocore.config import Config as BotoConfig
+
+    from tests.fixtures import S3_KEY, S3_SECRET
+
+    return boto3.client(
+        "s3",
+        endpoint_url=cluster.s3.endpoint,
+        aws_access_key_id=S3_KEY,
+        aws_secret_access_key=S3_SECRET,
+        region_name="us-east-1",
+        config=BotoConfig(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
+    )
+
+
+def objects_holding(metadata_url: str, topic: str, records: set[tuple[int, int]]) -> dict[tuple[int, int], str]:
+    """From the offset index in etcd: the key of the object holding each (partition, offset)."""
+    from urllib.parse import urlparse
+
+    from metadata.etcd import EtcdMetadataStore
+
+    url = urlparse(metadata_url)
+
+    async def read() -> dict[tuple[int, int], str]:
+        store = EtcdMetadataStore(url.hostname, url.port, root=url.path.strip("/"))
+        await store.start()
+        try:
+            topic_id = store.topics()[topic].topic_id
+            out = {}
+            for partition, offset in records:
+                entry = store.entries(topic_id, partition, offset, max_entries=1)[0]
+                assert entry.base_offset <= offset <= entry.last_offset, f"no index entry holds {partition}/{offset}"
+                out[(partition, offset)] = entry.object_key
+            return out
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
 def writers_by_partition(metadata_url: str, topic: str) -> dict[int, dict[int, tuple[int, int]]]:
     """From the offset index in etcd: per partition, per writing broker (the node id inside each
     WAL object's name, wal/<ms>-<node>-<uuid>.wal), the first and last object time in ms."""
