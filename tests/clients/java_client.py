@@ -7,12 +7,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.clients.member import Board, ProcessMember
 
 JARS = ("kafka-clients.jar", "slf4j-api.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar")
 SOURCE = Path(__file__).parent / "java" / "NeveClient.java"
@@ -163,3 +166,40 @@ def consume(
         else:
             records.append(Record(int(first), int(second), third))
     return Consumed(end_offsets, records)
+
+
+def admin(
+    bootstrap: str,
+    op: str,
+    topic: str | None = None,
+    partitions: int | None = None,
+    configs: dict[str, str] | None = None,
+    timeout: float = 60.0,
+    log_path: Path | None = None,
+) -> dict:
+    """One admin operation (create, describe, configs, alter, partitions, delete, list; see
+    NeveClient.java); returns the driver's JSON answer."""
+    args = ["admin", "--bootstrap", bootstrap, "--op", op]
+    args += ["--topic", topic] if topic is not None else []
+    args += ["--partitions", str(partitions)] if partitions is not None else []
+    return json.loads(run(args + _config_args(configs), timeout, log_path))
+
+
+def member(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    board: Board,
+    name: str,
+    batch: int,
+    quota: int | None,
+    log_path: Path,
+    config: dict[str, str] | None = None,
+    timeout: float = 120.0,
+) -> ProcessMember:
+    """A consumer-group member (tests/clients/member.py) in its own JVM; it exits by itself after
+    `timeout` seconds."""
+    args = ["member", "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--batch", str(batch)]
+    args += ["--quota", "none" if quota is None else str(quota), "--timeout-ms", str(int(timeout * 1000))]
+    cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", *args, *_config_args(config)]
+    return ProcessMember(name, board, quota, cmd, log_path)
