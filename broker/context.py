@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from wal.writer import WalWriter
 
     from .config import BrokerSettings
+    from .groups.coordinator import GroupCoordinator
 
 
 @dataclass
@@ -23,6 +24,13 @@ class Services:
     wal: WalWriter
     reader: ObjectReader
     cluster_id: str = "neve"
+    coordinator: GroupCoordinator = field(default=None)  # type: ignore[assignment]  # built in __post_init__
+
+    def __post_init__(self) -> None:
+        if self.coordinator is None:
+            from .groups.coordinator import GroupCoordinator
+
+            self.coordinator = GroupCoordinator(self.metadata, self.live_brokers, lambda: self.settings.node_id)
 
     def live_brokers(self):
         """Registered live brokers (never empty: this broker is always live to itself)."""

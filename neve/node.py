@@ -102,6 +102,7 @@ class Node:
         )
         settings = broker_settings(c)
         services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent))
+        self.services = services
         self.server = KafkaServer(services)
         try:
             await self.server.start()
@@ -132,6 +133,7 @@ class Node:
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self.server is not None:
+            self.services.coordinator.close()  # answer waiting joins/syncs before connections close
             await self.server.stop()
             await self.wal.close()
             await self.metadata.close()

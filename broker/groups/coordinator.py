@@ -1,0 +1,263 @@
+"""The group coordinator: which broker owns a group, and the group operations handlers call.
+
+Ownership: a group is coordinated by one live broker, picked by rendezvous hashing of the group id
+over ALL live brokers of the cluster, not over the client's zone: the members of one group may run
+in different zones and must still agree on a single coordinator. (The product card's "hash of
+(group, zone)" would give each zone its own coordinator and split the group.) When a broker dies
+its lease expires, the live set shrinks, and only its groups move. A broker asked about a group it
+does not own answers NOT_COORDINATOR, and clients look the coordinator up again.
+
+One owner per group: all state of a group is mutated only here, in the event loop. The first
+request for a group loads its stored state (`metadata.load_group`); every new generation and every
+new set of assignments is stored again (`save_group`, writes kept in order per group), so a new
+coordinator carries on where a dead one stopped. Committed offsets go straight to the metadata
+store and are read back from it, never from a cache.
+
+Residual risk, written down: ownership is re-checked whenever the live broker set changes, seen on
+the next request; a group that moved away and back between two requests to this broker keeps the
+state this broker had (members then see ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID and rejoin).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from metadata.model import CommittedOffset
+from metadata.store import MetadataError, TopicPartition
+
+from . import state
+from .group import COORDINATOR_NOT_AVAILABLE, NONE, NOT_COORDINATOR, UNKNOWN_MEMBER_ID, Group, GroupError, GroupState, JoinResult, SyncResult
+
+log = logging.getLogger("neve.broker.groups")
+
+INVALID_SESSION_TIMEOUT = 26
+GROUP_ID_NOT_FOUND = 69
+NON_EMPTY_GROUP = 68
+INVALID_GROUP_ID = 24
+# Kafka's group.min/max.session.timeout.ms defaults.
+MIN_SESSION_TIMEOUT_MS = 6_000
+MAX_SESSION_TIMEOUT_MS = 1_800_000
+
+
+def _weight(group_id: str, node_id: int) -> bytes:
+    return hashlib.blake2b(f"group\0{group_id}\0{node_id}".encode(), digest_size=8).digest()
+
+
+def coordinator_for(group_id: str, brokers: Sequence):
+    """The live broker coordinating `group_id` (rendezvous hashing over every live broker)."""
+    return max(brokers, key=lambda b: _weight(group_id, b.node_id))
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        metadata,
+        live_brokers: Callable[[], Sequence],
+        node_id: Callable[[], int],
+        *,
+        min_session_timeout_ms: int = MIN_SESSION_TIMEOUT_MS,
+        max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
+    ) -> None:
+        self.metadata = metadata
+        self.live_brokers = live_brokers
+        self.node_id = node_id
+        self.min_session_timeout_ms = min_session_timeout_ms
+        self.max_session_timeout_ms = max_session_timeout_ms
+        self.groups: dict[str, Group] = {}
+        self._loading: dict[str, asyncio.Future] = {}
+        self._save_locks: dict[str, asyncio.Lock] = {}
+        self._saves: set[asyncio.Task] = set()
+        self._live_seen: tuple[int, ...] = ()
+
+    # -- ownership ----------------------------------------------------------------------------------
+
+    def coordinator(self, group_id: str):
+        return coordinator_for(group_id, self.live_brokers())
+
+    def owns(self, group_id: str) -> bool:
+        return self.coordinator(group_id).node_id == self.node_id()
+
+    def _drop_moved_groups(self) -> None:
+        live = tuple(sorted(b.node_id for b in self.live_brokers()))
+        if live == self._live_seen:
+            return
+        self._live_seen = live
+        for group_id in [g for g in self.groups if not self.owns(g)]:
+            log.info("group_moved", extra={"group": group_id, "coordinator": self.coordinator(group_id).node_id})
+            self.groups.pop(group_id).shutdown(NOT_COORDINATOR)
+
+    def check_owner(self, group_id: str) -> None:
+        if not group_id:
+            raise GroupError(INVALID_GROUP_ID, "empty group id")
+        self._drop_moved_groups()
+        if not self.owns(group_id):
+            raise GroupError(NOT_COORDINATOR)
+
+    async def group(self, group_id: str, create: bool = False) -> Group | None:
+        """The group's live state, loaded from the store the first time; None if it has no stored
+        state (and `create` is false). Raises GroupError(NOT_COORDINATOR) if another broker owns it."""
+        self.check_owner(group_id)
+        if group_id in self.groups:
+            return self.groups[group_id]
+        if group_id not in self._loading:
+            self._loading[group_id] = asyncio.ensure_future(self._load(group_id))
+        try:
+            group = await asyncio.shield(self._loading[group_id])
+        finally:
+            self._loading.pop(group_id, None)
+        if group is None and create:
+            group = self.groups.setdefault(group_id, Group(group_id, self._on_change))
+        return group
+
+    async def _load(self, group_id: str) -> Group | None:
+        try:
+            data = await self.metadata.load_group(group_id)
+        except MetadataError as e:
+            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+        if group_id in self.groups:
+            return self.groups[group_id]
+        if data is None:
+            return None
+        group = state.decode(group_id, data, Group(group_id, self._on_change))
+        if not self.owns(group_id):
+            raise GroupError(NOT_COORDINATOR)
+        self.groups[group_id] = group
+        group.start_sessions()
+        log.info("group_loaded", extra={"group": group_id, "generation": group.generation, "members": len(group.members), "state": group.state.value})
+        return group
+
+    # -- persistence ----------------------------------------------------------------------------------
+
+    def _on_change(self, group: Group) -> None:
+        data = None if group.state is GroupState.DEAD else state.encode(group)
+        task = asyncio.ensure_future(self._save(group.group_id, data))
+        self._saves.add(task)
+        task.add_done_callback(self._saves.discard)
+
+    async def _save(self, group_id: str, data: bytes | None) -> None:
+        lock = self._save_locks.setdefault(group_id, asyncio.Lock())
+        async with lock:  # FIFO: snapshots reach the store in the order they were taken
+            if not self.owns(group_id):
+                return  # the new owner's state must not be overwritten by ours
+            try:
+                await self.metadata.save_group(group_id, data)
+            except MetadataError as e:
+                log.warning("group_save_failed", extra={"group": group_id, "error": str(e)})
+
+    async def flush(self) -> None:
+        """Wait for every pending state write (tests, shutdown)."""
+        while self._saves:
+            await asyncio.gather(*list(self._saves), return_exceptions=True)
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            group.shutdown(NOT_COORDINATOR)
+        self.groups.clear()
+
+    # -- membership ----------------------------------------------------------------------------------
+
+    async def join(self, group_id: str, member_id: str, instance_id: str | None, protocol_type: str, protocols, session_timeout_ms: int, rebalance_timeout_ms: int, client_id: str, client_host: str, require_known_member_id: bool):
+        if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
+            return JoinResult(INVALID_SESSION_TIMEOUT, member_id=member_id)
+        group = await self.group(group_id, create=True)
+        fut = group.join(member_id, instance_id, protocol_type, list(protocols), session_timeout_ms, rebalance_timeout_ms, client_id, client_host, require_known_member_id)
+        return await fut
+
+    async def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None, protocol_type: str | None, protocol_name: str | None, assignments: Mapping[str, bytes]):
+        group = await self.group(group_id)
+        if group is None:
+            return SyncResult(UNKNOWN_MEMBER_ID)
+        return await group.sync(generation, member_id, instance_id, protocol_type, protocol_name, dict(assignments))
+
+    async def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> int:
+        group = await self.group(group_id)
+        return UNKNOWN_MEMBER_ID if group is None else group.heartbeat(generation, member_id, instance_id)
+
+    async def leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[int]:
+        group = await self.group(group_id)
+        return [UNKNOWN_MEMBER_ID if group is None else group.leave(m, i) for m, i in members]
+
+    # -- offsets ----------------------------------------------------------------------------------------
+
+    async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None, offsets: Mapping[TopicPartition, CommittedOffset]) -> int:
+        group = await self.group(group_id)
+        if group is not None:
+            code = group.validate_commit(generation, member_id, instance_id)
+        else:
+            code = UNKNOWN_MEMBER_ID if (generation >= 0 or member_id or instance_id is not None) else NONE
+        if code == NONE and offsets:
+            try:
+                await self.metadata.commit_offsets(group_id, offsets)
+            except MetadataError as e:
+                log.warning("offset_commit_failed", extra={"group": group_id, "error": str(e)})
+                return COORDINATOR_NOT_AVAILABLE
+        return code
+
+    async def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+        self.check_owner(group_id)
+        try:
+            return await self.metadata.fetch_offsets(group_id)
+        except MetadataError as e:
+            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+
+    async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
+        self.check_owner(group_id)
+        try:
+            await self.metadata.delete_offsets(group_id, partitions)
+        except MetadataError as e:
+            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+
+    # -- admin ------------------------------------------------------------------------------------------
+
+    async def exists(self, group_id: str) -> bool:
+        group = await self.group(group_id)
+        return group is not None or bool(await self.fetch_offsets(group_id))
+
+    async def describe(self, group_id: str) -> Group | None:
+        """The group, or None when nothing is known of it (Kafka answers Dead)."""
+        group = await self.group(group_id)
+        if group is None and await self.fetch_offsets(group_id):
+            return Group(group_id)  # offsets only: an Empty group with no protocol
+        return group
+
+    async def list(self) -> list[tuple[str, str, str]]:
+        """(group id, protocol type, state) of every group this broker coordinates."""
+        try:
+            names = await self.metadata.list_groups()
+        except MetadataError as e:
+            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+        names = sorted(set(names) | set(self.groups))
+        out = []
+        for name in names:
+            if not self.owns(name):
+                continue
+            try:
+                group = await self.group(name)
+            except GroupError:
+                continue
+            if group is None:
+                out.append((name, "", GroupState.EMPTY.value))
+            elif group.state is not GroupState.DEAD:
+                out.append((name, group.protocol_type or "", group.state.value))
+        return out
+
+    async def delete(self, group_id: str) -> int:
+        group = await self.group(group_id)
+        if group is not None and not group.is_empty:
+            return NON_EMPTY_GROUP
+        if group is None and not await self.fetch_offsets(group_id):
+            return GROUP_ID_NOT_FOUND
+        try:
+            await self.metadata.delete_offsets(group_id)
+            if group is not None:
+                group.state = GroupState.DEAD
+                group.shutdown(COORDINATOR_NOT_AVAILABLE)
+                self.groups.pop(group_id, None)
+                self._on_change(group)
+                await self.flush()
+        except MetadataError as e:
+            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+        return NONE

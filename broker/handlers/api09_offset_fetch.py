@@ -1,0 +1,72 @@
+"""OffsetFetch (key 9), v1-v9 (kio has no v0 schema); v8+ asks for several groups at once.
+
+Offsets are read from the metadata store (never a cache), so a new coordinator returns every
+offset committed through the old one. topics=None (v2+) returns every committed offset of the
+group (of topics that still exist); a partition without a commit answers offset -1. require_stable
+(v7+) is trivially honoured: there are no transactional offsets to wait for. Errors are per group
+(NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE); v1 has only per-partition error codes, so they go
+there."""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import build, error, has_field
+from ..groups.group import GroupError
+from ..registry import handles
+
+NO_THROTTLE = datetime.timedelta(0)
+
+
+async def _fetch_group(ctx, group_id: str, wanted, cls) -> tuple[int, list]:
+    """(group error code, topics) for one group; `cls` names the version's (topic, partition) classes."""
+    topic_cls, partition_cls = cls
+    store = ctx.services.metadata
+    try:
+        committed = await ctx.services.coordinator.fetch_offsets(group_id)
+        code = 0
+    except GroupError as e:
+        committed, code = {}, e.code
+    if wanted is None:
+        by_topic: dict[str, list[int]] = {}
+        for (topic_id, partition) in sorted(committed, key=lambda tp: (str(tp[0]), tp[1])):
+            info = store.topic_by_id(topic_id)
+            if info is not None:
+                by_topic.setdefault(info.name, []).append(partition)
+        wanted = sorted(by_topic.items())
+    topics = store.topics()
+    out = []
+    for name, partitions in wanted:
+        info = topics.get(name)
+        parts = []
+        for p in partitions:
+            c = committed.get((info.topic_id, p)) if info is not None else None
+            parts.append(
+                build(
+                    partition_cls,
+                    partition_index=p,
+                    committed_offset=c.offset if c else -1,
+                    committed_leader_epoch=c.leader_epoch if c else -1,
+                    metadata=(c.metadata if c else "") or "",
+                    error_code=error(code) if ctx.api_version < 2 else ErrorCode.none,  # v1: no group-level code
+                )
+            )
+        out.append(build(topic_cls, name=name, partitions=tuple(parts)))
+    return code, out
+
+
+@handles(9, "OffsetFetch", 1, 9)
+async def offset_fetch(ctx, request):
+    r = ctx.response
+    if has_field(request, "groups"):
+        groups = []
+        for g in request.groups:
+            wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            code, topics = await _fetch_group(ctx, g.group_id, wanted, (r.OffsetFetchResponseTopics, r.OffsetFetchResponsePartitions))
+            groups.append(build(r.OffsetFetchResponseGroup, group_id=g.group_id, topics=tuple(topics), error_code=error(code)))
+        return build(r.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+    code, topics = await _fetch_group(ctx, request.group_id, wanted, (r.OffsetFetchResponseTopic, r.OffsetFetchResponsePartition))
+    return build(r.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=tuple(topics), error_code=error(code))

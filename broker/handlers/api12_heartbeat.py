@@ -1,0 +1,23 @@
+"""Heartbeat (key 12), v0-v4 (v3+ carries group.instance.id). Keeps a member's session alive;
+answers REBALANCE_IN_PROGRESS while the group rebalances (the member then rejoins),
+ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID for stale members and NOT_COORDINATOR
+when another broker owns the group."""
+
+from __future__ import annotations
+
+import datetime
+
+from ..codec import build, error
+from ..groups.group import GroupError
+from ..registry import handles
+
+NO_THROTTLE = datetime.timedelta(0)
+
+
+@handles(12, "Heartbeat", 0, 4)
+async def heartbeat(ctx, request):
+    try:
+        code = await ctx.services.coordinator.heartbeat(request.group_id, request.generation_id, request.member_id, getattr(request, "group_instance_id", None))
+    except GroupError as e:
+        code = e.code
+    return build(ctx.response.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=error(code))

@@ -1,0 +1,38 @@
+"""SyncGroup (key 14), v0-v5. The leader sends every member's assignment; each member (leader
+included) gets its own once the leader's arrives. v5 carries protocol type and name, checked
+against the group's (INCONSISTENT_GROUP_PROTOCOL on mismatch). Stale members get
+ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID; a sync during a new rebalance REBALANCE_IN_PROGRESS."""
+
+from __future__ import annotations
+
+import datetime
+
+from ..codec import build, error
+from ..groups.group import GroupError, SyncResult
+from ..registry import handles
+
+NO_THROTTLE = datetime.timedelta(0)
+
+
+@handles(14, "SyncGroup", 0, 5)
+async def sync_group(ctx, request):
+    try:
+        result = await ctx.services.coordinator.sync(
+            request.group_id,
+            request.generation_id,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None),
+            getattr(request, "protocol_name", None),
+            {a.member_id: a.assignment for a in request.assignments},
+        )
+    except GroupError as e:
+        result = SyncResult(e.code)
+    return build(
+        ctx.response.SyncGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=error(result.error),
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name,
+        assignment=result.assignment,
+    )

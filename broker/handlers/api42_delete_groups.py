@@ -1,0 +1,26 @@
+"""DeleteGroups (key 42), v0-v2: deletes a group's stored state and committed offsets. A group
+with members gets NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND, one coordinated elsewhere
+NOT_COORDINATOR."""
+
+from __future__ import annotations
+
+import datetime
+
+from ..codec import build, error
+from ..groups.group import GroupError
+from ..registry import handles
+
+NO_THROTTLE = datetime.timedelta(0)
+
+
+@handles(42, "DeleteGroups", 0, 2)
+async def delete_groups(ctx, request):
+    r = ctx.response
+    results = []
+    for group_id in request.groups_names:
+        try:
+            code = await ctx.services.coordinator.delete(group_id)
+        except GroupError as e:
+            code = e.code
+        results.append(build(r.DeletableGroupResult, group_id=group_id, error_code=error(code)))
+    return build(r.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
