@@ -135,6 +135,7 @@ class Node:
         if self.server is not None:
             self.services.coordinator.close()  # answer waiting joins/syncs before connections close
             await self.server.stop()
+            await self.services.coordinator.flush()  # group state writes already under way
             await self.wal.close()
             await self.metadata.close()
             await self.objects.close()

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
+log = logging.getLogger("neve.broker.groups")
 
 NONE = 0
 UNKNOWN_MEMBER_ID = 25
@@ -154,7 +157,7 @@ class Group:
             new_id = f"{instance_id or client_id or 'member'}-{uuid.uuid4()}"
             if require_known_member_id and instance_id is None:
                 # KIP-394: hand out an id first, so a client that dies mid-join leaves no ghost member
-                self.pending[new_id] = self._loop().call_later(session_timeout_ms / 1000, self.pending.pop, new_id, None)
+                self.pending[new_id] = self._loop().call_later(session_timeout_ms / 1000, self._expire_pending, new_id)
                 fut.set_result(JoinResult(MEMBER_ID_REQUIRED, member_id=new_id))
                 return fut
             self._add_member(new_id, fut, *args)
@@ -174,6 +177,7 @@ class Group:
         self._update(member, *args)
         if self.state is GroupState.PREPARING_REBALANCE:
             self._await_join(member, fut)
+            self._maybe_complete_join()
         elif self.state is GroupState.COMPLETING_REBALANCE and not changed:
             fut.set_result(self._join_result(member))  # the client lost our answer: repeat it
         elif self.state is GroupState.STABLE and not changed and member_id != self.leader:
@@ -242,6 +246,8 @@ class Group:
                 m.assignment = b""
                 _resolve(m.sync_waiter, SyncResult(REBALANCE_IN_PROGRESS))
                 m.sync_waiter = None
+        if self.state is not GroupState.PREPARING_REBALANCE:
+            log.info("group_rebalance", extra={"group": self.group_id, "generation": self.generation, "members": len(self.members)})
         self.state = GroupState.PREPARING_REBALANCE
         if self._join_timer is None:
             timeout_ms = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -259,7 +265,8 @@ class Group:
         if self.state is not GroupState.PREPARING_REBALANCE:
             return
         for m in [m for m in self.members.values() if m.join_waiter is None]:
-            self._remove(m)  # did not rejoin within the rebalance timeout
+            log.info("group_member_dropped", extra={"group": self.group_id, "member": m.member_id, "reason": "did not rejoin in the rebalance timeout"})
+            self._remove(m)
         self.generation += 1
         if not self.members:
             self.state = GroupState.EMPTY
@@ -270,6 +277,7 @@ class Group:
         if self.leader not in self.members:
             self.leader = next(iter(self.members))
         self.state = GroupState.COMPLETING_REBALANCE
+        log.info("group_joined", extra={"group": self.group_id, "generation": self.generation, "members": len(self.members), "protocol": self.protocol_name, "pending": len(self.pending)})
         self._on_change(self)
         for m in self.members.values():
             waiter, m.join_waiter = m.join_waiter, None
@@ -409,8 +417,13 @@ class Group:
             member.session_timer.cancel()
             member.session_timer = None
 
+    def _expire_pending(self, member_id: str) -> None:
+        if self.pending.pop(member_id, None) is not None:
+            self._maybe_complete_join()
+
     def _expire(self, member: Member) -> None:
         if self.members.get(member.member_id) is member and member.join_waiter is None:
+            log.info("group_member_expired", extra={"group": self.group_id, "member": member.member_id})
             member.session_timer = None
             self._remove(member)
             self._after_departure()
@@ -423,8 +436,7 @@ class Group:
         for m in self.members.values():
             self._touch(m)
         if self.state in (GroupState.PREPARING_REBALANCE, GroupState.COMPLETING_REBALANCE):
-            self.state = GroupState.STABLE  # so _prepare_rebalance resets assignments cleanly
-            self._prepare_rebalance()
+            self._prepare_rebalance()  # the leader's assignments may never have arrived
 
     def shutdown(self, code: int) -> None:
         """This broker stops owning the group (deleted, or coordination moved): answer every
