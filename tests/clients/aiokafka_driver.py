@@ -113,6 +113,7 @@ class _Listener(ConsumerRebalanceListener):
 def _member_loop(config: dict, topic: str, batch: int) -> Callable[[Control, Callable[[dict], None]], None]:
     async def go(control: Control, post: Callable[[dict], None]) -> None:
         consumer = AIOKafkaConsumer(**config)
+        post({"type": "started"})
         consumer.subscribe([topic], listener=_Listener(post))
         await consumer.start()
         processed = 0

@@ -17,12 +17,13 @@ from tests.clients.member import Board, Control, Member, ThreadMember
 
 TIMEOUT = 30.0
 FLUSH_TIMEOUT = 120.0
-GROUP_CONFIG = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest", "enable.auto.commit": False}
+GROUP_CONFIG = {"session.timeout.ms": 10000, "enable.auto.offset.store": False, "heartbeat.interval.ms": 500, "auto.offset.reset": "earliest", "enable.auto.commit": False}
 
 
 def _logger(log_path: Path) -> logging.Logger:
     logger = logging.getLogger(f"librdkafka.{log_path}")
     logger.propagate = False
+    logger.setLevel(logging.DEBUG)
     if not logger.handlers:
         logger.addHandler(logging.FileHandler(log_path))
     return logger
@@ -120,6 +121,7 @@ def _member_loop(config: dict, topic: str, batch: int) -> Callable[[Control, Cal
         def on_revoke(c, partitions: list[TopicPartition]) -> None:
             post({"type": "revoked", "partitions": sorted(tp.partition for tp in partitions)})
 
+        post({"type": "started"})
         consumer.subscribe([topic], on_assign=on_assign, on_revoke=on_revoke)
         processed = 0
         try:

@@ -7,7 +7,8 @@ back to); commit each processed batch synchronously before polling again; report
 events. The test raises quotas and stops members while watching the events, so members join and
 leave at known points of the consumption, without sleeps.
 
-Events (dicts, in the order the member produced them):
+Events (dicts, in the order the member produced them; the test adds "at", its monotonic clock):
+    {"type": "started"}                         its consumer exists and is about to subscribe
     {"type": "assigned", "partitions": [...]}   its whole assignment after a rebalance
     {"type": "revoked", "partitions": [...]}    partitions taken away (clients that report it)
     {"type": "batch", "records": [[p, o, value], ...], "error": None | "..."}
@@ -57,11 +58,31 @@ class Board:
             while not condition():
                 failed = [m for m in self.members if m.failed()]
                 if failed:
-                    raise MemberError(f"while waiting for {what}: member {failed[0].name} ended: {failed[0].describe()}")
+                    raise MemberError(f"while waiting for {what}: member {failed[0].name} ended: {failed[0].describe()}\n{self.timeline()}")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise MemberError(f"timed out after {timeout}s waiting for {what}; " + "; ".join(m.describe() for m in self.members))
+                    states = "; ".join(m.describe() for m in self.members)
+                    raise MemberError(f"timed out after {timeout}s waiting for {what}; {states}\n{self.timeline()}")
                 self.cond.wait(min(left, 0.5))
+
+    def timeline(self) -> str:
+        """Every member's events in time order, one line each (batches summarised), for failures."""
+        events = sorted(((e["at"], m.name, e) for m in self.members for e in m.events), key=lambda t: t[0])
+        if not events:
+            return "(no events)"
+        t0 = events[0][0]
+        lines = []
+        for at, name, e in events:
+            if e["type"] == "batch":
+                detail = f"{len(e['records'])} records" + (f", commit failed: {e['error']}" if e["error"] else "")
+            elif e["type"] in ("assigned", "revoked"):
+                detail = str(e["partitions"])
+            elif e["type"] == "exited":
+                detail = f"code {e['code']}"
+            else:
+                detail = ""
+            lines.append(f"{at - t0:8.3f} {name} {e['type']} {detail}")
+        return "timeline:\n" + "\n".join(lines)
 
     def batches(self) -> list[Batch]:
         with self.cond:
@@ -82,6 +103,7 @@ class Member:
     # -- what drivers call -------------------------------------------------------------------
 
     def post(self, event: dict) -> None:
+        event["at"] = time.monotonic()
         with self.board.cond:
             self.events.append(event)
             self.board.cond.notify_all()
@@ -127,6 +149,9 @@ class Member:
     def assigned_once(self) -> bool:
         return any(e["type"] == "assigned" and e["partitions"] for e in self.events)
 
+    def started(self) -> bool:
+        return any(e["type"] == "started" for e in self.events)
+
     def closed(self) -> bool:
         return any(e["type"] == "closed" for e in self.events)
 
@@ -159,6 +184,7 @@ class ProcessMember(Member):
             if line.startswith("{"):
                 self.post(json.loads(line))
         code = self.process.wait()
+        self.process.stdout.close()
         self._log.close()
         self.post({"type": "exited", "code": code, "log": self.log_path.read_text(errors="replace")})
 
@@ -183,6 +209,10 @@ class ProcessMember(Member):
             self.process.kill()
             self.process.wait(10)
         self._reader.join(10)
+        try:
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass
 
 
 @dataclass

@@ -227,22 +227,26 @@ def test_group_members_join_and_leave(driver, board):
     c1 = driver.member(topic, group, board, "c1", BATCH, quota=GROUP_COUNT // 6)
     board.wait(lambda: c1.processed() >= GROUP_COUNT // 6, WAIT, "c1 to consume its first sixth")
     assert c1.assignment() == set(range(GROUP_PARTITIONS)), "a lone member is assigned every partition"
-    # ... then keeps consuming while c2 and c3 join.
-    c1.set_quota(GROUP_COUNT // 3)
+    # ... then consumes more while c2 and c3 join (it goes on as soon as they are about to subscribe).
     c2 = driver.member(topic, group, board, "c2", BATCH, quota=GROUP_COUNT // 6)
     c3 = driver.member(topic, group, board, "c3", BATCH, quota=GROUP_COUNT // 6)
+    board.wait(lambda: c2.started() and c3.started(), WAIT, "c2 and c3 to start")
+    c1.set_quota(GROUP_COUNT // 3)
     board.wait(lambda: at_rest(board, [c1, c2, c3], ends), WAIT, "three members sharing the partitions, each at its quota")
     with board.cond:
         joined_at = sum(committed(board).values())
     assert joined_at < GROUP_COUNT, "records were left when the three members settled"
 
-    # c2 leaves while c1 and c3 consume the rest.
-    c1.set_quota(None)
-    c3.set_quota(None)
+    # c2 leaves while c1 and c3 consume more, but not all: a twelfth each (at most 10/12 of the
+    # records are processed before c2 has left); then they consume the rest.
+    c1.set_quota(GROUP_COUNT // 3 + GROUP_COUNT // 12)
+    c3.set_quota(GROUP_COUNT // 6 + GROUP_COUNT // 12)
     c2.stop()
     with board.cond:
         left_at = sum(committed(board).values())
     assert left_at < GROUP_COUNT, "records were left when c2 left"
+    c1.set_quota(None)
+    c3.set_quota(None)
     board.wait(lambda: all_committed(board, ends), WAIT, "every record committed by c1 and c3")
     c1.stop()
     c3.stop()

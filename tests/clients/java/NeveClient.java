@@ -17,7 +17,7 @@
 //   member --bootstrap B --topic T --group G --batch N [--quota Q] [--timeout-ms MS] [--config k=v]...
 //       a consumer-group member (subscribe, auto-commit off). Reads lines on stdin: "quota Q" (the
 //       total number of records it may process), "quota none" (no limit), "stop" (close, which
-//       leaves the group). Prints JSON lines: {"type": "assigned"|"revoked", "partitions": [...]}
+//       leaves the group). Prints JSON lines: {"type": "started"} before subscribing; {"type": "assigned"|"revoked", "partitions": [...]}
 //       from its rebalance listener; {"type": "batch", "records": [[p, o, value], ...], "error":
 //       null|"..."} for each processed batch (at most N records, never beyond the quota: records
 //       polled past it are sought back to), committed with commitSync before the next poll (error:
@@ -321,6 +321,7 @@ public final class NeveClient {
         long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
         long processed = 0;
         try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
+            emit(out, "{\"type\": \"started\"}");
             consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
                 @Override
                 public void onPartitionsRevoked(Collection<TopicPartition> partitions) {

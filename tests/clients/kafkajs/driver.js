@@ -23,6 +23,7 @@
 //         records processed (at most `batch` at a time, never beyond the quota), then committed
 //         synchronously; error is the commit's failure if it failed
 //     {"type": "closed"}                              after the member left the group
+//     {"type": "started"}                             connected, about to subscribe
 //   Auto-commit is off; past the quota every partition is paused until the quota is raised.
 //
 // kafkajs logs go to stderr (the wrapper keeps them in a file); stdout carries only JSON.
@@ -198,6 +199,7 @@ async function member(cmd) {
   })
 
   await consumer.connect()
+  print({ type: 'started' })
   await consumer.subscribe({ topics: [cmd.topic], fromBeginning: true })
   applyQuota()
   await consumer.run({
