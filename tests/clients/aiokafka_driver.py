@@ -17,7 +17,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, for_code
 
 from tests.clients.driver import Ack
-from tests.clients.member import Board, Control, Member, ThreadMember
+from tests.clients.member import ABANDONED, Board, Control, Member, ThreadMember
 
 TIMEOUT_MS = 30_000
 GROUP_CONFIG = {"session_timeout_ms": 10_000, "heartbeat_interval_ms": 500, "auto_offset_reset": "earliest", "enable_auto_commit": False}
@@ -135,13 +135,17 @@ def _member_loop(config: dict, topic: str, batch: int) -> Callable[[Control, Cal
                 if not taken:
                     continue
                 processed += len(taken)
+                records = [[r.partition, r.offset, r.value.decode()] for r in taken]
+                if control.abandon.is_set():
+                    post({"type": "batch", "records": records, "error": ABANDONED})
+                    break
                 next_offsets = {TopicPartition(topic, r.partition): r.offset + 1 for r in taken}
                 error = None
                 try:
                     await consumer.commit(next_offsets)
                 except KafkaError as e:
                     error = f"{type(e).__name__}: {e}"
-                post({"type": "batch", "records": [[r.partition, r.offset, r.value.decode()] for r in taken], "error": error})
+                post({"type": "batch", "records": records, "error": error})
         finally:
             await consumer.stop()
         post({"type": "closed"})

@@ -13,7 +13,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewPartitions, NewTopic
 
 from tests.clients.driver import Ack
-from tests.clients.member import Board, Control, Member, ThreadMember
+from tests.clients.member import ABANDONED, Board, Control, Member, ThreadMember
 
 TIMEOUT = 30.0
 FLUSH_TIMEOUT = 120.0
@@ -145,6 +145,10 @@ def _member_loop(config: dict, topic: str, batch: int) -> Callable[[Control, Cal
                 if not taken:
                     continue
                 processed += len(taken)
+                records = [[m.partition(), m.offset(), m.value().decode()] for m in taken]
+                if control.abandon.is_set():
+                    post({"type": "batch", "records": records, "error": ABANDONED})
+                    break
                 next_offsets: dict[int, int] = {}
                 for m in taken:
                     next_offsets[m.partition()] = m.offset() + 1
@@ -155,7 +159,7 @@ def _member_loop(config: dict, topic: str, batch: int) -> Callable[[Control, Cal
                     error = str(errors[0]) if errors else None
                 except KafkaException as e:
                     error = str(e)
-                post({"type": "batch", "records": [[m.partition(), m.offset(), m.value().decode()] for m in taken], "error": error})
+                post({"type": "batch", "records": records, "error": error})
         finally:
             consumer.close()
         post({"type": "closed"})

@@ -13,6 +13,7 @@ Events (dicts, in the order the member produced them; the test adds "at", its mo
     {"type": "revoked", "partitions": [...]}    partitions taken away (clients that report it)
     {"type": "batch", "records": [[p, o, value], ...], "error": None | "..."}
         one processed batch, then committed; `error` says why the commit failed
+        ("abandoned: ..." when told to close without committing it)
     {"type": "closed"}                          it closed and left the group
     {"type": "exited", "code": int, "log": str} its process or thread ended
 """
@@ -26,6 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+
+ABANDONED = "abandoned: closed before committing"
 
 
 class MemberError(RuntimeError):
@@ -123,6 +127,12 @@ class Member:
         """Ask it to close (leaving the group) and wait until it has."""
         raise NotImplementedError
 
+    def abandon(self) -> None:
+        """Let it process one more batch (the quota must allow it), report it with an error
+        starting "abandoned" and close without committing it: a consumer that dies between
+        processing and committing."""
+        raise NotImplementedError
+
     def kill(self) -> None:
         """Teardown: end it however it can be ended."""
         raise NotImplementedError
@@ -198,6 +208,9 @@ class ProcessMember(Member):
     def _send_quota(self, quota: int | None) -> None:
         self._send(f"quota {'none' if quota is None else quota}")
 
+    def abandon(self) -> None:
+        self._send("abandon")
+
     def stop(self, timeout: float = 30.0) -> None:
         self._send("stop")
         self.board.wait(lambda: any(e["type"] == "exited" for e in self.events), timeout, f"{self.name} to close")
@@ -221,6 +234,7 @@ class Control:
 
     quota: int | None
     stop: threading.Event = field(default_factory=threading.Event)
+    abandon: threading.Event = field(default_factory=threading.Event)
 
     def room(self, processed: int) -> int:
         quota = self.quota
@@ -247,6 +261,9 @@ class ThreadMember(Member):
 
     def _send_quota(self, quota: int | None) -> None:
         self.control.quota = quota
+
+    def abandon(self) -> None:
+        self.control.abandon.set()
 
     def stop(self, timeout: float = 30.0) -> None:
         self.control.stop.set()

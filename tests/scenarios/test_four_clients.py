@@ -9,10 +9,12 @@ through its driver (tests/clients/<client>_driver.py, one interface in tests/cli
   over 3 partitions read back with each sequence number exactly once, in send order per
   partition, at contiguous offsets from 0;
 - a consumer group on a 6-partition topic: one member starts, two join while it consumes, one
-  leaves while the others consume; every record is consumed, and every re-delivery is of a record
-  whose batch's commit failed (members commit synchronously after each batch);
-- commit, close, resume: a member consumes exactly K records, commits and closes; a new member of
-  the group reads exactly the records after the committed offsets.
+  leaves while the others consume, after processing a batch it never commits; every record is
+  consumed, that batch is read again, and every re-delivery is of a record whose batch was not
+  committed (members commit synchronously after each batch);
+- commit, close, resume: a member consumes and commits exactly K records, then processes one
+  more batch and closes without committing it; a new member of the group reads exactly the
+  records after the committed offsets (that batch again, nothing committed).
 
 Members are paced by quotas (tests/clients/member.py), so joins and leaves happen at known points
 of the consumption and the test waits on what the members report, never on a clock."""
@@ -27,7 +29,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from tests.clients.driver import CLIENTS, Ack, Driver, load
-from tests.clients.member import Batch, Board, Member
+from tests.clients.member import ABANDONED, Batch, Board, Member
 
 pytestmark = pytest.mark.integration
 
@@ -216,6 +218,8 @@ def redelivery_account(batches: list[Batch]) -> tuple[Counter, Counter]:
 
 @NEEDS_GROUPS
 def test_group_members_join_and_leave(driver, board):
+    """c1 starts alone, c2 and c3 join while it consumes, one leaves with a batch it never
+    committed; every record is consumed, re-deliveries are exactly accounted for."""
     topic = new_topic("group", driver)
     group = f"g-{topic}"
     driver.create_topic(topic, GROUP_PARTITIONS, {})
@@ -237,19 +241,28 @@ def test_group_members_join_and_leave(driver, board):
         joined_at = sum(committed(board).values())
     assert joined_at < GROUP_COUNT, "records were left when the three members settled"
 
-    # c2 leaves while c1 and c3 consume more, but not all: a twelfth each (at most 10/12 of the
-    # records are processed before c2 has left); then they consume the rest.
-    c1.set_quota(GROUP_COUNT // 3 + GROUP_COUNT // 12)
-    c3.set_quota(GROUP_COUNT // 6 + GROUP_COUNT // 12)
-    c2.stop()
+    # One member leaves mid-way as a consumer that dies between processing and committing: one
+    # that still has records in its partitions processes one more batch and closes without
+    # committing it, while the other two consume a twelfth more each (at most 1020 of the 1200
+    # records are processed before it has left); then they consume the rest.
+    with board.cond:
+        done = committed(board)
+        leaver = next(m for m in (c2, c3, c1) if any(done.get(p, 0) < ends[p] for p in m.assignment()))
+    stayers = [m for m in (c1, c2, c3) if m is not leaver]
+    leaver.abandon()
+    leaver.set_quota(leaver.quota + BATCH)
+    for m in stayers:
+        m.set_quota(m.quota + GROUP_COUNT // 12)
+    board.wait(leaver.closed, WAIT, f"{leaver.name} to process one more batch and leave without committing it")
+    leaver.stop()  # it has closed; this waits for its exit
     with board.cond:
         left_at = sum(committed(board).values())
-    assert left_at < GROUP_COUNT, "records were left when c2 left"
-    c1.set_quota(None)
-    c3.set_quota(None)
-    board.wait(lambda: all_committed(board, ends), WAIT, "every record committed by c1 and c3")
-    c1.stop()
-    c3.stop()
+    assert left_at < GROUP_COUNT, f"records were left when {leaver.name} left"
+    for m in stayers:
+        m.set_quota(None)
+    board.wait(lambda: all_committed(board, ends), WAIT, "every record committed by the two members left")
+    for m in stayers:
+        m.stop()
 
     batches = board.batches()
     delivered, uncommitted = redelivery_account(batches)
@@ -262,9 +275,12 @@ def test_group_members_join_and_leave(driver, board):
         f"{len(unexplained)} records re-delivered more often than their batches failed to commit "
         f"(record: (re-deliveries, failed commits)), first {sorted(unexplained.items())[:5]}"
     )
+    [abandoned] = [b for b in batches if b.error == ABANDONED]
+    missed = [(p, o) for p, o, _ in abandoned.records if (p, o) not in redelivered]
+    assert not missed, f"records {leaver.name} processed but never committed were not read again: {missed[:5]}"
     duplicates = sum(redelivered.values())
     bound = sum(uncommitted.values())
-    assert duplicates <= bound
+    assert len(abandoned.records) <= duplicates <= bound
     failed_commits = sum(1 for b in batches if b.error is not None)
     print(f"{driver.name}: {len(batches)} batches, {failed_commits} failed commits, {duplicates} re-deliveries (bound {bound})")
 
@@ -278,6 +294,9 @@ RESUME_K = 110
 
 @NEEDS_GROUPS
 def test_commit_close_resume(driver, board):
+    """The first member commits K records batch by batch, then processes one more batch and closes
+    without committing it; a new member of the group reads exactly the records after the
+    committed offsets, so the abandoned batch again and nothing committed."""
     topic = new_topic("resume", driver)
     group = f"g-{topic}"
     driver.create_topic(topic, RESUME_PARTITIONS, {})
@@ -287,13 +306,18 @@ def test_commit_close_resume(driver, board):
 
     first = driver.member(topic, group, board, "first", BATCH, quota=RESUME_K)
     board.wait(lambda: first.processed() >= RESUME_K, WAIT, f"the first member to consume {RESUME_K} records")
-    first.stop()
-    assert first.processed() == RESUME_K, "the quota bounds what a member processes"
-    failed = [b for b in first.batches() if b.error is not None]
+    first.abandon()
+    first.set_quota(RESUME_K + BATCH)
+    board.wait(lambda: first.closed(), WAIT, "the first member to process one more batch and close without committing it")
+    first.stop()  # it has closed; this waits for its exit
+    *kept, abandoned = first.batches()
+    assert abandoned.error == ABANDONED and 1 <= len(abandoned.records) <= BATCH
+    assert sum(len(b.records) for b in kept) == RESUME_K, "the quota bounds what a member processes"
+    failed = [b for b in kept if b.error is not None]
     assert not failed, f"a lone member's commits failed: {failed[0].error}"
     resume_at = committed(board)
     by_partition: dict[int, list[tuple[int, str]]] = defaultdict(list)
-    for b in first.batches():
+    for b in kept:
         for p, o, v in b.records:
             by_partition[p].append((o, v))
     assert {p: by_partition[p] for p in layout} == {p: layout[p][: resume_at.get(p, 0)] for p in layout}, (
@@ -311,3 +335,5 @@ def test_commit_close_resume(driver, board):
     assert {p: resumed[p] for p in layout} == {p: layout[p][resume_at.get(p, 0) :] for p in layout}, (
         f"the new member resumes exactly at the committed offsets {resume_at}"
     )
+    redelivered = {(p, o) for p, o, _ in abandoned.records}
+    assert redelivered <= {(p, o) for p, records in resumed.items() for o, _ in records}, "the uncommitted batch is read again"

@@ -17,7 +17,8 @@
 //   member --bootstrap B --topic T --group G --batch N [--quota Q] [--timeout-ms MS] [--config k=v]...
 //       a consumer-group member (subscribe, auto-commit off). Reads lines on stdin: "quota Q" (the
 //       total number of records it may process), "quota none" (no limit), "stop" (close, which
-//       leaves the group). Prints JSON lines: {"type": "started"} before subscribing; {"type": "assigned"|"revoked", "partitions": [...]}
+//       leaves the group), "abandon" (process one more batch, report it with error "abandoned: ..."
+//       and close without committing it). Prints JSON lines: {"type": "started"} before subscribing; {"type": "assigned"|"revoked", "partitions": [...]}
 //       from its rebalance listener; {"type": "batch", "records": [[p, o, value], ...], "error":
 //       null|"..."} for each processed batch (at most N records, never beyond the quota: records
 //       polled past it are sought back to), committed with commitSync before the next poll (error:
@@ -215,6 +216,7 @@ public final class NeveClient {
     }
 
     private static final long ADMIN_TIMEOUT_S = 30;
+    private static final String ABANDONED = "abandoned: closed before committing";
 
     private static int admin(Map<String, String> opts, Properties extra, PrintStream out) throws Exception {
         String op = required(opts, "op");
@@ -286,6 +288,7 @@ public final class NeveClient {
         long timeoutMs = Long.parseLong(opts.getOrDefault("timeout-ms", "120000"));
         AtomicLong quota = new AtomicLong(parseQuota(opts.getOrDefault("quota", "none")));
         AtomicInteger stop = new AtomicInteger();
+        java.util.concurrent.atomic.AtomicBoolean abandon = new java.util.concurrent.atomic.AtomicBoolean();
         Properties props = new Properties();
         props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
         props.put(ConsumerConfig.GROUP_ID_CONFIG, required(opts, "group"));
@@ -306,6 +309,8 @@ public final class NeveClient {
                     String[] words = line.trim().split("\\s+");
                     if (words[0].equals("quota") && words.length == 2) {
                         quota.set(parseQuota(words[1]));
+                    } else if (words[0].equals("abandon")) {
+                        abandon.set(true);
                     } else if (words[0].equals("stop")) {
                         break;
                     }
@@ -367,6 +372,10 @@ public final class NeveClient {
                 rewind.forEach(consumer::seek);
                 if (commit.isEmpty()) {
                     continue;
+                }
+                if (abandon.get()) {
+                    emit(out, "{\"type\": \"batch\", \"records\": [" + list + "], \"error\": " + json(ABANDONED) + "}");
+                    break;
                 }
                 String error = "null";
                 try {

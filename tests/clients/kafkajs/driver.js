@@ -17,7 +17,9 @@
 // One long-lived command: a consumer-group member.
 //   {"op": "member", "bootstrap", "topic", "group", "batch", "quota", "session_timeout_ms", "timeout_ms"}
 //   Reads lines on stdin: "quota N" (total records it may process), "quota none" (no limit) and
-//   "stop" (disconnect, which leaves the group). Prints JSON lines:
+//   "stop" (disconnect, which leaves the group) and "abandon" (process one more batch, report it
+//   with error "abandoned: ..." and close without committing it, like a consumer that dies between
+//   processing and committing). Prints JSON lines:
 //     {"type": "assigned", "partitions": [...]}       after each join (the member's whole assignment)
 //     {"type": "batch", "records": [[p, o, value], ...], "error": null|"..."}
 //         records processed (at most `batch` at a time, never beyond the quota), then committed
@@ -44,6 +46,8 @@ function client(cmd, clientId) {
     retry: { retries: 8, initialRetryTime: 100, maxRetryTime: 2000 },
   })
 }
+
+const ABANDONED = 'abandoned: closed before committing'
 
 function print(obj) {
   process.stdout.write(JSON.stringify(obj) + '\n')
@@ -153,6 +157,8 @@ async function member(cmd) {
   let processed = 0
   let stopping = false
   let paused = false
+  let abandon = false
+  let abandoned = false
   const hardStop = setTimeout(() => {
     process.stderr.write(`error: member overran ${cmd.timeout_ms} ms\n`)
     exit(2)
@@ -185,6 +191,8 @@ async function member(cmd) {
     if (word === 'quota') {
       quota = arg === 'none' ? null : Number(arg)
       applyQuota()
+    } else if (word === 'abandon') {
+      abandon = true
     } else if (word === 'stop') {
       stop()
     }
@@ -206,11 +214,18 @@ async function member(cmd) {
     autoCommit: false,
     eachBatchAutoResolve: false,
     eachBatch: async ({ batch, resolveOffset, isRunning, isStale }) => {
-      if (!isRunning() || isStale() || stopping) return
+      if (!isRunning() || isStale() || stopping || abandoned) return
       // What is not processed here is fetched again from the last resolved offset.
       const take = batch.messages.slice(0, Math.min(cmd.batch, room()))
       if (take.length === 0) return
       processed += take.length
+      const records = take.map(m => [batch.partition, Number(m.offset), m.value.toString()])
+      if (abandon) {
+        abandoned = true  // later batches of this fetch are left alone, then the member closes
+        print({ type: 'batch', records, error: ABANDONED })
+        setImmediate(stop)
+        return
+      }
       const last = take[take.length - 1].offset
       resolveOffset(last)
       let error = null
@@ -219,7 +234,7 @@ async function member(cmd) {
       } catch (e) {
         error = `${e.name}: ${e.message}`
       }
-      print({ type: 'batch', records: take.map(m => [batch.partition, Number(m.offset), m.value.toString()]), error })
+      print({ type: 'batch', records, error })
       applyQuota()
     },
   })
