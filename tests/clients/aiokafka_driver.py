@@ -45,6 +45,9 @@ class AiokafkaDriver:
 
         return asyncio.run(go())
 
+    def close(self) -> None:
+        pass
+
     def create_topic(self, topic: str, partitions: int, configs: dict[str, str]) -> None:
         response = self._admin(lambda a: a.create_topics([NewTopic(topic, partitions, 1, topic_configs=configs)]))
         for name, code, *message in response.topic_errors:

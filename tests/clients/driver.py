@@ -44,6 +44,9 @@ class Driver(Protocol):
         """Idempotent producer with acks=all and (where the client has the setting) 5 requests in
         flight: records 0..count-1 (key = value = seq as text) to partition seq % partitions."""
 
+    def close(self) -> None:
+        """Release what the driver keeps between calls (the Java driver's admin JVM)."""
+
     # consume
     def member(self, topic: str, group: str, board: Board, name: str, batch: int, quota: int | None) -> Member:
         """A consumer-group member as tests/clients/member.py describes."""

@@ -9,9 +9,11 @@ import hashlib
 import importlib.util
 import json
 import os
+import queue
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,21 +170,50 @@ def consume(
     return Consumed(end_offsets, records)
 
 
-def admin(
-    bootstrap: str,
-    op: str,
-    topic: str | None = None,
-    partitions: int | None = None,
-    configs: dict[str, str] | None = None,
-    timeout: float = 60.0,
-    log_path: Path | None = None,
-) -> dict:
-    """One admin operation (create, describe, configs, alter, partitions, delete, list; see
-    NeveClient.java); returns the driver's JSON answer."""
-    args = ["admin", "--bootstrap", bootstrap, "--op", op]
-    args += ["--topic", topic] if topic is not None else []
-    args += ["--partitions", str(partitions)] if partitions is not None else []
-    return json.loads(run(args + _config_args(configs), timeout, log_path))
+class AdminSession:
+    """One JVM serving many admin operations (a JVM start costs seconds on a busy machine): the
+    driver's `admin` session mode, one operation per line. Close it when done."""
+
+    def __init__(self, bootstrap: str, log_path: Path, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed by close()
+        cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", "admin", "--bootstrap", bootstrap]
+        self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
+        self._answers: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="java-admin", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self._answers.put(line)
+        self._answers.put(None)
+
+    def __call__(self, op: str, topic: str = "", partitions: int | None = None, configs: dict[str, str] | None = None) -> dict:
+        fields = [op, topic, "" if partitions is None else str(partitions), *(f"{k}={v}" for k, v in (configs or {}).items())]
+        self.process.stdin.write("\t".join(fields) + "\n")
+        self.process.stdin.flush()
+        try:
+            line = self._answers.get(timeout=self.timeout)
+        except queue.Empty:
+            raise JavaClientError(f"java admin {op} {topic} overran {self.timeout}s") from None
+        if line is None:
+            raise JavaClientError(f"java admin session exited {self.process.wait()} during {op} {topic}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise JavaClientError(f"java admin {op} {topic}: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._reader.join(10)
+        self.process.stdout.close()
+        self._log.close()
 
 
 def member(

@@ -1,6 +1,6 @@
 """The Java client (kafka-clients 3.9.1) behind the scenario interface (tests/clients/driver.py),
-through the NeveClient.java subprocess driver. Admin calls use the Admin client, so config
-changes go through IncrementalAlterConfigs."""
+through the NeveClient.java subprocess driver. Admin calls go to one Admin client in one JVM
+(an admin session), so config changes go through IncrementalAlterConfigs."""
 
 from __future__ import annotations
 
@@ -19,13 +19,20 @@ class JavaDriver:
     bootstrap: str
     log_dir: Path
     name: str = "java"
+    _session: java_client.AdminSession | None = None
 
     @property
     def _log(self) -> Path:
         return self.log_dir / "java.log"
 
     def _admin(self, op: str, topic: str, partitions: int | None = None, configs: dict[str, str] | None = None) -> dict:
-        return java_client.admin(self.bootstrap, op, topic, partitions, configs, log_path=self._log)
+        if self._session is None:
+            self._session = java_client.AdminSession(self.bootstrap, self.log_dir / "java-admin.log")
+        return self._session(op, topic, partitions, configs)
+
+    def close(self) -> None:
+        if self._session is not None:
+            self._session.close()
 
     def create_topic(self, topic: str, partitions: int, configs: dict[str, str]) -> None:
         self._admin("create", topic, partitions, configs)

@@ -21,6 +21,9 @@ class KafkajsDriver:
     def _admin(self, op: str, **fields) -> dict:
         return kafkajs_client.admin(self.bootstrap, op, log_path=self.log_dir / "kafkajs.log", **fields)
 
+    def close(self) -> None:
+        pass
+
     def create_topic(self, topic: str, partitions: int, configs: dict[str, str]) -> None:
         self._admin("create_topic", topic=topic, partitions=partitions, configs=configs)
 

@@ -42,6 +42,9 @@ class LibrdkafkaDriver:
     def _log(self) -> logging.Logger:
         return _logger(self.log_dir / "librdkafka.log")
 
+    def close(self) -> None:
+        pass  # the AdminClient goes with the driver
+
     def create_topic(self, topic: str, partitions: int, configs: dict[str, str]) -> None:
         self._admin.create_topics([NewTopic(topic, partitions, 1, config=configs)], operation_timeout=TIMEOUT)[topic].result(TIMEOUT)
 

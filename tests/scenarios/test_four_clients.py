@@ -53,7 +53,9 @@ WAIT = 45.0  # the longest any one awaited event may take; healthy runs take a f
 @pytest.fixture(params=CLIENTS)
 def driver(request, neve_factory, artifacts_dir) -> Driver:
     node = neve_factory(env=LINGER)
-    return load(request.param, node.bootstrap, artifacts_dir)
+    d = load(request.param, node.bootstrap, artifacts_dir)
+    yield d
+    d.close()
 
 
 @pytest.fixture

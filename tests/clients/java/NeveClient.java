@@ -10,20 +10,24 @@
 //       "partition offset value" per record.
 //
 //   admin --bootstrap B --op OP --topic T [--partitions N] [--config k=v]...
-//       one admin operation, answered with one JSON line: create (a topic of N partitions with the
-//       --config topic configs), describe ({"partitions": [...]} or {"partitions": null} when the
-//       topic does not exist), configs ({"configs": {k: v}}), alter (incremental SET of each
-//       --config), partitions (increase to N), delete, list ({"topics": [...]}).
+//       one admin operation, answered with one JSON line. Without --op, a session: one operation
+//       per stdin line ("op TAB topic TAB partitions [TAB key=value]...") answered by one JSON line
+//       each ({"error": "..."} when it failed) until stdin closes. Operations: create (a topic of
+//       N partitions with the --config topic configs), describe ({"partitions": [...]}, or
+//       {"partitions": null} when the topic does not exist), configs ({"configs": {k: v}}), alter
+//       (incremental SET of each --config), partitions (increase to N), delete, list
+//       ({"topics": [...]}).
 //   member --bootstrap B --topic T --group G --batch N [--quota Q] [--timeout-ms MS] [--config k=v]...
 //       a consumer-group member (subscribe, auto-commit off). Reads lines on stdin: "quota Q" (the
 //       total number of records it may process), "quota none" (no limit), "stop" (close, which
-//       leaves the group), "abandon" (process one more batch, report it with error "abandoned: ..."
-//       and close without committing it). Prints JSON lines: {"type": "started"} before subscribing; {"type": "assigned"|"revoked", "partitions": [...]}
-//       from its rebalance listener; {"type": "batch", "records": [[p, o, value], ...], "error":
-//       null|"..."} for each processed batch (at most N records, never beyond the quota: records
-//       polled past it are sought back to), committed with commitSync before the next poll (error:
-//       why the commit failed); {"type": "closed"} once closed. Past the quota every assigned
-//       partition is paused until the quota is raised.
+//       leaves the group), "abandon" (process one more batch, report it with error "abandoned:
+//       ..." and close without committing it). Prints JSON lines: {"type": "started"} before
+//       subscribing; {"type": "assigned"|"revoked", "partitions": [...]} from its rebalance
+//       listener; {"type": "batch", "records": [[p, o, value], ...], "error": null|"..."} for each
+//       processed batch (at most N records, never beyond the quota: records polled past it are
+//       sought back to), committed with commitSync before the next poll (error: why the commit
+//       failed); {"type": "closed"} once closed. Past the quota every assigned partition is paused
+//       until the quota is raised.
 //
 // Exit codes: 0 success, 1 a record failed or the client threw, 2 timeout, 64 bad usage.
 
@@ -219,67 +223,91 @@ public final class NeveClient {
     private static final String ABANDONED = "abandoned: closed before committing";
 
     private static int admin(Map<String, String> opts, Properties extra, PrintStream out) throws Exception {
-        String op = required(opts, "op");
         Properties props = new Properties();
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
         props.put(AdminClientConfig.CLIENT_ID_CONFIG, "neve-java-admin");
-        Map<String, String> configs = new LinkedHashMap<>();
-        extra.forEach((k, v) -> configs.put((String) k, (String) v));
         try (Admin admin = Admin.create(props)) {
-            if (op.equals("list")) {
-                out.println("{\"topics\": " + jsonStrings(new TreeSet<>(admin.listTopics().names().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS))) + "}");
+            if (opts.containsKey("op")) {
+                Map<String, String> configs = new LinkedHashMap<>();
+                extra.forEach((k, v) -> configs.put((String) k, (String) v));
+                out.println(adminOp(admin, opts.get("op"), opts.getOrDefault("topic", ""), opts.getOrDefault("partitions", ""), configs));
                 return 0;
             }
-            String topic = required(opts, "topic");
-            ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
-            switch (op) {
-                case "create" -> {
-                    NewTopic t = new NewTopic(topic, Integer.parseInt(required(opts, "partitions")), (short) 1).configs(configs);
-                    admin.createTopics(List.of(t)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
-                    out.println("{}");
+            // A session: one operation per stdin line ("op TAB topic TAB partitions [TAB key=value]..."),
+            // one JSON answer line each ({"error": "..."} when it failed), until stdin closes.
+            BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+            String line;
+            while ((line = in.readLine()) != null) {
+                String[] f = line.split("\t", -1);
+                Map<String, String> configs = new LinkedHashMap<>();
+                for (int i = 3; i < f.length; i++) {
+                    int eq = f[i].indexOf('=');
+                    configs.put(f[i].substring(0, eq), f[i].substring(eq + 1));
                 }
-                case "describe" -> {
-                    try {
-                        TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).get(topic);
-                        Set<Integer> ids = new TreeSet<>();
-                        d.partitions().forEach(p -> ids.add(p.partition()));
-                        out.println("{\"partitions\": " + ids + "}");
-                    } catch (ExecutionException e) {
-                        if (!(e.getCause() instanceof UnknownTopicOrPartitionException)) {
-                            throw e;
-                        }
-                        out.println("{\"partitions\": null}");
-                    }
+                String answer;
+                try {
+                    answer = adminOp(admin, f[0], f.length > 1 ? f[1] : "", f.length > 2 ? f[2] : "", configs);
+                } catch (Exception e) {
+                    Throwable cause = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+                    answer = "{\"error\": " + json(cause.getClass().getSimpleName() + ": " + cause.getMessage()) + "}";
                 }
-                case "configs" -> {
-                    Config config = admin.describeConfigs(List.of(resource)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).get(resource);
-                    StringBuilder sb = new StringBuilder("{\"configs\": {");
-                    String sep = "";
-                    for (ConfigEntry e : config.entries()) {
-                        sb.append(sep).append(json(e.name())).append(": ").append(e.value() == null ? "null" : json(e.value()));
-                        sep = ", ";
-                    }
-                    out.println(sb.append("}}"));
-                }
-                case "alter" -> {
-                    List<AlterConfigOp> ops = new ArrayList<>();
-                    configs.forEach((k, v) -> ops.add(new AlterConfigOp(new ConfigEntry(k, v), AlterConfigOp.OpType.SET)));
-                    admin.incrementalAlterConfigs(Map.of(resource, ops)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
-                    out.println("{}");
-                }
-                case "partitions" -> {
-                    NewPartitions n = NewPartitions.increaseTo(Integer.parseInt(required(opts, "partitions")));
-                    admin.createPartitions(Map.of(topic, n)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
-                    out.println("{}");
-                }
-                case "delete" -> {
-                    admin.deleteTopics(List.of(topic)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
-                    out.println("{}");
-                }
-                default -> usage("unknown admin op " + op);
+                out.println(answer);
+                out.flush();
             }
         }
         return 0;
+    }
+
+    private static String adminOp(Admin admin, String op, String topic, String partitions, Map<String, String> configs) throws Exception {
+        ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+        switch (op) {
+            case "list" -> {
+                return "{\"topics\": " + jsonStrings(new TreeSet<>(admin.listTopics().names().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS))) + "}";
+            }
+            case "create" -> {
+                NewTopic t = new NewTopic(topic, Integer.parseInt(partitions), (short) 1).configs(configs);
+                admin.createTopics(List.of(t)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            case "describe" -> {
+                try {
+                    TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).get(topic);
+                    Set<Integer> ids = new TreeSet<>();
+                    d.partitions().forEach(p -> ids.add(p.partition()));
+                    return "{\"partitions\": " + ids + "}";
+                } catch (ExecutionException e) {
+                    if (!(e.getCause() instanceof UnknownTopicOrPartitionException)) {
+                        throw e;
+                    }
+                    return "{\"partitions\": null}";
+                }
+            }
+            case "configs" -> {
+                Config config = admin.describeConfigs(List.of(resource)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).get(resource);
+                StringBuilder sb = new StringBuilder("{\"configs\": {");
+                String sep = "";
+                for (ConfigEntry e : config.entries()) {
+                    sb.append(sep).append(json(e.name())).append(": ").append(e.value() == null ? "null" : json(e.value()));
+                    sep = ", ";
+                }
+                return sb.append("}}").toString();
+            }
+            case "alter" -> {
+                List<AlterConfigOp> ops = new ArrayList<>();
+                configs.forEach((k, v) -> ops.add(new AlterConfigOp(new ConfigEntry(k, v), AlterConfigOp.OpType.SET)));
+                admin.incrementalAlterConfigs(Map.of(resource, ops)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            case "partitions" -> {
+                admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(Integer.parseInt(partitions)))).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            case "delete" -> {
+                admin.deleteTopics(List.of(topic)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            default -> throw new IllegalArgumentException("unknown admin op " + op);
+        }
     }
 
     private static int member(Map<String, String> opts, Properties extra, PrintStream out) throws Exception {
