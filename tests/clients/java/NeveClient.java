@@ -9,27 +9,69 @@
 //       start (and at least N records), printing "end partition offset" per partition first, then
 //       "partition offset value" per record.
 //
+//   admin --bootstrap B --op OP --topic T [--partitions N] [--config k=v]...
+//       one admin operation, answered with one JSON line. Without --op, a session: one operation
+//       per stdin line ("op TAB topic TAB partitions [TAB key=value]...") answered by one JSON line
+//       each ({"error": "..."} when it failed) until stdin closes. Operations: create (a topic of
+//       N partitions with the --config topic configs), describe ({"partitions": [...]}, or
+//       {"partitions": null} when the topic does not exist), configs ({"configs": {k: v}}), alter
+//       (incremental SET of each --config), partitions (increase to N), delete, list
+//       ({"topics": [...]}).
+//   member --bootstrap B --topic T --group G --batch N [--quota Q] [--timeout-ms MS] [--config k=v]...
+//       a consumer-group member (subscribe, auto-commit off). Reads lines on stdin: "quota Q" (the
+//       total number of records it may process), "quota none" (no limit), "stop" (close, which
+//       leaves the group), "abandon" (process one more batch, report it with error "abandoned:
+//       ..." and close without committing it). Prints JSON lines: {"type": "started"} before
+//       subscribing; {"type": "assigned"|"revoked", "partitions": [...]} from its rebalance
+//       listener; {"type": "batch", "records": [[p, o, value], ...], "error": null|"..."} for each
+//       processed batch (at most N records, never beyond the quota: records polled past it are
+//       sought back to), committed with commitSync before the next poll (error: why the commit
+//       failed); {"type": "closed"} once closed. Past the quota every assigned partition is paused
+//       until the quota is raised.
+//
 // Exit codes: 0 success, 1 a record failed or the client threw, 2 timeout, 64 bad usage.
 
 import java.io.BufferedOutputStream;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Collection;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
 
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.NewPartitions;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -64,6 +106,8 @@ public final class NeveClient {
             switch (argv[0]) {
                 case "produce" -> code = produce(opts, extra, out);
                 case "consume" -> code = consume(opts, extra, out);
+                case "admin" -> code = admin(opts, extra, out);
+                case "member" -> code = member(opts, extra, out);
                 default -> {
                     usage("unknown subcommand " + argv[0]);
                     code = USAGE;
@@ -175,6 +219,250 @@ public final class NeveClient {
         return 0;
     }
 
+    private static final long ADMIN_TIMEOUT_S = 30;
+    private static final String ABANDONED = "abandoned: closed before committing";
+
+    private static int admin(Map<String, String> opts, Properties extra, PrintStream out) throws Exception {
+        Properties props = new Properties();
+        props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
+        props.put(AdminClientConfig.CLIENT_ID_CONFIG, "neve-java-admin");
+        try (Admin admin = Admin.create(props)) {
+            if (opts.containsKey("op")) {
+                Map<String, String> configs = new LinkedHashMap<>();
+                extra.forEach((k, v) -> configs.put((String) k, (String) v));
+                out.println(adminOp(admin, opts.get("op"), opts.getOrDefault("topic", ""), opts.getOrDefault("partitions", ""), configs));
+                return 0;
+            }
+            // A session: one operation per stdin line ("op TAB topic TAB partitions [TAB key=value]..."),
+            // one JSON answer line each ({"error": "..."} when it failed), until stdin closes.
+            BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+            String line;
+            while ((line = in.readLine()) != null) {
+                String[] f = line.split("\t", -1);
+                Map<String, String> configs = new LinkedHashMap<>();
+                for (int i = 3; i < f.length; i++) {
+                    int eq = f[i].indexOf('=');
+                    configs.put(f[i].substring(0, eq), f[i].substring(eq + 1));
+                }
+                String answer;
+                try {
+                    answer = adminOp(admin, f[0], f.length > 1 ? f[1] : "", f.length > 2 ? f[2] : "", configs);
+                } catch (Exception e) {
+                    Throwable cause = e instanceof ExecutionException && e.getCause() != null ? e.getCause() : e;
+                    answer = "{\"error\": " + json(cause.getClass().getSimpleName() + ": " + cause.getMessage()) + "}";
+                }
+                out.println(answer);
+                out.flush();
+            }
+        }
+        return 0;
+    }
+
+    private static String adminOp(Admin admin, String op, String topic, String partitions, Map<String, String> configs) throws Exception {
+        ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+        switch (op) {
+            case "list" -> {
+                return "{\"topics\": " + jsonStrings(new TreeSet<>(admin.listTopics().names().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS))) + "}";
+            }
+            case "create" -> {
+                NewTopic t = new NewTopic(topic, Integer.parseInt(partitions), (short) 1).configs(configs);
+                admin.createTopics(List.of(t)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            case "describe" -> {
+                try {
+                    TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).get(topic);
+                    Set<Integer> ids = new TreeSet<>();
+                    d.partitions().forEach(p -> ids.add(p.partition()));
+                    return "{\"partitions\": " + ids + "}";
+                } catch (ExecutionException e) {
+                    if (!(e.getCause() instanceof UnknownTopicOrPartitionException)) {
+                        throw e;
+                    }
+                    return "{\"partitions\": null}";
+                }
+            }
+            case "configs" -> {
+                Config config = admin.describeConfigs(List.of(resource)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS).get(resource);
+                StringBuilder sb = new StringBuilder("{\"configs\": {");
+                String sep = "";
+                for (ConfigEntry e : config.entries()) {
+                    sb.append(sep).append(json(e.name())).append(": ").append(e.value() == null ? "null" : json(e.value()));
+                    sep = ", ";
+                }
+                return sb.append("}}").toString();
+            }
+            case "alter" -> {
+                List<AlterConfigOp> ops = new ArrayList<>();
+                configs.forEach((k, v) -> ops.add(new AlterConfigOp(new ConfigEntry(k, v), AlterConfigOp.OpType.SET)));
+                admin.incrementalAlterConfigs(Map.of(resource, ops)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            case "partitions" -> {
+                admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(Integer.parseInt(partitions)))).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            case "delete" -> {
+                admin.deleteTopics(List.of(topic)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            default -> throw new IllegalArgumentException("unknown admin op " + op);
+        }
+    }
+
+    private static int member(Map<String, String> opts, Properties extra, PrintStream out) throws Exception {
+        String topic = required(opts, "topic");
+        int batch = Integer.parseInt(required(opts, "batch"));
+        long timeoutMs = Long.parseLong(opts.getOrDefault("timeout-ms", "120000"));
+        AtomicLong quota = new AtomicLong(parseQuota(opts.getOrDefault("quota", "none")));
+        AtomicInteger stop = new AtomicInteger();
+        java.util.concurrent.atomic.AtomicBoolean abandon = new java.util.concurrent.atomic.AtomicBoolean();
+        Properties props = new Properties();
+        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
+        props.put(ConsumerConfig.GROUP_ID_CONFIG, required(opts, "group"));
+        props.put(ConsumerConfig.CLIENT_ID_CONFIG, "neve-java-member");
+        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        props.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        props.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.toString(batch));
+        props.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, "10000");
+        props.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, "500");
+        props.putAll(extra);
+
+        Thread commands = new Thread(() -> {
+            try (BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = in.readLine()) != null) {
+                    String[] words = line.trim().split("\\s+");
+                    if (words[0].equals("quota") && words.length == 2) {
+                        quota.set(parseQuota(words[1]));
+                    } else if (words[0].equals("abandon")) {
+                        abandon.set(true);
+                    } else if (words[0].equals("stop")) {
+                        break;
+                    }
+                }
+            } catch (Exception e) {
+                e.printStackTrace(System.err);
+            }
+            stop.set(1);  // "stop" or stdin closed: the test is gone
+        }, "commands");
+        commands.setDaemon(true);
+        commands.start();
+
+        long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+        long processed = 0;
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
+            emit(out, "{\"type\": \"started\"}");
+            consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                @Override
+                public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+                    emit(out, "{\"type\": \"revoked\", \"partitions\": " + partitionIds(partitions) + "}");
+                }
+
+                @Override
+                public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+                    emit(out, "{\"type\": \"assigned\", \"partitions\": " + partitionIds(partitions) + "}");
+                }
+            });
+            while (stop.get() == 0) {
+                if (System.nanoTime() > deadline) {
+                    System.err.printf("error: member overran %d ms%n", timeoutMs);
+                    return 2;
+                }
+                long room = Math.max(0, quota.get() - processed);
+                if (room == 0) {
+                    consumer.pause(consumer.assignment());
+                } else {
+                    consumer.resume(consumer.paused());
+                }
+                ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(100));
+                if (records.isEmpty()) {
+                    continue;
+                }
+                // Take at most `room` records; each partition with records left over goes back to
+                // the first of them, so they are polled again once the quota allows.
+                Map<TopicPartition, OffsetAndMetadata> commit = new HashMap<>();
+                Map<TopicPartition, Long> rewind = new HashMap<>();
+                StringBuilder list = new StringBuilder();
+                for (ConsumerRecord<String, String> r : records) {
+                    TopicPartition tp = new TopicPartition(r.topic(), r.partition());
+                    if (processed >= quota.get() || rewind.containsKey(tp)) {
+                        rewind.putIfAbsent(tp, r.offset());
+                        continue;
+                    }
+                    processed++;
+                    commit.put(tp, new OffsetAndMetadata(r.offset() + 1));
+                    list.append(list.length() == 0 ? "" : ", ").append('[').append(r.partition()).append(", ")
+                            .append(r.offset()).append(", ").append(json(r.value())).append(']');
+                }
+                rewind.forEach(consumer::seek);
+                if (commit.isEmpty()) {
+                    continue;
+                }
+                if (abandon.get()) {
+                    emit(out, "{\"type\": \"batch\", \"records\": [" + list + "], \"error\": " + json(ABANDONED) + "}");
+                    break;
+                }
+                String error = "null";
+                try {
+                    consumer.commitSync(commit);
+                } catch (Exception e) {
+                    error = json(e.getClass().getSimpleName() + ": " + e.getMessage());
+                }
+                emit(out, "{\"type\": \"batch\", \"records\": [" + list + "], \"error\": " + error + "}");
+            }
+        }
+        emit(out, "{\"type\": \"closed\"}");
+        return 0;
+    }
+
+    private static long parseQuota(String text) {
+        return text.equals("none") ? Long.MAX_VALUE : Long.parseLong(text);
+    }
+
+    private static void emit(PrintStream out, String line) {
+        synchronized (out) {
+            out.println(line);
+            out.flush();
+        }
+    }
+
+    private static String partitionIds(Collection<TopicPartition> partitions) {
+        Set<Integer> ids = new TreeSet<>();
+        partitions.forEach(tp -> ids.add(tp.partition()));
+        return ids.toString();
+    }
+
+    private static String jsonStrings(Collection<String> values) {
+        StringBuilder sb = new StringBuilder("[");
+        String sep = "";
+        for (String v : values) {
+            sb.append(sep).append(json(v));
+            sep = ", ";
+        }
+        return sb.append(']').toString();
+    }
+
+    private static String json(String text) {
+        StringBuilder sb = new StringBuilder("\"");
+        for (char c : text.toCharArray()) {
+            switch (c) {
+                case '"' -> sb.append("\\\"");
+                case '\\' -> sb.append("\\\\");
+                default -> {
+                    if (c < 0x20) {
+                        sb.append(String.format("\\u%04x", (int) c));
+                    } else {
+                        sb.append(c);
+                    }
+                }
+            }
+        }
+        return sb.append('"').toString();
+    }
+
     private static boolean reachedEnd(KafkaConsumer<?, ?> consumer, List<TopicPartition> tps, Map<TopicPartition, Long> end) {
         for (TopicPartition tp : tps) {
             if (consumer.position(tp) < end.get(tp)) {
@@ -193,8 +481,8 @@ public final class NeveClient {
     }
 
     private static void usage(String why) {
-        System.err.println("usage: NeveClient produce|consume --bootstrap B --topic T --partitions P "
-                + "[--count N] [--expect N] [--timeout-ms MS] [--config key=value]...");
+        System.err.println("usage: NeveClient produce|consume|admin|member --bootstrap B --topic T [--partitions P] "
+                + "[--count N] [--expect N] [--op OP] [--group G] [--batch N] [--quota Q] [--timeout-ms MS] [--config key=value]...");
         System.err.println("error: " + why);
         System.exit(USAGE);
     }
