@@ -34,18 +34,6 @@ from tests.clients.member import ABANDONED, Batch, Board, Member
 pytestmark = pytest.mark.integration
 
 
-def served(**apis: int) -> pytest.MarkDecorator:
-    """Skip unless neve implements these APIs (name=key): on a branch without the group
-    coordinator or the admin APIs, those scenarios wait for them instead of failing."""
-    from broker.registry import load_handlers
-
-    missing = sorted(name for name, key in apis.items() if key not in load_handlers())
-    return pytest.mark.skipif(bool(missing), reason=f"neve does not serve {', '.join(missing)} yet")
-
-
-NEEDS_CONFIGS = served(DescribeConfigs=32, AlterConfigs=33, CreatePartitions=37, IncrementalAlterConfigs=44)
-NEEDS_GROUPS = served(OffsetCommit=8, OffsetFetch=9, FindCoordinator=10, JoinGroup=11, Heartbeat=12, LeaveGroup=13, SyncGroup=14)
-
 LINGER = {"NEVE_WAL_LINGER_MS": "10"}
 WAIT = 45.0  # the longest any one awaited event may take; healthy runs take a few seconds
 
@@ -116,7 +104,6 @@ def test_topic_lifecycle(driver):
     assert driver.partitions(topic) is None
 
 
-@NEEDS_CONFIGS
 def test_topic_configs_and_partitions(driver):
     """Configs described exactly, altered and read back; 3 -> 6 partitions, partition 5 used."""
     bootstrap = driver.bootstrap
@@ -218,7 +205,6 @@ def redelivery_account(batches: list[Batch]) -> tuple[Counter, Counter]:
     return delivered, uncommitted
 
 
-@NEEDS_GROUPS
 def test_group_members_join_and_leave(driver, board):
     """c1 starts alone, c2 and c3 join while it consumes, one leaves with a batch it never
     committed; every record is consumed, re-deliveries are exactly accounted for."""
@@ -294,7 +280,6 @@ RESUME_COUNT = 300
 RESUME_K = 110
 
 
-@NEEDS_GROUPS
 def test_commit_close_resume(driver, board):
     """The first member commits K records batch by batch, then processes one more batch and closes
     without committing it; a new member of the group reads exactly the records after the
