@@ -247,6 +247,23 @@ def resource_refusal(resource_type: int, name: str, topics: Mapping) -> tuple[in
     return None
 
 
+async def alter_topic(metadata, resource, validate_only: bool, compute) -> tuple[int, str | None]:
+    """One resource of AlterConfigs or IncrementalAlterConfigs: refuse anything but an existing
+    topic, and a config named twice; then `compute(old configs)` gives (new whole set | None,
+    error code, message), and the new set is validated and stored."""
+    refusal = resource_refusal(resource.resource_type, resource.resource_name, metadata.topics())
+    if refusal is not None:
+        return refusal
+    names = [c.name for c in resource.configs]
+    if len(set(names)) != len(names):
+        return INVALID_REQUEST, "Error due to duplicate config keys"
+    old = metadata.topics()[resource.resource_name].configs
+    new, code, message = compute(old)
+    if new is None:
+        return code, message
+    return await replace_configs(metadata, resource.resource_name, old, new, validate_only)
+
+
 async def replace_configs(metadata, name: str, old: Mapping[str, str], new: Mapping[str, str], validate_only: bool) -> tuple[int, str | None]:
     """Make `new` the topic's whole set of configs: (0, None), or an error code and message."""
     try:

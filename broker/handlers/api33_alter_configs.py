@@ -11,7 +11,7 @@ import datetime
 
 from ..codec import build, error
 from ..registry import handles
-from ..topic_configs import INVALID_REQUEST, replace_configs, resource_refusal
+from ..topic_configs import alter_topic
 
 NO_THROTTLE = datetime.timedelta(0)
 
@@ -22,15 +22,6 @@ async def alter_configs(ctx, request):
     store = ctx.services.metadata
     responses = []
     for res in request.resources:
-        names = [c.name for c in res.configs]
-        refusal = resource_refusal(res.resource_type, res.resource_name, store.topics())
-        if refusal is not None:
-            code, message = refusal
-        elif len(set(names)) != len(names):
-            code, message = INVALID_REQUEST, "Error due to duplicate config keys"
-        else:
-            old = store.topics()[res.resource_name].configs
-            new = {c.name: c.value for c in res.configs if c.value is not None}
-            code, message = await replace_configs(store, res.resource_name, old, new, request.validate_only)
+        code, message = await alter_topic(store, res, request.validate_only, lambda old, res=res: ({c.name: c.value for c in res.configs if c.value is not None}, 0, None))
         responses.append(build(r.AlterConfigsResourceResponse, error_code=error(code), error_message=message, resource_type=res.resource_type, resource_name=res.resource_name))
     return build(r.AlterConfigsResponse, throttle_time=NO_THROTTLE, responses=tuple(responses))
