@@ -1,6 +1,8 @@
 """Coordinator failover on a three-zone cluster (real etcd and SeaweedFS): a librdkafka group
 consumes, its coordinator broker is killed with SIGKILL, the group is taken over by another broker
-from the stored state, consumption goes on, and no committed offset is lost."""
+from the stored state, consumption goes on, and no committed offset is lost. Once per group
+protocol: classic (JoinGroup/SyncGroup generations) and KIP-848 (member epochs, server-side
+assignments)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,8 @@ from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRe
 from tests.scenarios.records import LOG, create_topic
 from tests.scenarios.test_bad_input import Raw
 from tests.scenarios.test_consumer_groups import Ledger, _confluent_member, call, produce, wait_for
+from tests.scenarios.test_consumer_protocol_groups import ENV as CONSUMER_PROTOCOL_ENV
+from tests.scenarios.test_consumer_protocol_groups import consumer_protocol
 
 pytestmark = pytest.mark.integration
 
@@ -44,8 +48,23 @@ def fetch_offsets(port: int, group: str, expect: ErrorCode = ErrorCode.none) -> 
     return {(t.name, p.partition_index): p.committed_offset for t in answer.topics for p in t.partitions}
 
 
-def test_coordinator_failover_keeps_group_and_offsets(cluster_factory) -> None:
-    cluster = cluster_factory(zones=("a", "b", "c"), env={"NEVE_METADATA_LEASE_TTL_S": "2", "NEVE_WAL_LINGER_MS": "10"})
+def _loaded_classic(event: dict) -> bool:
+    return event["generation"] >= 1 and event["members"] == 2
+
+
+def _loaded_consumer(event: dict) -> bool:
+    return event.get("type") == "consumer" and event["epoch"] >= 2 and event["members"] == 2
+
+
+@pytest.mark.parametrize(
+    "configure, env, loaded_from_store",
+    [
+        pytest.param(lambda config: config, {}, _loaded_classic, id="classic"),
+        pytest.param(consumer_protocol, CONSUMER_PROTOCOL_ENV, _loaded_consumer, id="consumer"),
+    ],
+)
+def test_coordinator_failover_keeps_group_and_offsets(cluster_factory, configure, env, loaded_from_store) -> None:
+    cluster = cluster_factory(zones=("a", "b", "c"), env={"NEVE_WAL_LINGER_MS": "10", **env, "NEVE_METADATA_LEASE_TTL_S": "2"})
     topic = create_topic(cluster.bootstrap, PARTITIONS)
     produce(cluster.bootstrap, topic, PARTITIONS, PER_PARTITION)
     group = f"g-{uuid.uuid4().hex[:8]}"
@@ -60,7 +79,7 @@ def test_coordinator_failover_keeps_group_and_offsets(cluster_factory) -> None:
     # still finds records of its own to consume before both pause
     ledger = Ledger(limit=PARTITIONS * PER_PARTITION // 4)
     stops = {name: threading.Event() for name in "ab"}
-    threads = [threading.Thread(target=_confluent_member, args=(cluster.bootstrap, topic, group, name, ledger, stops[name]), daemon=True) for name in "ab"]
+    threads = [threading.Thread(target=_confluent_member, args=(cluster.bootstrap, topic, group, name, ledger, stops[name], configure), daemon=True) for name in "ab"]
     for t in threads:
         t.start()
     try:
@@ -96,4 +115,4 @@ def test_coordinator_failover_keeps_group_and_offsets(cluster_factory) -> None:
     assert fetch_offsets(survivors[new_coordinator], group) == {(topic, p): PER_PARTITION for p in range(PARTITIONS)}
     # The new coordinator took the group over from its stored state (not from scratch).
     loaded = [json.loads(line) for line in cluster.nodes[new_coordinator].log_path.read_text().splitlines() if '"group_loaded"' in line]
-    assert any(e["group"] == group and e["generation"] >= 1 and e["members"] == 2 for e in loaded), loaded
+    assert any(e["group"] == group and loaded_from_store(e) for e in loaded), loaded
