@@ -15,6 +15,7 @@ from pathlib import Path
 from . import options
 from .progress import Progress
 from .scenarios import SCENARIOS
+from .servers import Servers
 from .systems import SYSTEMS
 
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
@@ -71,7 +72,7 @@ def run_scenario(args: argparse.Namespace, argv: list[str]) -> bool:
         args.work_dir.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix=f"neve-bench-{name}-", dir=args.work_dir))
     progress = Progress(name)
-    run = Run(name, args, argv, out_dir, work_dir, progress)
+    run = Run(name, args, argv, out_dir, work_dir, progress, Servers(work_dir / "servers", out_dir))
     load = run._machine["loadavg_at_start"]
     if load is not None and load > 0.5 * run._machine["nproc"]:
         progress.line(f"WARNING: load average {load} on {run._machine['nproc']} CPUs before we start: other work will skew the figures")
@@ -84,9 +85,7 @@ def run_scenario(args: argparse.Namespace, argv: list[str]) -> bool:
         traceback.print_exc()
         run.fail(f"scenario failed: {e!r}")
     finally:
-        if run.system is not None and run.system.started:
-            progress.line(f"stopping {run.system.name}")
-            run.system.stop()
+        run.stop_all()
         doc = run.result()
         written = report.write(run, doc)
         if args.keep_data:
