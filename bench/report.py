@@ -162,12 +162,12 @@ def plots(run: Run, doc: dict) -> list[Path]:
     saturated = [s for s in doc["steps"] if s["mode"] == "saturation"]
     if len({s["partitions"] for s in saturated}) > 1:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        by_size: dict[int, list[dict]] = {}
+        lines: dict[tuple[str, int], list[dict]] = {}  # (system, or "sink", record size) -> steps
         for s in saturated:
-            by_size.setdefault(s["record_bytes"], []).append(s)
-        for size, steps in sorted(by_size.items()):
+            lines.setdefault(("sink" if s["name"].startswith("sink/") else s["system"], s["record_bytes"]), []).append(s)
+        for (who, size), steps in sorted(lines.items()):
             steps.sort(key=lambda s: s["partitions"])
-            ax.plot([s["partitions"] for s in steps], [s["mb_per_s"] for s in steps], marker="o", label=f"{_size(size)} records")
+            ax.plot([s["partitions"] for s in steps], [s["mb_per_s"] for s in steps], marker="o", label=f"{who}, {_size(size)} records")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.set_xlabel("partitions (log scale)")

@@ -80,7 +80,7 @@ def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None, cw
         return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True)
 
 
-def terminate(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 30.0) -> None:
+def terminate(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
     if proc is None or proc.poll() is not None:
         return
     proc.send_signal(sig)
