@@ -35,7 +35,14 @@ def _common() -> argparse.ArgumentParser:
     g.add_argument("--consumer-config", type=options.key_value, action="append", default=[], metavar="K=V", help="librdkafka consumer setting (repeatable)")
     g.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS, help="where <timestamp>-<scenario>/ is written (default bench/results)")
     g.add_argument("--work-dir", type=Path, default=None, help="parent of the temporary data dir (default: the system temp dir)")
-    g.add_argument("--profile", action="store_true", help="record a py-spy flame graph of the broker over each window (needs py-spy)")
+    g.add_argument(
+        "--profile",
+        nargs="?",
+        const="svg",
+        choices=["svg", "raw"],
+        default=None,
+        help="py-spy the neve broker over each window (needs py-spy): svg, a flame graph (default), or raw, collapsed stacks whose hottest frames results.md lists",
+    )
     g.add_argument("--keep-data", action="store_true", help="keep the broker's data dir after the run")
     return common
 

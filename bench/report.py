@@ -121,6 +121,12 @@ def markdown(doc: dict) -> str:
     for name, table in doc["derived"].get("tables", {}).items():
         parts.append(f"\n## {name}\n\n")
         parts.append(_table(table["headers"], table["rows"]))
+    for step, prof in doc["derived"].get("profiles", {}).items():
+        parts.append(f"\n## Profile of the broker during {step} (py-spy, {prof['samples']:,} samples)\n\n")
+        rows = [[f"`{frame}`", f"{pct}%"] for frame, _n, pct in prof["self"]]
+        parts.append(_table(["hottest frames (self)", "share"], rows))
+        rows = [[f"`{frame}`", f"{pct}%"] for frame, _n, pct in prof["total"]]
+        parts.append("\n" + _table(["on the stack (total)", "share"], rows))
     if doc["notes"]:
         parts.append("\n## Notes\n\n" + "".join(f"- {n}\n" for n in doc["notes"]))
     return "".join(parts)

@@ -16,6 +16,7 @@ import numpy as np
 from . import procstat
 from .ceiling import etcd_txn_baseline, put_ceiling
 from .load import Load, run_load
+from .profile import hot_frames
 from .progress import Progress
 from .servers import Servers
 from .systems import NULL_STORE, SYSTEMS, System
@@ -120,8 +121,8 @@ class Run:
         system = self.start_system(system)
         load.producer_config = {**dict(self.args.producer_config), **load.producer_config}
         load.consumer_config = {**dict(self.args.consumer_config), **load.consumer_config}
-        if self.args.profile:
-            load.profile_path = self.out_dir / f"profile-{load.name}.svg"
+        if self.args.profile and system.neve:  # py-spy reads Python stacks: not the peer's
+            load.profile_path = self.out_dir / ("profile-" + load.name.replace("/", "-") + (".txt" if self.args.profile == "raw" else ".svg"))
         self.progress.begin(load.name)
         outcome = run_load(system, load, self.progress)
         r = outcome.record
@@ -134,6 +135,8 @@ class Run:
         if r["e2e_latency_ms"] is not None:
             summary += f"  e2e p50 {r['e2e_latency_ms']['p50']} p99 {r['e2e_latency_ms']['p99']} ms"
         self.progress.line(summary)
+        if load.profile_path is not None and load.profile_path.suffix == ".txt" and load.profile_path.exists():
+            self.derived.setdefault("profiles", {})[load.name] = hot_frames(load.profile_path)
         for error in r["errors"]:
             self.progress.line(f"ERROR {error}")
         return r
