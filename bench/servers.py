@@ -173,6 +173,7 @@ class SeaweedFS:
         data = self.work_dir / "data"
         data.mkdir(parents=True, exist_ok=True)
         args = [binary("weed"), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-bucket={','.join(self.buckets)}", "-webdav=false", "-admin.ui=false"]
+        args.append("-s3.port.lance=0")  # its default port (9101) is fixed: two SeaweedFS on one machine would collide
         args += [f"-{flag}={port}" for flag, port in self.ports.items()]
         self.process = spawn(args, self.log_path, env=self.env, cwd=self.work_dir)
         for bucket in self.buckets:
