@@ -88,11 +88,14 @@ def judge(r, saturated: list[dict], peer_saturated: list[dict] = (), sink_satura
     ceiling_timing = r.timing(full=(0.5, 3.0), quick=(0.2, 1.0))
     if r.args.duration is not None:  # --duration is for load steps; keep the baseline short
         ceiling_timing.duration_s = min(ceiling_timing.duration_s, 3.0)
-    ceilings: dict[int, dict] = {}
+    ceilings: dict[int, dict] = {}  # by object size, shared by neve and the peer
+    own: dict[int, dict] = {}  # the ceilings at the sizes the system under test wrote
     for step in [*saturated, *peer_saturated]:
         object_bytes = _object_size(step, default_object)
         if object_bytes not in ceilings:
             ceilings[object_bytes] = r.ceiling(f"put-ceiling-{object_bytes / 2**20:.2f}MiB", object_bytes, concurrency, ceiling_timing)
+        if step["system"] == system.name:
+            own[object_bytes] = ceilings[object_bytes]
         step["ratio_to_put_ceiling"] = ratio(step["mb_per_s"], ceilings[object_bytes]["mb_per_s"])
     for step in saturated:
         rel = step["ratio_to_put_ceiling"]
@@ -108,7 +111,7 @@ def judge(r, saturated: list[dict], peer_saturated: list[dict] = (), sink_satura
             continue
         cpu = step["broker_cpu_s_per_gib_produced"]
         r.target(f"{step['name']}: broker CPU-s per GiB produced", f"<= {CPU_TARGET_S_PER_GIB:.0f}", cpu, None if cpu is None else cpu <= CPU_TARGET_S_PER_GIB)
-    _ack_latency(r, system, wal, saturated, ceilings)
+    _ack_latency(r, system, wal, own)
     if wal is not None:
         for step in saturated:
             mean = step["mean_object_bytes"]
@@ -122,7 +125,7 @@ def judge(r, saturated: list[dict], peer_saturated: list[dict] = (), sink_satura
         _peer_table(r, saturated, peer_by_size)
 
 
-def _ack_latency(r, system, wal, saturated, ceilings) -> None:
+def _ack_latency(r, system, wal, ceilings: dict[int, dict]) -> None:
     """ack p99 <= linger + 2 x raw PUT p99 (+ raw etcd transaction p99 when the system has etcd)."""
     if wal is None or not ceilings:
         return
