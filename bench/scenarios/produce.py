@@ -115,7 +115,7 @@ def judge(r, saturated: list[dict], peer_saturated: list[dict] = (), sink_satura
     if wal is not None:
         for step in saturated:
             mean = step["mean_object_bytes"]
-            r.target(f"{step['name']}: WAL object size at saturation", f">= 90% of flush size {wal.flush_bytes:,} B", mean, None if mean is None else mean >= 0.9 * wal.flush_bytes)
+            r.target(f"{step['name']}: WAL object size at saturation", f"within 10% of flush size {wal.flush_bytes:,} B", mean, None if mean is None else abs(mean - wal.flush_bytes) <= 0.1 * wal.flush_bytes)
             if step["puts_per_gib"] is not None:
                 ideal = GiB / wal.flush_bytes
                 r.target(f"{step['name']}: PUTs per GiB", f"<= {ideal * 1.1:.0f} (one per {size_label(wal.flush_bytes)} object)", step["puts_per_gib"], step["puts_per_gib"] <= ideal * 1.1)
