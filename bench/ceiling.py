@@ -91,3 +91,71 @@ def put_ceiling(system, name: str, object_bytes: int, concurrency: int, warmup_s
     assert tuple(record) == CEILING_KEYS
     progress.line(f"ceiling {record['mb_per_s']:.1f} MB/s, {record['puts_per_s']:.1f} PUT/s, PUT p99 {record['put_latency_ms']['p99']} ms")
     return record
+
+
+# -- the raw etcd transaction: the metadata term of the ack-latency bound ----------------------------
+
+ETCD_TXN_KEYS = ("name", "backend", "partitions", "ops_per_txn", "window_s", "txns", "txns_per_s", "txn_latency_ms", "errors")
+
+
+async def _measure_txn(endpoint: str, partitions: int, warmup_s: float, duration_s: float, progress: Progress) -> dict:
+    """One commit after another, each shaped like the sequencer's for an object touching
+    `partitions` partitions: compare every head's mod revision, put every head and one index
+    entry per partition, read the heads back on failure."""
+    import aetcd
+
+    host, port = endpoint.rsplit(":", 1)
+    client = aetcd.Client(host=host, port=int(port), timeout=10)
+    root = f"/bench-txn-{uuid.uuid4().hex[:8]}/".encode()
+    heads = [root + b"heads/%06d" % p for p in range(partitions)]
+    entry = b'[99,"wal/0000000000000000000000-0000-0000-0000-000000000000.wal","WAL",0,419430,1700000000000]'
+    errors: list[str] = []
+    lat: list[tuple[float, float]] = []
+    try:
+        revisions = {}
+        for key in heads:
+            put = await client.put(key, b'{"n":0,"s":0,"p":{}}')
+            revisions[key] = put.header.revision
+        tx = client.transactions
+        started = time.monotonic()
+        t0, t1 = started + warmup_s, started + warmup_s + duration_s
+        next_tick, last_n = started + 1.0, 0
+        n = 0
+        while time.monotonic() < t1:
+            n += 1
+            compare = [tx.mod(k) == revisions[k] for k in heads]
+            success = [tx.put(k, b'{"n":%d,"s":0,"p":{}}' % (n * 100)) for k in heads]
+            success += [tx.put(k.replace(b"/heads/", b"/index/") + b"/%020d" % (n * 100), entry) for k in heads]
+            begin = time.monotonic()
+            try:
+                ok, responses = await client.transaction(compare=compare, success=success, failure=[tx.get(k) for k in heads])
+            except Exception as e:  # recorded; a store that fails has no baseline
+                errors.append(repr(e))
+                break
+            end = time.monotonic()
+            if not ok:
+                errors.append("transaction conflicted: something else wrote the baseline's keys")
+                break
+            revision = responses[0].response_put.header.revision
+            revisions = dict.fromkeys(heads, revision)
+            lat.append((end, end - begin))
+            if end >= next_tick:
+                phase = "warmup" if end < t0 else "measure"
+                progress.line(f"{phase:7s} t={end - started:5.1f}s  {len(lat) - last_n:6d} txn/s  last {1000 * (end - begin):.1f} ms")
+                last_n, next_tick = len(lat), next_tick + 1.0
+        await client.delete_prefix(root)
+    finally:
+        await client.close()
+    window = np.array([d for at, d in lat if t0 <= at < t1])
+    return {"txns": int(window.size), "txns_per_s": round(window.size / duration_s, 2), "txn_latency_ms": latency_ms(window), "errors": errors[:5]}
+
+
+def etcd_txn_baseline(endpoint: str, name: str, partitions: int, warmup_s: float, duration_s: float, progress: Progress) -> dict:
+    progress.begin(name)
+    partitions = max(1, min(partitions, 60))  # the etcd store commits at most 60 partitions per transaction
+    progress.line(f"raw etcd transaction: {partitions} heads compared, {2 * partitions} puts, one at a time, {duration_s:.1f}s")
+    measured = asyncio.run(_measure_txn(endpoint, partitions, warmup_s, duration_s, progress))
+    record = {"name": name, "backend": "etcd (aetcd)", "partitions": partitions, "ops_per_txn": 2 * partitions, "window_s": duration_s, **measured}
+    assert tuple(record) == ETCD_TXN_KEYS
+    progress.line(f"etcd txn p50 {record['txn_latency_ms']['p50']} ms, p99 {record['txn_latency_ms']['p99']} ms, {record['txns_per_s']} txn/s")
+    return record

@@ -15,6 +15,7 @@ from pathlib import Path
 from . import options
 from .progress import Progress
 from .scenarios import SCENARIOS
+from .servers import Servers
 from .systems import SYSTEMS
 
 DEFAULT_RESULTS = Path(__file__).resolve().parent / "results"
@@ -34,7 +35,14 @@ def _common() -> argparse.ArgumentParser:
     g.add_argument("--consumer-config", type=options.key_value, action="append", default=[], metavar="K=V", help="librdkafka consumer setting (repeatable)")
     g.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS, help="where <timestamp>-<scenario>/ is written (default bench/results)")
     g.add_argument("--work-dir", type=Path, default=None, help="parent of the temporary data dir (default: the system temp dir)")
-    g.add_argument("--profile", action="store_true", help="record a py-spy flame graph of the broker over each window (needs py-spy)")
+    g.add_argument(
+        "--profile",
+        nargs="?",
+        const="svg",
+        choices=["svg", "raw"],
+        default=None,
+        help="py-spy the neve broker over each window (needs py-spy): svg, a flame graph (default), or raw, collapsed stacks whose hottest frames results.md lists",
+    )
     g.add_argument("--keep-data", action="store_true", help="keep the broker's data dir after the run")
     return common
 
@@ -71,7 +79,7 @@ def run_scenario(args: argparse.Namespace, argv: list[str]) -> bool:
         args.work_dir.mkdir(parents=True, exist_ok=True)
     work_dir = Path(tempfile.mkdtemp(prefix=f"neve-bench-{name}-", dir=args.work_dir))
     progress = Progress(name)
-    run = Run(name, args, argv, out_dir, work_dir, progress)
+    run = Run(name, args, argv, out_dir, work_dir, progress, Servers(work_dir / "servers", out_dir))
     load = run._machine["loadavg_at_start"]
     if load is not None and load > 0.5 * run._machine["nproc"]:
         progress.line(f"WARNING: load average {load} on {run._machine['nproc']} CPUs before we start: other work will skew the figures")
@@ -84,9 +92,7 @@ def run_scenario(args: argparse.Namespace, argv: list[str]) -> bool:
         traceback.print_exc()
         run.fail(f"scenario failed: {e!r}")
     finally:
-        if run.system is not None and run.system.started:
-            progress.line(f"stopping {run.system.name}")
-            run.system.stop()
+        run.stop_all()
         doc = run.result()
         written = report.write(run, doc)
         if args.keep_data:

@@ -9,6 +9,7 @@ broker's CPU seconds and the object store's contents are read at the window's tw
 from __future__ import annotations
 
 import multiprocessing
+import re
 import shutil
 import subprocess
 import sys
@@ -47,6 +48,7 @@ CONSUMER_DEFAULTS = {"fetch.wait.max.ms": 500, "fetch.min.bytes": 1, "log_level"
 # The keys of every load step, in the order the JSON shows them.
 STEP_KEYS = (
     "name",
+    "system",
     "topic",
     "partitions",
     "record_bytes",
@@ -74,6 +76,8 @@ STEP_KEYS = (
     "objects_put",
     "object_bytes_put",
     "mean_object_bytes",
+    "store_puts",
+    "store_gets",
     "puts_per_gib",
     "stored_bytes_per_gib",
     "ratio_to_put_ceiling",
@@ -110,7 +114,7 @@ class StepOutcome:
 def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    name = re.sub(r"[^a-zA-Z0-9._-]", "-", f"{prefix}-{uuid.uuid4().hex[:8]}")  # Kafka's legal topic characters
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)], request_timeout=120, operation_timeout=120)
     futures[name].result(timeout=180)
@@ -273,11 +277,21 @@ class _Edge:
     cpu: float | None
     client_cpu: float
     stored: object
+    requests: dict[str, float] | None
     at: float
 
 
 def _edge(system: System, pids: list[int]) -> _Edge:
-    return _Edge(system.cpu_seconds(), sum(procstat.cpu_seconds(pid) or 0.0 for pid in pids), system.stored_objects(), time.monotonic())
+    # The slow reads (listing an S3 prefix) come first, CPU and the clock last, so the window's
+    # edges are where its CPU and acknowledgements are counted.
+    stored, requests = system.stored_objects(), system.object_requests()
+    return _Edge(system.cpu_seconds(), sum(procstat.cpu_seconds(pid) or 0.0 for pid in pids), stored, requests, time.monotonic())
+
+
+def _request_delta(edge0: _Edge, edge1: _Edge, kind: str) -> int | None:
+    if edge0.requests is None or edge1.requests is None:
+        return None
+    return round(edge1.requests.get(kind, 0.0) - edge0.requests.get(kind, 0.0))
 
 
 def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, t0, t1, timeline) -> StepOutcome:
@@ -308,6 +322,7 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
     if edge0.stored is not None and edge1.stored is not None:
         puts = edge1.stored.objects - edge0.stored.objects
         put_bytes = edge1.stored.bytes - edge0.stored.bytes
+    store_puts, store_gets = _request_delta(edge0, edge1, "PUT"), _request_delta(edge0, edge1, "GET")
     produced = sum(o["produced"] for o in prods)
     acked = sum(o["acked"] for o in prods)
     failed = sum(o["failed"] for o in prods)
@@ -315,6 +330,7 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
     errors += [f"producer {o['index']}: delivery failed: {o['first_error']}" for o in prods if o["first_error"]]
     record = {
         "name": load.name,
+        "system": system.name,
         "topic": topic,
         "partitions": load.partitions,
         "record_bytes": load.record_bytes,
@@ -342,7 +358,10 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
         "objects_put": puts,
         "object_bytes_put": put_bytes,
         "mean_object_bytes": round(put_bytes / puts) if puts else None,
-        "puts_per_gib": per_gib(puts, produced_bytes),
+        "store_puts": store_puts,
+        "store_gets": store_gets,
+        # PUT requests the store counted (overwrites included) when it counts them, else new objects
+        "puts_per_gib": per_gib(store_puts if store_puts is not None else puts, produced_bytes),
         "stored_bytes_per_gib": per_gib(put_bytes, produced_bytes),
         "ratio_to_put_ceiling": None,  # filled by the scenario once its baseline is measured
         "errors": errors,

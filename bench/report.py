@@ -64,7 +64,10 @@ def markdown(doc: dict) -> str:
     ]
     if doc["system"]:
         s = doc["system"]
-        parts.append(f"System: {s['name']}, WAL linger {s['wal']['linger_ms']} ms, flush at {_size(s['wal']['flush_bytes'])}, {s['wal']['max_inflight_uploads']} uploads in flight.\n")
+        wal = s.get("wal")
+        settings = f", WAL linger {wal['linger_ms']} ms, flush at {_size(wal['flush_bytes'])}, {wal['max_inflight_uploads']} uploads in flight" if wal else ""
+        peer = f"; peer {s['peer']['name']} ({s['peer']['object_store']})" if s.get("peer") else ""
+        parts.append(f"System: {s['name']} (objects {s['object_store'].split('?')[0]}, metadata {s['metadata'].split('?')[0]}){settings}{peer}.\n")
     if doc["steps"]:
         parts.append("\n## Steps\n\nMB = 10^6 bytes of record values; latencies in ms; CPU in broker CPU-seconds per GiB.\n\n")
         rows = []
@@ -97,11 +100,20 @@ def markdown(doc: dict) -> str:
         )
     if doc["baselines"]:
         parts.append("\n## Baselines\n\n")
-        rows = [
-            [b["name"], b["backend"], _size(b["object_bytes"]), _fmt(b["concurrency"]), _fmt(b["puts_per_s"]), _fmt(b["mb_per_s"], 1), f"{_fmt(b['put_latency_ms']['p50'])} / {_fmt(b['put_latency_ms']['p99'])}"]
-            for b in doc["baselines"]
-        ]
-        parts.append(_table(["baseline", "store", "object", "concurrency", "PUT/s", "MB/s", "PUT p50 / p99 ms"], rows))
+        puts = [b for b in doc["baselines"] if "object_bytes" in b]
+        txns = [b for b in doc["baselines"] if "txn_latency_ms" in b]
+        if puts:
+            rows = [
+                [b["name"], b["backend"], _size(b["object_bytes"]), _fmt(b["concurrency"]), _fmt(b["puts_per_s"]), _fmt(b["mb_per_s"], 1), f"{_fmt(b['put_latency_ms']['p50'])} / {_fmt(b['put_latency_ms']['p99'])}"]
+                for b in puts
+            ]
+            parts.append(_table(["baseline", "store", "object", "concurrency", "PUT/s", "MB/s", "PUT p50 / p99 ms"], rows))
+        if txns:
+            rows = [
+                [b["name"], b["backend"], _fmt(b["partitions"]), _fmt(b["ops_per_txn"]), _fmt(b["txns_per_s"]), f"{_fmt(b['txn_latency_ms']['p50'])} / {_fmt(b['txn_latency_ms']['p99'])}"]
+                for b in txns
+            ]
+            parts.append("\n" + _table(["baseline", "store", "heads compared", "puts", "txn/s (one at a time)", "txn p50 / p99 ms"], rows))
     if doc["targets"]:
         parts.append("\n## Issue-5 targets\n\n")
         rows = [[t["name"], t["target"], _fmt(t["measured"], 2), "–" if t["met"] is None else ("met" if t["met"] else "**missed**")] for t in doc["targets"]]
@@ -109,6 +121,12 @@ def markdown(doc: dict) -> str:
     for name, table in doc["derived"].get("tables", {}).items():
         parts.append(f"\n## {name}\n\n")
         parts.append(_table(table["headers"], table["rows"]))
+    for step, prof in doc["derived"].get("profiles", {}).items():
+        parts.append(f"\n## Profile of the broker during {step} (py-spy, {prof['samples']:,} samples)\n\n")
+        rows = [[f"`{frame}`", f"{pct}%"] for frame, _n, pct in prof["self"]]
+        parts.append(_table(["hottest frames (self)", "share"], rows))
+        rows = [[f"`{frame}`", f"{pct}%"] for frame, _n, pct in prof["total"]]
+        parts.append("\n" + _table(["on the stack (total)", "share"], rows))
     if doc["notes"]:
         parts.append("\n## Notes\n\n" + "".join(f"- {n}\n" for n in doc["notes"]))
     return "".join(parts)
@@ -150,12 +168,12 @@ def plots(run: Run, doc: dict) -> list[Path]:
     saturated = [s for s in doc["steps"] if s["mode"] == "saturation"]
     if len({s["partitions"] for s in saturated}) > 1:
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        by_size: dict[int, list[dict]] = {}
+        lines: dict[tuple[str, int], list[dict]] = {}  # (system, or "sink", record size) -> steps
         for s in saturated:
-            by_size.setdefault(s["record_bytes"], []).append(s)
-        for size, steps in sorted(by_size.items()):
+            lines.setdefault(("sink" if s["name"].startswith("sink/") else s["system"], s["record_bytes"]), []).append(s)
+        for (who, size), steps in sorted(lines.items()):
             steps.sort(key=lambda s: s["partitions"])
-            ax.plot([s["partitions"] for s in steps], [s["mb_per_s"] for s in steps], marker="o", label=f"{_size(size)} records")
+            ax.plot([s["partitions"] for s in steps], [s["mb_per_s"] for s in steps], marker="o", label=f"{who}, {_size(size)} records")
         ax.set_xscale("log")
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:,.0f}"))
         ax.set_xlabel("partitions (log scale)")

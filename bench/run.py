@@ -14,10 +14,12 @@ from pathlib import Path
 import numpy as np
 
 from . import procstat
-from .ceiling import put_ceiling
+from .ceiling import etcd_txn_baseline, put_ceiling
 from .load import Load, run_load
+from .profile import hot_frames
 from .progress import Progress
-from .systems import SYSTEMS, System
+from .servers import Servers
+from .systems import NULL_STORE, SYSTEMS, System
 
 RESULT_KEYS = ("scenario", "quick", "started_at", "finished_at", "elapsed_s", "command", "machine", "system", "options", "steps", "baselines", "targets", "derived", "notes", "ok")
 TARGET_KEYS = ("name", "target", "measured", "met")
@@ -37,7 +39,10 @@ class Run:
     out_dir: Path
     work_dir: Path
     progress: Progress
+    servers: Servers
     system: System | None = None
+    peer: System | None = None  # --peer, measured in the same run on the same servers
+    sink: System | None = None  # the system again, over the null object store (a baseline)
     steps: list[dict] = field(default_factory=list)
     baselines: list[dict] = field(default_factory=list)
     targets: list[dict] = field(default_factory=list)
@@ -63,31 +68,61 @@ class Run:
             duration = self.args.duration
         return Timing(warmup, duration)
 
+    def _broker_env(self) -> dict[str, str]:
+        env = dict(self.args.broker_env)
+        if self.args.linger_ms is not None:
+            env["NEVE_WAL_LINGER_MS"] = str(self.args.linger_ms)
+        if self.args.flush_bytes is not None:
+            env["NEVE_WAL_FLUSH_BYTES"] = str(self.args.flush_bytes)
+        return env
+
     def make_system(self) -> System:
         """The system under test, built but not started (a baseline may need only its store)."""
         if self.system is None:
-            env = dict(self.args.broker_env)
-            if self.args.linger_ms is not None:
-                env["NEVE_WAL_LINGER_MS"] = str(self.args.linger_ms)
-            if self.args.flush_bytes is not None:
-                env["NEVE_WAL_FLUSH_BYTES"] = str(self.args.flush_bytes)
-            self.system = SYSTEMS[self.args.system](self.work_dir, self.out_dir / "broker.log", env)
+            self.system = SYSTEMS[self.args.system](self.work_dir / "system", self.out_dir / "broker.log", self._broker_env(), self.servers)
         return self.system
 
-    def start_system(self) -> System:
-        system = self.make_system()
+    def make_peer(self) -> System | None:
+        """The --peer system (tansu), built but not started; None without --peer."""
+        if self.peer is None and getattr(self.args, "peer", None):
+            self.peer = SYSTEMS[self.args.peer](self.work_dir / "peer", self.out_dir / f"{self.args.peer}.log", {}, self.servers)
+        return self.peer
+
+    def make_sink(self) -> System | None:
+        """The system under test again, with its WAL going to the null object store: the broker
+        path runs whole but storing costs nothing. None for a system that is not neve."""
+        if self.sink is None and self.make_system().neve:
+            env = {**self._broker_env(), "NEVE_WAL_OBJECT_STORE": NULL_STORE}
+            self.sink = SYSTEMS[self.args.system](self.work_dir / "sink", self.out_dir / "broker-sink.log", env, self.servers)
+        return self.sink
+
+    def start_system(self, system: System | None = None) -> System:
+        system = system or self.make_system()
         if not system.started:
-            self.progress.line(f"starting {system.name}")
+            self.progress.line(f"starting {system.name}" + (" over the null object store" if system is self.sink else ""))
             system.start()
             self.progress.line(f"{system.name} up at {system.bootstrap}")
         return system
 
-    def load(self, load: Load) -> dict:
-        system = self.start_system()
+    def stop_system(self, system: System | None) -> None:
+        if system is not None and system.running:
+            self.progress.line(f"stopping {system.name}" + (" (null store)" if system is self.sink else ""))
+            system.stop()
+
+    def stop_all(self) -> None:
+        for system in (self.system, self.peer, self.sink):
+            self.stop_system(system)
+        if self.servers.started:
+            self.progress.line(f"stopping {', '.join(self.servers.started)}")
+            self.servers.stop()
+
+    def load(self, load: Load, system: System | None = None) -> dict:
+        """One load step against `system` (default: the system under test), started if need be."""
+        system = self.start_system(system)
         load.producer_config = {**dict(self.args.producer_config), **load.producer_config}
         load.consumer_config = {**dict(self.args.consumer_config), **load.consumer_config}
-        if self.args.profile:
-            load.profile_path = self.out_dir / f"profile-{load.name}.svg"
+        if self.args.profile and system.neve:  # py-spy reads Python stacks: not the peer's
+            load.profile_path = self.out_dir / ("profile-" + load.name.replace("/", "-") + (".txt" if self.args.profile == "raw" else ".svg"))
         self.progress.begin(load.name)
         outcome = run_load(system, load, self.progress)
         r = outcome.record
@@ -100,12 +135,23 @@ class Run:
         if r["e2e_latency_ms"] is not None:
             summary += f"  e2e p50 {r['e2e_latency_ms']['p50']} p99 {r['e2e_latency_ms']['p99']} ms"
         self.progress.line(summary)
+        if load.profile_path is not None and load.profile_path.suffix == ".txt" and load.profile_path.exists():
+            self.derived.setdefault("profiles", {})[load.name] = hot_frames(load.profile_path)
         for error in r["errors"]:
             self.progress.line(f"ERROR {error}")
         return r
 
-    def ceiling(self, name: str, object_bytes: int, concurrency: int, timing: Timing) -> dict:
-        record = put_ceiling(self.make_system(), name, object_bytes, concurrency, timing.warmup_s, timing.duration_s, self.progress)
+    def ceiling(self, name: str, object_bytes: int, concurrency: int, timing: Timing, system: System | None = None) -> dict:
+        record = put_ceiling(system or self.make_system(), name, object_bytes, concurrency, timing.warmup_s, timing.duration_s, self.progress)
+        self.baselines.append(record)
+        return record
+
+    def etcd_txn(self, name: str, partitions: int, timing: Timing) -> dict | None:
+        """The raw etcd transaction latency, shaped like one sequencer commit; None without etcd."""
+        endpoint = getattr(self.make_system(), "etcd_endpoint", None)
+        if endpoint is None:
+            return None
+        record = etcd_txn_baseline(endpoint(), name, partitions, timing.warmup_s, timing.duration_s, self.progress)
         self.baselines.append(record)
         return record
 
@@ -129,6 +175,8 @@ class Run:
 
     def result(self) -> dict:
         system = self.system.describe() if self.system is not None else None
+        if system is not None and self.peer is not None:
+            system["peer"] = self.peer.describe()
         options = {k: v for k, v in sorted(vars(self.args).items()) if k not in ("func",)}
         finished = datetime.datetime.now(datetime.UTC)
         doc = {

@@ -1,6 +1,7 @@
 """Which S3 client should the WAL use? Measures aioboto3 and obstore against the same SeaweedFS:
 PUT throughput of WAL-sized objects and ranged-GET throughput, each with the client process's CPU
-seconds per GiB moved. `python -m bench.s3_clients [--objects N] [--size MiB] [--concurrency C]`."""
+seconds per GiB moved. `python -m bench.s3_clients [--objects N] [--size MiB] [--concurrency C] [--rounds R]`; one JSON
+line per client per round. SeaweedFS is started on free ports by bench/servers.py."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import asyncio
 import json
 import os
 import resource
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -55,13 +55,14 @@ async def _measure(name, put, get, objects: int, size: int, concurrency: int, ro
 
 
 async def main(args) -> list[dict]:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from tests.fixtures import SeaweedFS
+    from .servers import NEVE_BUCKET, Servers
 
     with tempfile.TemporaryDirectory() as tmp:
-        s3 = SeaweedFS("seaweedfs", Path(tmp)).start()
-        os.environ.update(s3.env)
+        servers = Servers(Path(tmp), Path(tmp))
         try:
+            s3 = servers.s3()
+            os.environ.update(s3.env)
+            bucket = NEVE_BUCKET
             import aioboto3
             from aiobotocore.config import AioConfig
 
@@ -70,17 +71,17 @@ async def main(args) -> list[dict]:
             boto = await boto_cm.__aenter__()
 
             async def boto_put(key, data):
-                await boto.put_object(Bucket=s3.bucket, Key="bench/" + key, Body=data, IfNoneMatch="*")
+                await boto.put_object(Bucket=bucket, Key="bench/" + key, Body=data, IfNoneMatch="*")
 
             async def boto_get(key, start, n):
-                response = await boto.get_object(Bucket=s3.bucket, Key="bench/" + key, Range=f"bytes={start}-{start + n - 1}")
+                response = await boto.get_object(Bucket=bucket, Key="bench/" + key, Range=f"bytes={start}-{start + n - 1}")
                 async with response["Body"] as body:
                     return await body.read()
 
             import obstore
             from obstore.store import S3Store
 
-            obs = S3Store(s3.bucket, endpoint=s3.endpoint, access_key_id=s3.env["AWS_ACCESS_KEY_ID"], secret_access_key=s3.env["AWS_SECRET_ACCESS_KEY"], region="us-east-1", client_options={"allow_http": True})
+            obs = S3Store(bucket, endpoint=s3.endpoint, access_key_id=s3.env["AWS_ACCESS_KEY_ID"], secret_access_key=s3.env["AWS_SECRET_ACCESS_KEY"], region="us-east-1", client_options={"allow_http": True})
 
             async def obs_put(key, data):
                 await obstore.put_async(obs, "bench/" + key, data)
@@ -96,7 +97,7 @@ async def main(args) -> list[dict]:
             await boto_cm.__aexit__(None, None, None)
             return results
         finally:
-            s3.stop()
+            servers.stop()
 
 
 if __name__ == "__main__":

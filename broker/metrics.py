@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily
 
 REQUESTS = Counter("neve_requests_total", "Kafka requests handled", ["api"])
 PRODUCE_BYTES = Counter("neve_produce_bytes_total", "Record batch bytes accepted by Produce")
@@ -23,3 +24,29 @@ class WalMetrics:
     def object_committed(self, size: int, chunks: int) -> None:
         WAL_COMMITS.inc()
         WAL_OBJECT_SIZE.observe(size)
+
+
+class MetadataOpsCollector:
+    """`neve_metadata_ops_total`: requests the broker made to its metadata store, read from the
+    store's own `ops` count when it keeps one (the etcd store does), for the cost benchmark."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def collect(self):
+        ops = getattr(self.store, "ops", None)
+        if ops is not None:
+            yield CounterMetricFamily("neve_metadata_ops", "Requests made to the metadata store", value=ops)
+
+
+def expose_metadata_ops(store) -> None:
+    """Register the collector once per process (a second node in the same process replaces nothing)."""
+    global _metadata_ops
+    if _metadata_ops is None:
+        _metadata_ops = MetadataOpsCollector(store)
+        REGISTRY.register(_metadata_ops)
+    else:
+        _metadata_ops.store = store
+
+
+_metadata_ops: MetadataOpsCollector | None = None

@@ -12,7 +12,7 @@ from dataclasses import replace
 from broker.appender import commit_fn
 from broker.config import BrokerSettings
 from broker.context import Services
-from broker.metrics import WalMetrics
+from broker.metrics import WalMetrics, expose_metadata_ops
 from broker.retention import run_retention
 from broker.server import KafkaServer
 from cache.reader import ObjectReader
@@ -127,6 +127,7 @@ class Node:
         if c.broker.metrics_port:
             from prometheus_client import start_http_server
 
+            expose_metadata_ops(self.metadata)
             start_http_server(c.broker.metrics_port, addr=c.broker.host)
         log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
 

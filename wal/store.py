@@ -1,5 +1,5 @@
 """The object-store interface every WAL writer and reader uses, and the factory that picks a backend
-by URL scheme (`memory://`, `file:///path`, later `s3://bucket/prefix`).
+by URL scheme (`memory://`, `file:///path`, `s3://bucket/prefix`, and `null://` for benchmarks).
 
 Objects are immutable: `put` never overwrites (a second put of the same key fails), so a name is a
 promise about its bytes. Every backend keeps blocking work off the event loop.
@@ -188,15 +188,38 @@ class FileObjectStore(ObjectStore):
         self._pool.shutdown(wait=True)
 
 
+class NullObjectStore(ObjectStore):
+    """A sink for benchmarks: every put succeeds at once and keeps nothing, so the whole broker path
+    runs while storage costs nothing (bench/ measures "the client's rate against a sink that
+    acknowledges without storing" this way). Reads fail: there is nothing to read. Never use it
+    for data you want back."""
+
+    async def put(self, key: str, data: bytes) -> None:
+        return None
+
+    async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        raise ObjectNotFound(f"{key} (the null object store keeps nothing)")
+
+    async def delete(self, key: str) -> None:
+        return None
+
+    async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
+        return
+        yield  # an async generator that yields nothing
+
+
 def load_object_store(url: str) -> ObjectStore:
-    """Pick the backend from the URL scheme: memory://, file:///abs/path, s3://bucket/prefix?endpoint=..."""
+    """Pick the backend from the URL scheme: memory://, file:///abs/path, s3://bucket/prefix?endpoint=...,
+    null:// (a benchmark sink)."""
     parsed = urlparse(url)
     if parsed.scheme == "memory":
         return MemoryObjectStore()
+    if parsed.scheme == "null":
+        return NullObjectStore()
     if parsed.scheme == "file":
         return FileObjectStore(parsed.path)
     if parsed.scheme == "s3":
         from .s3 import from_url  # imported lazily: aioboto3 is only needed for S3
 
         return from_url(url)
-    raise ValueError(f"unsupported object store URL {url!r} (use memory://, file:///path or s3://bucket/prefix)")
+    raise ValueError(f"unsupported object store URL {url!r} (use memory://, file:///path, s3://bucket/prefix or null://)")

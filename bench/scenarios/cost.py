@@ -42,36 +42,44 @@ def run(r) -> None:
     a = r.args
     system = r.start_system()
     timing = r.timing(full=(2.0, 10.0), quick=(0.5, 1.5))
-    before = system.metrics()
+    before, requests_before = system.metrics(), system.object_requests()
     step = r.load(Load("cost", a.partitions, a.record_bytes, timing.warmup_s, timing.duration_s, consumers=a.consumers))
-    after = system.metrics()
-    produced_gib = step["produced"] * a.record_bytes / GiB  # the whole step: metrics cover warm-up and drain too
+    after, requests_after = system.metrics(), system.object_requests()
+    produced_gib = step["produced"] * a.record_bytes / GiB  # the whole step: counters cover warm-up and drain too
 
     def delta(names):
         x, y = _counter(before, names), _counter(after, names)
         return None if x is None or y is None else y - x
 
+    def store_delta(kind):
+        if requests_before is None or requests_after is None:
+            return None
+        return requests_after.get(kind, 0.0) - requests_before.get(kind, 0.0)
+
     metric_puts = delta((PUT_METRIC,))
-    gets = delta(GET_METRICS)
+    store_puts, store_gets = store_delta("PUT"), store_delta("GET")
+    gets = store_gets if store_gets is not None else delta(GET_METRICS)
     meta = delta(METADATA_METRICS)
     per = lambda v: None if v is None or produced_gib <= 0 else round(v / produced_gib, 2)  # noqa: E731
     r.derived["per_gib"] = {
-        "puts_counted_in_store": step["puts_per_gib"],
+        "puts_counted_in_store": per(store_puts) if store_puts is not None else step["puts_per_gib"],
         "puts_from_broker_metrics": per(metric_puts),
         "gets": per(gets),
         "metadata_ops": per(meta),
         "stored_bytes": step["stored_bytes_per_gib"],
     }
+    if store_puts is not None:
+        r.notes.append("PUTs and GETs per GiB are SeaweedFS's own S3 request counters for the system's bucket over the whole step (warm-up and drain included), divided by all bytes the step produced.")
     if gets is None:
-        r.notes.append("GETs per GiB: not measured (the broker exposes no object GET counter; tail reads are served from its recent-object cache).")
+        r.notes.append("GETs per GiB: not measured (a local-file store counts no requests; tail reads are served from the broker's recent-object cache).")
     if meta is None:
-        r.notes.append("Metadata-store operations per GiB: not measured (the broker exposes no metadata-operation counter).")
+        r.notes.append("Metadata-store operations per GiB: not measured (the embedded store keeps no operation count; run --system neve-s3 for etcd's).")
     if metric_puts is None:
         r.notes.append(f"Broker metrics unavailable ({PUT_METRIC} not found); PUTs are counted in the object store only.")
 
     # A month of this run's traffic: the window's produce rate, sustained for 30 days.
     gib_month = step["mb_per_s"] * MB * MONTH_S / GiB
-    puts_month = (step["puts_per_gib"] or 0) * gib_month
+    puts_month = (r.derived["per_gib"]["puts_counted_in_store"] or 0) * gib_month
     gets_month = (per(gets) or 0) * gib_month
     stored_gb = (step["stored_bytes_per_gib"] or 0) * gib_month / 1e9
     rows = [

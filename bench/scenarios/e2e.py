@@ -24,7 +24,8 @@ def run(r) -> None:
     rate = a.rate_mb * MB / a.record_bytes
     step = r.load(Load("tail", a.partitions, a.record_bytes, timing.warmup_s, timing.duration_s, consumers=1, rate=round(rate, 1), stamp=True))
     wal = r.make_system().wal_settings()
-    r.notes.append(
-        f"End-to-end latency includes the broker's WAL linger ({wal.linger_ms} ms), the object PUT, the metadata commit and the consumer's fetch wake-up; "
-        f"p50 {step['e2e_latency_ms']['p50']} ms."
-    )
+    if wal is not None:
+        r.notes.append(
+            f"End-to-end latency includes the broker's WAL linger ({wal.linger_ms} ms), the object PUT, the metadata commit and the consumer's fetch wake-up; "
+            f"p50 {step['e2e_latency_ms']['p50']} ms."
+        )

@@ -1,17 +1,26 @@
 """produce: throughput and acknowledgement latency for 100 B, 1 KiB and 64 KiB records, first at
 saturation, then at a fixed offered rate below it; broker CPU per GiB; and each saturation step
-as a ratio of the raw PUT ceiling measured at the object size that step produced."""
+as a ratio of the baselines measured in the same run:
+
+- the raw PUT ceiling of the system's own object store at the object size that step produced;
+- the sink: the same system over the null object store (`null://`), whose rate is what the client
+  and the broker path reach when storing costs nothing;
+- the peer (`--peer tansu`): the same steps against tansu on the same SeaweedFS, after neve;
+- with etcd (`neve-s3`), the raw etcd transaction p99, the metadata term of the ack-latency bound.
+"""
 
 from __future__ import annotations
 
 from ..load import Load
 from ..options import size_label, sizes
 from ..stats import GiB, MB, ratio
+from ..systems import SYSTEMS
 
 NAME = "produce"
 HELP = "produce throughput and ack latency by record size, at saturation and at a fixed rate"
 CPU_TARGET_S_PER_GIB = 10.0
 QUANTUM = 256 * 1024
+PEER_CEILING_CONCURRENCY = 4  # the peer has no upload-concurrency setting; neve's default
 
 
 def add_arguments(parser) -> None:
@@ -20,58 +29,170 @@ def add_arguments(parser) -> None:
     parser.add_argument("--producers", type=int, default=1, help="producer processes (default 1)")
     parser.add_argument("--fixed-fraction", type=float, default=0.5, help="fixed-rate steps offer this fraction of the saturation rate (default 0.5)")
     parser.add_argument("--rate-mb", type=float, default=None, help="fixed-rate steps offer this many MB/s instead")
+    parser.add_argument("--peer", choices=sorted(n for n, cls in SYSTEMS.items() if not cls.neve), default=None, help="also run every step against this peer, in the same run (tansu)")
+    parser.add_argument("--no-sink", action="store_true", help="skip the saturation steps against the null object store (the sink baseline)")
+
+
+def _steps(r, system, prefix: str, rates: dict[int, float] | None = None) -> tuple[list[dict], dict[int, float]]:
+    """A saturation step then a fixed-rate step per record size; returns the saturation steps and
+    the fixed rates offered. `rates` (the first system's) caps the fixed rates, so a peer is
+    offered the same load as neve unless it saturates below it."""
+    a = r.args
+    timing = r.timing(full=(2.0, 10.0), quick=(0.5, 1.5))
+    saturated, offered = [], {}
+    for size in a.sizes:
+        label = prefix + size_label(size)
+        sat = r.load(Load(f"{label}-saturation", a.partitions, size, timing.warmup_s, timing.duration_s, producers=a.producers), system)
+        saturated.append(sat)
+        rate = a.rate_mb * MB / size if a.rate_mb else a.fixed_fraction * sat["records_per_s"]
+        if rates and size in rates:
+            rate = min(rates[size], rate) if not a.rate_mb else rates[size]
+        if rate > 0:
+            offered[size] = rate
+            r.load(Load(f"{label}-fixed", a.partitions, size, timing.warmup_s, timing.duration_s, producers=a.producers, rate=round(rate, 1)), system)
+    return saturated, offered
 
 
 def run(r) -> None:
     a = r.args
-    timing = r.timing(full=(2.0, 10.0), quick=(0.5, 1.5))
-    saturated = []
-    for size in a.sizes:
-        label = size_label(size)
-        sat = r.load(Load(f"{label}-saturation", a.partitions, size, timing.warmup_s, timing.duration_s, producers=a.producers))
-        saturated.append(sat)
-        rate = a.rate_mb * MB / size if a.rate_mb else a.fixed_fraction * sat["records_per_s"]
-        if rate > 0:
-            r.load(Load(f"{label}-fixed", a.partitions, size, timing.warmup_s, timing.duration_s, producers=a.producers, rate=round(rate, 1)))
-    judge(r, saturated)
+    system = r.make_system()
+    saturated, rates = _steps(r, system, "")
+    r.stop_system(system)  # one broker at a time on the machine
+    peer_saturated = []
+    peer = r.make_peer()
+    if peer is not None:
+        peer_saturated, _ = _steps(r, peer, f"{peer.name}/", rates)
+        r.stop_system(peer)
+    sink_saturated = []
+    sink = None if a.no_sink else r.make_sink()
+    if sink is not None:
+        timing = r.timing(full=(2.0, 10.0), quick=(0.5, 1.5))
+        for size in a.sizes:
+            sink_saturated.append(r.load(Load(f"sink/{size_label(size)}-saturation", a.partitions, size, timing.warmup_s, timing.duration_s, producers=a.producers), sink))
+        r.stop_system(sink)
+    judge(r, saturated, peer_saturated, sink_saturated)
 
 
-def judge(r, saturated: list[dict]) -> None:
-    """Ceiling ratios and the issue-5 targets that a produce run can judge."""
-    wal = r.make_system().wal_settings()
+def _object_size(step: dict, default: int) -> int:
+    """The ceiling's object size for a step: what it wrote on average, rounded to 256 KiB so
+    near-equal sizes share one ceiling."""
+    return max(QUANTUM, round((step["mean_object_bytes"] or default) / QUANTUM) * QUANTUM)
+
+
+def judge(r, saturated: list[dict], peer_saturated: list[dict] = (), sink_saturated: list[dict] = ()) -> None:
+    """Baselines, ratios and the issue-5 targets that a produce run can judge."""
+    system = r.make_system()
+    wal = system.wal_settings()
+    concurrency = wal.max_inflight_uploads if wal else PEER_CEILING_CONCURRENCY
+    default_object = wal.flush_bytes if wal else 4 * 2**20
     ceiling_timing = r.timing(full=(0.5, 3.0), quick=(0.2, 1.0))
     if r.args.duration is not None:  # --duration is for load steps; keep the baseline short
         ceiling_timing.duration_s = min(ceiling_timing.duration_s, 3.0)
-    ceilings = {}
-    for step in saturated:
-        # One ceiling per object size the broker wrote, rounded to 256 KiB so near-equal sizes share it.
-        object_bytes = max(QUANTUM, round((step["mean_object_bytes"] or wal.flush_bytes) / QUANTUM) * QUANTUM)
+    ceilings: dict[int, dict] = {}  # by object size, shared by neve and the peer
+    own: dict[int, dict] = {}  # the ceilings at the sizes the system under test wrote
+    for step in [*saturated, *peer_saturated]:
+        object_bytes = _object_size(step, default_object)
         if object_bytes not in ceilings:
-            ceilings[object_bytes] = r.ceiling(f"put-ceiling-{object_bytes / 2**20:.2f}MiB", object_bytes, wal.max_inflight_uploads, ceiling_timing)
-        base = ceilings[object_bytes]
-        step["ratio_to_put_ceiling"] = ratio(step["mb_per_s"], base["mb_per_s"])
-        r.target(f"{step['name']}: throughput vs raw PUT ceiling", ">= 0.80", step["ratio_to_put_ceiling"], None if step["ratio_to_put_ceiling"] is None else step["ratio_to_put_ceiling"] >= 0.8)
+            ceilings[object_bytes] = r.ceiling(f"put-ceiling-{object_bytes / 2**20:.2f}MiB", object_bytes, concurrency, ceiling_timing)
+        if step["system"] == system.name:
+            own[object_bytes] = ceilings[object_bytes]
+        step["ratio_to_put_ceiling"] = ratio(step["mb_per_s"], ceilings[object_bytes]["mb_per_s"])
+    for step in saturated:
+        rel = step["ratio_to_put_ceiling"]
+        r.target(f"{step['name']}: throughput vs raw PUT ceiling", ">= 0.80", rel, None if rel is None else rel >= 0.8)
+    peer_by_size = {s["record_bytes"]: s for s in peer_saturated}
+    for step in saturated:
+        peer = peer_by_size.get(step["record_bytes"])
+        if peer is not None:
+            rel = ratio(step["mb_per_s"], peer["mb_per_s"])
+            r.target(f"{step['name']}: throughput vs {peer['system']}", "> 1.00 (above the peer's)", rel, None if rel is None else rel > 1.0)
     for step in r.steps:
+        if step["system"] != system.name or step["name"].startswith("sink/"):
+            continue
         cpu = step["broker_cpu_s_per_gib_produced"]
         r.target(f"{step['name']}: broker CPU-s per GiB produced", f"<= {CPU_TARGET_S_PER_GIB:.0f}", cpu, None if cpu is None else cpu <= CPU_TARGET_S_PER_GIB)
-    # The bound takes the slowest PUT p99 among this run's ceilings: generous to the broker, whose
-    # fixed-rate objects are smaller than the saturation objects those ceilings were measured at.
-    put_p99 = max((b["put_latency_ms"]["p99"] or 0.0) for b in ceilings.values()) if ceilings else None
+    _ack_latency(r, system, wal, own)
+    if wal is not None:
+        for step in saturated:
+            mean = step["mean_object_bytes"]
+            r.target(f"{step['name']}: WAL object size at saturation", f"within 10% of flush size {wal.flush_bytes:,} B", mean, None if mean is None else abs(mean - wal.flush_bytes) <= 0.1 * wal.flush_bytes)
+            if step["puts_per_gib"] is not None:
+                ideal = GiB / wal.flush_bytes
+                r.target(f"{step['name']}: PUTs per GiB", f"<= {ideal * 1.1:.0f} (one per {size_label(wal.flush_bytes)} object)", step["puts_per_gib"], step["puts_per_gib"] <= ideal * 1.1)
+    if sink_saturated:
+        _sink_table(r, saturated, sink_saturated)
+    if peer_saturated:
+        _peer_table(r, saturated, peer_by_size)
+
+
+def _ack_latency(r, system, wal, ceilings: dict[int, dict]) -> None:
+    """ack p99 <= linger + 2 x raw PUT p99 (+ raw etcd transaction p99 when the system has etcd)."""
+    if wal is None or not ceilings:
+        return
+    # The slowest PUT p99 among this run's ceilings: generous to the broker, whose fixed-rate
+    # objects are smaller than the saturation objects those ceilings were measured at.
+    put_p99 = max((b["put_latency_ms"]["p99"] or 0.0) for b in ceilings.values())
+    txn = r.etcd_txn("etcd-txn", r.args.partitions, r.timing(full=(0.5, 3.0), quick=(0.2, 1.0)))
+    txn_p99 = txn["txn_latency_ms"]["p99"] if txn is not None else None
+    bound = wal.linger_ms + 2 * put_p99 + (txn_p99 or 0.0)
+    wanted = f"<= linger {wal.linger_ms} + 2 x PUT p99 {put_p99:.1f}" + (f" + etcd txn p99 {txn_p99:.1f}" if txn_p99 is not None else "") + f" = {bound:.1f}"
     for step in r.steps:
-        if step["mode"] != "fixed-rate" or put_p99 is None:
+        if step["mode"] != "fixed-rate" or step["system"] != system.name:
             continue
-        bound = wal.linger_ms + 2 * put_p99
         p99 = step["ack_latency_ms"]["p99"]
-        r.target(f"{step['name']}: ack p99 (ms)", f"<= linger {wal.linger_ms} + 2 x PUT p99 {put_p99:.1f} = {bound:.1f}", p99, None if p99 is None else p99 <= bound)
+        r.target(f"{step['name']}: ack p99 (ms)", wanted, p99, None if p99 is None else p99 <= bound)
+    if txn is None:
+        r.notes.append(f"{system.name} has no etcd (embedded metadata), so the ack-latency bound has no etcd term.")
+
+
+def _sink_table(r, saturated, sink_saturated) -> None:
+    by_size = {s["record_bytes"]: s for s in sink_saturated}
+    rows = []
     for step in saturated:
-        mean = step["mean_object_bytes"]
-        r.target(
-            f"{step['name']}: WAL object size at saturation",
-            f">= 90% of flush size {wal.flush_bytes:,} B",
-            mean,
-            None if mean is None else mean >= 0.9 * wal.flush_bytes,
+        sink = by_size.get(step["record_bytes"])
+        if sink is None:
+            continue
+        rel = ratio(step["mb_per_s"], sink["mb_per_s"])
+        r.derived.setdefault("ratio_to_sink", {})[step["name"]] = rel
+        rows.append([size_label(step["record_bytes"]), f"{step['mb_per_s']:.2f}", f"{sink['mb_per_s']:.2f}", "–" if rel is None else f"{rel:.2f}", str(step["broker_cpu_s_per_gib_produced"]), str(sink["broker_cpu_s_per_gib_produced"])])
+    r.derived.setdefault("tables", {})["Against the sink (the same broker over the null object store)"] = {
+        "headers": ["record", "MB/s", "sink MB/s", "× sink", "CPU-s/GiB", "sink CPU-s/GiB"],
+        "rows": rows,
+    }
+    r.notes.append("The sink steps run the same broker with NEVE_WAL_OBJECT_STORE=null:// (PUTs acknowledged at once, nothing stored; metadata commits still happen): the client's and the broker path's rate when storing costs nothing.")
+
+
+def _peer_table(r, saturated, peer_by_size) -> None:
+    rows = []
+    fixed = {(s["system"], s["record_bytes"]): s for s in r.steps if s["mode"] == "fixed-rate"}
+    for step in saturated:
+        peer = peer_by_size.get(step["record_bytes"])
+        if peer is None:
+            continue
+        size = step["record_bytes"]
+        mine, theirs = fixed.get((step["system"], size)), fixed.get((peer["system"], size))
+        rows.append(
+            [
+                size_label(size),
+                f"{step['mb_per_s']:.2f} / {peer['mb_per_s']:.2f}",
+                _ratio_text(step["mb_per_s"], peer["mb_per_s"]),
+                f"{step['broker_cpu_s_per_gib_produced']} / {peer['broker_cpu_s_per_gib_produced']}",
+                _ratio_text(step["broker_cpu_s_per_gib_produced"], peer["broker_cpu_s_per_gib_produced"]),
+                f"{step['puts_per_gib']} / {peer['puts_per_gib']}",
+                f"{mine['ack_latency_ms']['p99'] if mine else '–'} / {theirs['ack_latency_ms']['p99'] if theirs else '–'}",
+            ]
         )
-        if step["puts_per_gib"] is not None:
-            ideal = GiB / wal.flush_bytes
-            r.target(f"{step['name']}: PUTs per GiB", f"<= {ideal * 1.1:.0f} (one per {size_label(wal.flush_bytes)} object)", step["puts_per_gib"], step["puts_per_gib"] <= ideal * 1.1)
-    r.notes.append("etcd is not in this system (embedded metadata), so the ack-latency bound has no etcd term; tansu is not measured in this run.")
+        r.derived.setdefault("ratio_to_peer", {})[size_label(size)] = {
+            "mb_per_s": ratio(step["mb_per_s"], peer["mb_per_s"]),
+            "cpu_s_per_gib": ratio(step["broker_cpu_s_per_gib_produced"], peer["broker_cpu_s_per_gib_produced"]),
+        }
+    name = next(iter(peer_by_size.values()))["system"]
+    r.derived.setdefault("tables", {})[f"neve against {name}, same run, same SeaweedFS (neve / {name})"] = {
+        "headers": ["record", "saturation MB/s", "× peer", "CPU-s/GiB", "× peer", "PUTs/GiB", "fixed-rate ack p99 ms"],
+        "rows": rows,
+    }
+
+
+def _ratio_text(a, b) -> str:
+    rel = ratio(a, b)
+    return "–" if rel is None else f"{rel:.2f}"

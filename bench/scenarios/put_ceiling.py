@@ -17,7 +17,7 @@ def add_arguments(parser) -> None:
 
 def run(r) -> None:
     wal = r.make_system().wal_settings()  # no broker needed: the store is used directly
-    object_bytes = r.args.object_bytes or wal.flush_bytes
-    concurrency = r.args.concurrency or wal.max_inflight_uploads
+    object_bytes = r.args.object_bytes or (wal.flush_bytes if wal else 4 * 2**20)
+    concurrency = r.args.concurrency or (wal.max_inflight_uploads if wal else 4)
     timing = r.timing(full=(1.0, 8.0), quick=(0.2, 1.0))
     r.ceiling(f"put-ceiling-{size_label(object_bytes)}-x{concurrency}", object_bytes, concurrency, timing)

@@ -1,6 +1,7 @@
 """Smoke runs of the benchmark suite (`python -m bench <scenario> --quick`), so it keeps working:
 the result document has exactly the expected shape, throughput is positive, and every record the
-producers handed to librdkafka was acknowledged (and, with consumers, read back exactly once)."""
+producers handed to librdkafka was acknowledged (and, with consumers, read back exactly once).
+The neve-s3 runs start their own etcd and SeaweedFS; the tansu peer runs on the same SeaweedFS."""
 
 from __future__ import annotations
 
@@ -18,14 +19,15 @@ REPO = Path(__file__).resolve().parents[2]
 RESULT_KEYS = {"scenario", "quick", "started_at", "finished_at", "elapsed_s", "command", "machine", "system", "options", "steps", "baselines", "targets", "derived", "notes", "ok"}
 MACHINE_KEYS = {"nproc", "cpu_model", "memory_gib", "kernel", "python", "confluent_kafka", "librdkafka", "neve_commit", "loadavg_at_start"}
 STEP_KEYS = {
-    "name", "topic", "partitions", "record_bytes", "producers", "consumers", "mode", "offered_records_per_s", "warmup_s", "window_s",
+    "name", "system", "topic", "partitions", "record_bytes", "producers", "consumers", "mode", "offered_records_per_s", "warmup_s", "window_s",
     "produced", "acked", "failed", "unacknowledged", "records_per_s", "mb_per_s", "ack_latency_ms", "consumed_per_consumer",
     "consumer_offset_anomalies", "consume_mb_per_s", "e2e_latency_ms", "broker_cpu_s", "broker_cpu_s_per_gib_produced",
-    "broker_cpu_s_per_gib_consumed", "client_cpu_s", "objects_put", "object_bytes_put", "mean_object_bytes", "puts_per_gib",
+    "broker_cpu_s_per_gib_consumed", "client_cpu_s", "objects_put", "object_bytes_put", "mean_object_bytes", "store_puts", "store_gets", "puts_per_gib",
     "stored_bytes_per_gib", "ratio_to_put_ceiling", "errors", "timeline",
 }  # fmt: skip
 LATENCY_KEYS = {"count", "mean", "p50", "p99", "p999", "max"}
 CEILING_KEYS = {"name", "backend", "object_bytes", "concurrency", "window_s", "puts", "puts_per_s", "mb_per_s", "put_latency_ms", "errors"}
+ETCD_TXN_KEYS = {"name", "backend", "partitions", "ops_per_txn", "window_s", "txns", "txns_per_s", "txn_latency_ms", "errors"}
 TARGET_KEYS = {"name", "target", "measured", "met"}
 
 
@@ -53,7 +55,8 @@ def check_document(doc: dict, scenario: str) -> None:
         assert set(target) == TARGET_KEYS
 
 
-def check_step(step: dict) -> None:
+def check_step(step: dict, stores: bool = True) -> None:
+    """`stores`: the step's system keeps what it is sent (not the null-store sink)."""
     assert set(step) == STEP_KEYS
     assert set(step["ack_latency_ms"]) == LATENCY_KEYS
     assert step["errors"] == []
@@ -63,24 +66,83 @@ def check_step(step: dict) -> None:
     assert step["records_per_s"] > 0 and step["mb_per_s"] > 0
     assert step["ack_latency_ms"]["count"] > 0 and 0 < step["ack_latency_ms"]["p50"] <= step["ack_latency_ms"]["p99"] <= step["ack_latency_ms"]["max"]
     assert step["broker_cpu_s"] is not None and step["broker_cpu_s"] > 0
-    assert step["objects_put"] > 0 and step["object_bytes_put"] > 0
+    if stores:
+        assert step["objects_put"] > 0 and step["object_bytes_put"] > 0
+    else:
+        assert step["objects_put"] is None and step["puts_per_gib"] is None
+
+
+def is_sink(step: dict) -> bool:
+    return step["name"].startswith("sink/")
+
+
+def check_put_ceilings(doc: dict) -> None:
+    ceilings = [b for b in doc["baselines"] if "object_bytes" in b]
+    assert ceilings
+    for base in ceilings:
+        assert set(base) == CEILING_KEYS and base["puts"] > 0 and base["mb_per_s"] > 0 and base["errors"] == []
 
 
 def test_produce_quick(tmp_path):
     doc, out = run_bench(tmp_path, "produce")
     check_document(doc, "produce")
-    assert {s["record_bytes"] for s in doc["steps"]} == {100, 1024, 65536}
-    assert {s["mode"] for s in doc["steps"]} == {"saturation", "fixed-rate"}
+    steps = [s for s in doc["steps"] if not is_sink(s)]
+    assert {s["record_bytes"] for s in steps} == {100, 1024, 65536}
+    assert {s["mode"] for s in steps} == {"saturation", "fixed-rate"}
     for step in doc["steps"]:
-        check_step(step)
+        check_step(step, stores=not is_sink(step))
+        assert step["system"] == "neve-dev"
         assert step["consumers"] == 0 and step["e2e_latency_ms"] is None
-    for step in (s for s in doc["steps"] if s["mode"] == "saturation"):
+        assert step["store_puts"] is None  # local files count no requests
+    for step in (s for s in steps if s["mode"] == "saturation"):
         assert step["ratio_to_put_ceiling"] is not None and step["ratio_to_put_ceiling"] > 0
-    assert doc["baselines"]
-    for base in doc["baselines"]:
-        assert set(base) == CEILING_KEYS and base["puts"] > 0 and base["mb_per_s"] > 0 and base["errors"] == []
+    # the sink baseline: one saturation step per size against the null object store, as a ratio
+    assert sorted(s["record_bytes"] for s in doc["steps"] if is_sink(s)) == [100, 1024, 65536]
+    assert set(doc["derived"]["ratio_to_sink"]) == {"100B-saturation", "1KiB-saturation", "64KiB-saturation"}
+    assert all(v > 0 for v in doc["derived"]["ratio_to_sink"].values())
+    check_put_ceilings(doc)
+    assert not any("txn_latency_ms" in b for b in doc["baselines"])  # no etcd in neve-dev
     assert (out / "results.md").read_text().startswith("# bench: produce")
     assert (out / "latency_cdf.png").stat().st_size > 0
+
+
+def test_produce_quick_neve_s3_against_tansu(tmp_path):
+    """neve over etcd + SeaweedFS, then tansu on the same SeaweedFS, then neve's sink; ceilings on
+    the same S3 and the raw etcd transaction as baselines."""
+    doc, out = run_bench(tmp_path, "produce", "--system", "neve-s3", "--peer", "tansu", "--sizes", "1KiB")
+    check_document(doc, "produce")
+    assert doc["system"]["name"] == "neve-s3" and doc["system"]["metadata"].startswith("etcd://")
+    assert doc["system"]["object_store"].startswith("s3://neve/") and doc["system"]["peer"]["name"] == "tansu"
+    by_name = {s["name"]: s for s in doc["steps"]}
+    assert set(by_name) == {"1KiB-saturation", "1KiB-fixed", "tansu/1KiB-saturation", "tansu/1KiB-fixed", "sink/1KiB-saturation"}
+    for step in doc["steps"]:
+        check_step(step, stores=not is_sink(step))
+        if not is_sink(step):
+            assert step["store_puts"] > 0  # SeaweedFS's own request counters for the system's bucket
+    assert {by_name[n]["system"] for n in ("1KiB-saturation", "1KiB-fixed", "sink/1KiB-saturation")} == {"neve-s3"}
+    assert {by_name[n]["system"] for n in ("tansu/1KiB-saturation", "tansu/1KiB-fixed")} == {"tansu"}
+    assert by_name["tansu/1KiB-saturation"]["ratio_to_put_ceiling"] > 0
+    check_put_ceilings(doc)
+    assert all(b["backend"] == "S3ObjectStore" for b in doc["baselines"] if "object_bytes" in b)
+    [txn] = [b for b in doc["baselines"] if "txn_latency_ms" in b]
+    assert set(txn) == ETCD_TXN_KEYS and txn["txns"] > 0 and txn["errors"] == [] and txn["txn_latency_ms"]["p99"] > 0
+    names = {t["name"]: t for t in doc["targets"]}
+    assert names["1KiB-saturation: throughput vs tansu"]["measured"] > 0
+    assert "etcd txn p99" in names["1KiB-fixed: ack p99 (ms)"]["target"]
+    assert doc["derived"]["ratio_to_peer"]["1KiB"]["mb_per_s"] > 0
+    assert "neve against tansu" in (out / "results.md").read_text()
+
+
+def test_cost_quick_neve_s3(tmp_path):
+    doc, _ = run_bench(tmp_path, "cost", "--system", "neve-s3")
+    check_document(doc, "cost")
+    [step] = doc["steps"]
+    check_step(step)
+    assert step["consumed_per_consumer"] == [step["acked"]]
+    per = doc["derived"]["per_gib"]
+    assert per["puts_counted_in_store"] > 0 and per["puts_from_broker_metrics"] > 0
+    assert per["metadata_ops"] > 0  # neve_metadata_ops_total from the etcd store
+    assert per["gets"] is not None
 
 
 def test_e2e_quick(tmp_path):

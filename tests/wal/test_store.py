@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from wal.store import FileObjectStore, MemoryObjectStore, ObjectExists, ObjectNotFound, ObjectStore
+from wal.store import FileObjectStore, MemoryObjectStore, NullObjectStore, ObjectExists, ObjectNotFound, ObjectStore, load_object_store
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -129,3 +129,19 @@ async def test_file_store_refuses_keys_outside_its_root(tmp_path, key):
     finally:
         await store.close()
     assert not (tmp_path / "outside").exists()
+
+
+async def test_null_store_acknowledges_puts_and_keeps_nothing():
+    store = load_object_store("null://")
+    assert isinstance(store, NullObjectStore)
+    payload = os.urandom(4096)
+    await store.put("wal/0001", payload)
+    await store.put("wal/0001", payload)  # nothing is kept, so nothing can be overwritten
+    await store.put("view", memoryview(payload)[10:])
+    with pytest.raises(ObjectNotFound):
+        await store.get("wal/0001")
+    with pytest.raises(ObjectNotFound):
+        await store.get("wal/0001", 0, 10)
+    await store.delete("wal/0001")
+    assert await listing(store) == []
+    await store.close()

