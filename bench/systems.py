@@ -158,6 +158,8 @@ class _Neve(System):
         self.process = spawn([sys.executable, "-m", "neve", *self._command()], self.log_path, env=env)
         try:
             wait_listening(self.port, self.process, self.log_path, self.name, READY_TIMEOUT_S)
+            # the broker serves metrics before Kafka; a scrape right after start must see its counters
+            wait_listening(self.metrics_port, self.process, self.log_path, f"{self.name} metrics", READY_TIMEOUT_S)
         except (RuntimeError, TimeoutError) as e:
             self.stop()
             raise SystemError_(str(e)) from None

@@ -104,6 +104,15 @@ class Node:
             on_object_stored=self.recent.add,
             metrics=WalMetrics(),
         )
+        if c.broker.metrics_port:
+            # before the Kafka listener: once clients can connect, the counters can be scraped
+            from prometheus_client import start_http_server
+
+            expose_metadata_ops(self.metadata)
+            try:
+                start_http_server(c.broker.metrics_port, addr=c.broker.host)
+            except OSError as e:
+                raise StartupError(f"cannot serve metrics on {c.broker.host}:{c.broker.metrics_port}: {e.strerror or e}") from None
         settings = replace(broker_settings(c), storage=self.object_store_url.split("?", 1)[0])
         services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent))
         self.services = services
@@ -124,11 +133,6 @@ class Node:
             )
         if c.broker.retention_check_interval_ms > 0:
             self._retention = asyncio.create_task(run_retention(self.metadata, c.broker.retention_check_interval_ms / 1000))
-        if c.broker.metrics_port:
-            from prometheus_client import start_http_server
-
-            expose_metadata_ops(self.metadata)
-            start_http_server(c.broker.metrics_port, addr=c.broker.host)
         log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
 
     @property
