@@ -6,6 +6,10 @@ to finish, so one producer's pipelined requests get offsets in the order they we
 Durability: a chunk's future resolves only after its object is stored AND its commit is done.
 Backpressure: `room()` waits while buffered plus uploading bytes exceed `buffer_bytes`; callers
 (the connection reader) await it before accepting more produce requests.
+Object size: a chunk (one partition's records of one produce request, up to a megabyte) is never
+split, so an object is sealed at whichever chunk boundary lands nearest `flush_bytes`; objects
+then stay within half a chunk of the configured size instead of overshooting by a whole one.
+The loop never encodes a large object itself: checksumming and joining megabytes run in a thread.
 """
 
 from __future__ import annotations
@@ -21,6 +25,9 @@ from .format import Chunk, EncodedObject, encode
 from .store import ObjectExists, ObjectStore
 
 log = logging.getLogger("neve.wal.writer")
+
+# Smaller objects are encoded on the loop: below this a thread hop costs more than the work.
+INLINE_ENCODE_BYTES = 64 * 1024
 
 # commit(object_key, encoded, chunks, metas) -> one result per chunk, in order; `metas` are the
 # opaque values given to submit() (the broker passes each chunk's producer fields through here).
@@ -81,10 +88,12 @@ class WalWriter:
         if self._closed:
             raise WalUnavailable("writer is closed")
         fut = asyncio.get_running_loop().create_future()
+        size = len(chunk.data)
+        if self._chunks and self._pending_bytes + size - self.flush_bytes > self.flush_bytes - self._pending_bytes:
+            self._flush()  # adding this chunk would overshoot by more than sealing now falls short
         self._chunks.append(chunk)
         self._metas.append(meta)
         self._futures.append(fut)
-        size = len(chunk.data)
         self._pending_bytes += size
         self._hold(size)
         if self._pending_bytes >= self.flush_bytes:
@@ -128,7 +137,7 @@ class WalWriter:
         key = self.new_object_key()
         try:
             async with self._uploads:
-                encoded = encode(chunks)
+                encoded = encode(chunks) if size < INLINE_ENCODE_BYTES else await asyncio.to_thread(encode, chunks)
                 await self._put(key, encoded.data)
             if self._on_object_stored is not None:
                 self._on_object_stored(key, encoded.data)

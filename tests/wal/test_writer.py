@@ -123,3 +123,52 @@ async def test_put_is_retried_before_giving_up():
     await writer.submit(chunk(0, b"eventually"))
     assert store.attempts == 3 and len(commits.commits) == 1
     await writer.close()
+
+
+@pytest.mark.parametrize(
+    "chunk_size, objects",
+    [
+        # 3 x 300 = 900 is 100 short of 1000; a fourth chunk would overshoot by 200: seal at 900
+        (300, [900, 900, 900, 300]),
+        # 700 is 300 short; 1400 would overshoot by 400: every chunk is an object of its own
+        (700, [700] * 4),
+        # 2 x 450 = 900 is 100 short; 1350 overshoots by 350: seal at 900 (not at 1350, as before)
+        (450, [900, 900]),
+        # 2 x 550 = 1100 overshoots by 100, less than 550 falls short by 450: seal after it
+        (550, [1100, 1100]),
+    ],
+)
+async def test_objects_are_sealed_at_the_chunk_boundary_nearest_flush_bytes(chunk_size, objects):
+    store, commits = MemoryObjectStore(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=10_000, flush_bytes=1000)
+    count = sum(objects) // chunk_size
+    futures = [writer.submit(chunk(i % 5, bytes([i]) * chunk_size)) for i in range(count)]
+    await writer.flush()
+    await asyncio.gather(*futures)
+    assert [sum(len(d) for d in datas) for _, datas, _ in commits.commits] == objects
+    # every chunk stored once, in submit order across the objects
+    assert [d for _, datas, _ in commits.commits for d in datas] == [bytes([i]) * chunk_size for i in range(count)]
+    await writer.close()
+
+
+async def test_large_objects_are_encoded_off_the_event_loop(monkeypatch):
+    import threading
+
+    import wal.writer as writer_module
+
+    threads = []
+    real_encode = writer_module.encode
+
+    def spy(chunks):
+        threads.append(threading.current_thread())
+        return real_encode(chunks)
+
+    monkeypatch.setattr(writer_module, "encode", spy)
+    store, commits = MemoryObjectStore(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=1, flush_bytes=1 << 30)
+    await writer.submit(chunk(0, b"s" * 100))  # small: encoded inline
+    await writer.submit(chunk(0, b"L" * writer_module.INLINE_ENCODE_BYTES))
+    assert threads[0] is threading.main_thread() and threads[1] is not threading.main_thread()
+    stored = await store.get(commits.commits[1][0])
+    assert stored[decode_footer(stored)[0].start :][: writer_module.INLINE_ENCODE_BYTES] == b"L" * writer_module.INLINE_ENCODE_BYTES
+    await writer.close()
