@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ..load import Load
 from ..options import size_label, sizes
-from ..stats import GiB, MB, ratio
+from ..stats import MB, ratio
 from ..systems import SYSTEMS
 
 NAME = "produce"
@@ -116,9 +116,13 @@ def judge(r, saturated: list[dict], peer_saturated: list[dict] = (), sink_satura
         for step in saturated:
             mean = step["mean_object_bytes"]
             r.target(f"{step['name']}: WAL object size at saturation", f"within 10% of flush size {wal.flush_bytes:,} B", mean, None if mean is None else abs(mean - wal.flush_bytes) <= 0.1 * wal.flush_bytes)
-            if step["puts_per_gib"] is not None:
-                ideal = GiB / wal.flush_bytes
-                r.target(f"{step['name']}: PUTs per GiB", f"<= {ideal * 1.1:.0f} (one per {size_label(wal.flush_bytes)} object)", step["puts_per_gib"], step["puts_per_gib"] <= ideal * 1.1)
+            # Issue 5: at most one PUT per flushed object. Counted as the store's PUT requests over
+            # the new objects in the same window (one object of slack for an upload crossing an
+            # edge); PUTs per GiB of record values is reported beside it, but at 100 B records
+            # batch framing is ~15% of the stored bytes, so it is no measure of the object count.
+            if step["store_puts"] is not None and step["objects_put"]:
+                per_object = round(step["store_puts"] / step["objects_put"], 3)
+                r.target(f"{step['name']}: PUTs per stored object", "<= 1 (one object of slack at the window edges)", per_object, step["store_puts"] <= step["objects_put"] + 1)
     if sink_saturated:
         _sink_table(r, saturated, sink_saturated)
     if peer_saturated:
