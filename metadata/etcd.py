@@ -153,6 +153,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._watching = False
         self._closed = False
         self.ops = 0  # etcd requests made, for the cost benchmark
+        # Revisions of this broker's own commit transactions, already applied to the view: their
+        # watch events (a head and an index entry per partition) are skipped, not decoded again.
+        self._own_revisions: set[int] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -220,6 +223,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._topics = topics
         self._topics_by_id = {t.topic_id: t for t in topics.values()}
         self._partitions = partitions
+        # Our commits recorded so far were applied to the view just replaced; one that landed after
+        # this range read is missing from the new view, so its watch events must not be skipped.
+        self._own_revisions = set()
         for info in topics.values():
             for p in range(info.partitions):
                 partitions[(info.topic_id, p)] = _PartitionState()
@@ -253,8 +259,12 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 delay = 0.1
                 self._watching = True
                 async for event in watch:
-                    revision = max(revision, event.kv.mod_revision)
-                    self._apply_event(event)
+                    if event.kv.mod_revision > revision:
+                        revision = event.kv.mod_revision
+                        if len(self._own_revisions) > 256:  # events come in revision order
+                            self._own_revisions = {r for r in self._own_revisions if r >= revision}
+                    if event.kv.mod_revision not in self._own_revisions:
+                        self._apply_event(event)
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -459,7 +469,16 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 results[i] = r
         if failure is not None:
             if all(r is None for r in results):
-                raise failure if isinstance(failure, MetadataUnavailable) else MetadataUnavailable(repr(failure))
+                error = failure if isinstance(failure, MetadataUnavailable) else MetadataUnavailable(repr(failure))
+                # Raised from this frame, the error references it through its traceback; if the
+                # frame still referenced the error (`failure`, `outcome`, `outcomes`, `error`), the
+                # cycle would keep the callers' frames, and with them the WAL object's bytes, until
+                # a full collection.
+                failure = outcome = outcomes = None
+                try:
+                    raise error
+                finally:
+                    del error
             # Some groups committed, others did not: answer the failed appends with a retriable error.
             results = [r if r is not None else AppendResult(MetadataUnavailable.error_code) for r in results]
         return results  # type: ignore[return-value]
@@ -523,6 +542,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             ok, responses = await self._txn(compare, success, failure)
             if ok:
                 revision = responses[0].response_put.header.revision if responses else 0
+                if revision:
+                    self._own_revisions.add(revision)  # the transaction put only heads and index entries
                 self._apply_commit(seq, new_heads, revision)
                 return seq.results
             # Conflict: refresh the heads from the failure branch's reads and sequence again.

@@ -143,15 +143,18 @@ class WalWriter:
                 self._on_object_stored(key, encoded.data)
             if previous is not None:
                 await asyncio.shield(previous)
+            commit_started = time.monotonic()
             results = await self._commit(key, encoded, chunks, metas)
             for fut, result in zip(futures, results, strict=True):
                 if not fut.done():
                     fut.set_result(result)
             if self._metrics is not None:
-                self._metrics.object_committed(len(encoded.data), len(chunks))
+                self._metrics.object_committed(len(encoded.data), len(chunks), time.monotonic() - commit_started)
         except Exception as e:
             log.error("wal_flush_failed", extra={"object_key": key, "error": repr(e), "chunks": len(chunks)})
-            failure = e if isinstance(e, WalUnavailable) else WalUnavailable(repr(e))
+            # A fresh exception, never raised, so it has no traceback: handing the caught one to
+            # the futures would tie them to this frame (and `encoded`'s bytes) in a reference cycle.
+            failure = WalUnavailable(str(e) if isinstance(e, WalUnavailable) else repr(e))
             for fut in futures:
                 if not fut.done():
                     fut.set_exception(failure)
@@ -165,7 +168,8 @@ class WalWriter:
         shorter than clients' request timeout, so a produce is answered (with a retriable error)
         before the client gives up, and an object that missed it is never committed later."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.upload_timeout
+        started = loop.time()
+        deadline = started + self.upload_timeout
         delay = 0.05
         attempt = 0
         while True:
@@ -174,7 +178,7 @@ class WalWriter:
             try:
                 await asyncio.wait_for(self.store.put(key, data), max(remaining, 0.001))
                 if self._metrics is not None:
-                    self._metrics.object_put(len(data))
+                    self._metrics.object_put(len(data), loop.time() - started)
                 return
             except ObjectExists:
                 # An earlier attempt's PUT landed but its answer was lost: the bytes are ours.

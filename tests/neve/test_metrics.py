@@ -53,3 +53,6 @@ def test_metrics_served_from_the_first_connection_and_count_stored_objects(neve_
     assert after["neve_wal_object_puts_total"] == count
     assert after["neve_wal_commits_total"] == count
     assert after["neve_wal_object_bytes_total"] == size
+    # every PUT and every commit timed
+    assert after["neve_wal_put_seconds_count"] == count and after["neve_wal_put_seconds_sum"] > 0
+    assert after["neve_wal_commit_seconds_count"] == count and after["neve_wal_commit_seconds_sum"] > 0
