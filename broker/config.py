@@ -14,7 +14,8 @@ class BrokerSettings:
     node_id: int = 0
     zone: str | None = None
     max_frame_bytes: int = 100 * 1024 * 1024
-    max_inflight_requests: int = 64
+    max_inflight_requests: int = 64  # requests other than Produce; see neve/config.py
+    max_inflight_produce_requests: int = 8192
     auto_create_topics: bool = False
     default_partitions: int = 1
     max_message_bytes: int = 10 * 1024 * 1024

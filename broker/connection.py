@@ -54,7 +54,10 @@ class Connection:
         self.writer = writer
         self.peer = writer.get_extra_info("peername")
         settings = services.settings
-        self._replies: asyncio.Queue = asyncio.Queue(maxsize=settings.max_inflight_requests)
+        # Produce requests are bounded by the WAL buffer's bytes (`wal.room()`) and their own
+        # count; the others, whose responses can be large, by a small count of their own.
+        self._replies: asyncio.Queue = asyncio.Queue(maxsize=settings.max_inflight_requests + settings.max_inflight_produce_requests)
+        self._other_slots = asyncio.Semaphore(settings.max_inflight_requests)
         self._produce_count = 0
         self._closed = asyncio.Event()
         self.close_reason: CloseReason | None = None
@@ -105,11 +108,16 @@ class Connection:
             if size > max_frame:
                 raise _Close(CloseReason.FRAME_TOO_LARGE, f"{size} > {max_frame}")
             frame = await self.reader.readexactly(size)
-            if frame[:2] == b"\x00\x00":  # Produce: wait while the WAL buffer is full
+            produce = frame[:2] == b"\x00\x00"
+            if produce:  # wait while the WAL buffer is full
                 await self.services.wal.room()
+            else:  # a slot, given back when the handler is done (see _send_replies)
+                await self._other_slots.acquire()
             task = self._dispatch(frame)
             if task is not None:
                 await self._replies.put(task)
+            elif not produce:
+                self._other_slots.release()
 
     def _dispatch(self, frame: bytes):
         """Decode one frame and start its handler; returns (task, api_key, version, correlation id)."""
@@ -145,6 +153,8 @@ class Connection:
             if item is None:
                 return
             task, api_key, version, correlation_id = item
+            if api_key != PRODUCE:
+                task.add_done_callback(lambda _: self._other_slots.release())
             try:
                 response = await task
             except Exception as e:

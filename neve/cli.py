@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import signal
 import sys
 
@@ -64,9 +65,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"neve: {e}", file=sys.stderr)
         return 2
     setup_logging(config.log_level)
+    _tune_gc(config.broker.gc_young_threshold)
     import uvloop
 
     return uvloop.run(_run_node(config))
+
+
+def _tune_gc(young_threshold: int) -> None:
+    """See BrokerConfig.gc_young_threshold."""
+    if young_threshold > 0:
+        gc.freeze()  # what start-up built (modules, codecs) is never garbage: leave it out of every pass
+        gc.set_threshold(young_threshold, 20, 100)
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ def broker_settings(config: Config) -> BrokerSettings:
         zone=b.zone or None,
         max_frame_bytes=b.max_frame_bytes,
         max_inflight_requests=b.max_inflight_requests,
+        max_inflight_produce_requests=b.max_inflight_produce_requests,
         auto_create_topics=b.auto_create_topics,
         default_partitions=b.default_partitions,
         max_message_bytes=b.max_message_bytes,

@@ -15,7 +15,6 @@ so a connection's requests enter the WAL buffer in the order they arrived.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import logging
 
@@ -29,6 +28,7 @@ from wal.writer import WalUnavailable
 from ..codec import build, error
 from ..registry import handles
 from ..topic_configs import max_message_bytes
+from ..waiting import wait_all
 
 log = logging.getLogger("neve.broker.produce")
 NO_THROTTLE = datetime.timedelta(0)
@@ -75,7 +75,7 @@ async def produce(ctx, request):
     futures = [fut for _, parts in plan for _, fut, _, _ in parts if fut is not None]
     if futures:
         timeout = min(request.timeout.total_seconds(), s.settings.produce_timeout_ms / 1000) if request.timeout.total_seconds() > 0 else s.settings.produce_timeout_ms / 1000
-        await asyncio.wait(futures, timeout=max(timeout, 0.001))
+        await wait_all(futures, max(timeout, 0.001))
 
     r = ctx.response
     responses = []
