@@ -11,13 +11,14 @@ import uuid
 
 import numpy as np
 
+from .procstat import cpu_delta, machine_busy_seconds
 from .progress import Progress
 from .stats import MB, latency_ms
 
-CEILING_KEYS = ("name", "backend", "object_bytes", "concurrency", "window_s", "puts", "puts_per_s", "mb_per_s", "put_latency_ms", "errors")
+CEILING_KEYS = ("name", "backend", "object_bytes", "concurrency", "window_s", "puts", "puts_per_s", "mb_per_s", "put_latency_ms", "machine_busy_cores", "servers_cpu_s", "errors")
 
 
-async def _measure(store, object_bytes: int, concurrency: int, warmup_s: float, duration_s: float, progress: Progress) -> dict:
+async def _measure(store, object_bytes: int, concurrency: int, warmup_s: float, duration_s: float, progress: Progress, servers_cpu) -> dict:
     data = os.urandom(object_bytes)
     started = time.monotonic()
     t0, t1 = started + warmup_s, started + warmup_s + duration_s
@@ -48,9 +49,19 @@ async def _measure(store, object_bytes: int, concurrency: int, warmup_s: float, 
             progress.line(f"{phase:7s} t={now - started:5.1f}s  {(n - last_n) / (now - last_t):8.1f} PUT/s  {(n - last_n) * object_bytes / MB / (now - last_t):8.2f} MB/s")
             last_n, last_t = n, now
 
+    async def busy_cores() -> tuple[float, dict]:
+        """The whole machine's busy cores over the window, and each server's CPU-seconds in it."""
+        await asyncio.sleep(max(0.0, t0 - time.monotonic()))
+        servers0, busy0, at0 = servers_cpu(), machine_busy_seconds(), time.monotonic()
+        await asyncio.sleep(max(0.0, t1 - time.monotonic()))
+        servers1, busy1, at1 = servers_cpu(), machine_busy_seconds(), time.monotonic()
+        return round((busy1 - busy0) / (at1 - at0), 2), cpu_delta(servers0, servers1)
+
     tick = asyncio.create_task(ticker())
+    busy = asyncio.create_task(busy_cores())
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
     tick.cancel()
+    machine_busy, servers = await busy
     finished = np.array([d[0] for d in done])
     lat = np.array([d[1] for d in done])
     window = (finished >= t0) & (finished < t1)
@@ -60,6 +71,8 @@ async def _measure(store, object_bytes: int, concurrency: int, warmup_s: float, 
         "puts_per_s": round(puts / duration_s, 2),
         "mb_per_s": round(puts * object_bytes / MB / duration_s, 3),
         "put_latency_ms": latency_ms(lat[window]),
+        "machine_busy_cores": machine_busy,
+        "servers_cpu_s": servers,
         "errors": errors[:5],
     }
 
@@ -72,7 +85,7 @@ def put_ceiling(system, name: str, object_bytes: int, concurrency: int, warmup_s
 
     async def run() -> dict:
         try:
-            return await _measure(store, object_bytes, concurrency, warmup_s, duration_s, progress)
+            return await _measure(store, object_bytes, concurrency, warmup_s, duration_s, progress, system.servers.cpu_seconds)
         finally:
             await store.close()
 

@@ -65,6 +65,7 @@ STEP_KEYS = (
     "records_per_s",
     "mb_per_s",
     "ack_latency_ms",
+    "backlog_records",
     "consumed_per_consumer",
     "consumer_offset_anomalies",
     "consume_mb_per_s",
@@ -73,6 +74,10 @@ STEP_KEYS = (
     "broker_cpu_s_per_gib_produced",
     "broker_cpu_s_per_gib_consumed",
     "client_cpu_s",
+    "servers_cpu_s",
+    "machine_busy_cores",
+    "slow_wal_puts",
+    "slow_wal_commits",
     "objects_put",
     "object_bytes_put",
     "mean_object_bytes",
@@ -95,6 +100,12 @@ class Load:
     duration_s: float
     producers: int = 1
     consumers: int = 0
+    consumer_groups: bool = False  # each consumer subscribes in a group of its own (else assign())
+    # producers send keyless records and let librdkafka's sticky partitioner fill one partition's
+    # batch at a time (else each record goes to the next partition in turn, the worst case)
+    keyless: bool = False
+    topic: str | None = None  # an existing topic to produce to and read (else a fresh one)
+    backlog_records: int = 0  # records already in `topic`: consumers read these first, then the step's
     rate: float | None = None  # total offered records/s; None: saturation
     stamp: bool = False
     producer_config: dict = field(default_factory=dict)
@@ -123,7 +134,7 @@ def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
 
 def run_load(system: System, load: Load, progress: Progress) -> StepOutcome:
     ctx = multiprocessing.get_context("spawn")
-    topic = create_topic(system.bootstrap, load.partitions, f"bench-{load.name}".replace(" ", "-")[:60])
+    topic = load.topic or create_topic(system.bootstrap, load.partitions, f"bench-{load.name}".replace(" ", "-")[:60])
     n = load.producers + load.consumers
     control = ctx.Array("d", [workers.PREPARE, -1.0], lock=False)
     counters = ctx.Array("d", n * workers.SLOT, lock=False)
@@ -133,10 +144,10 @@ def run_load(system: System, load: Load, progress: Progress) -> StepOutcome:
     for i in range(load.producers):
         rate = load.rate / load.producers if load.rate else None
         config = {**PRODUCER_DEFAULTS, **load.producer_config}
-        plans.append(workers.WorkerPlan("producer", i, system.bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config))
+        plans.append(workers.WorkerPlan("producer", i, system.bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config, keyless=load.keyless))
     for j in range(load.consumers):
         config = {**CONSUMER_DEFAULTS, **load.consumer_config}
-        plans.append(workers.WorkerPlan("consumer", load.producers + j, system.bootstrap, topic, load.partitions, load.record_bytes, None, stamp, config))
+        plans.append(workers.WorkerPlan("consumer", load.producers + j, system.bootstrap, topic, load.partitions, load.record_bytes, None, stamp, config, load.consumer_groups))
     procs = []
     for plan in plans:
         target = workers.producer_main if plan.role == "producer" else workers.consumer_main
@@ -228,7 +239,7 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
     while sum(1 for o in outcomes if o["role"] == "producer") < load.producers:
         outcomes.append(_get(results, deadline, system))
-    control[workers.TARGET] = sum(o["acked"] for o in outcomes if o["role"] == "producer")
+    control[workers.TARGET] = load.backlog_records + sum(o["acked"] for o in outcomes if o["role"] == "producer")
     while len(outcomes) < len(procs):
         outcomes.append(_get(results, deadline, system))
     return _summarize(system, load, topic, outcomes, edge0, edge1, t0, t1, timeline)
@@ -276,6 +287,9 @@ def _get(results, deadline: float, system: System) -> dict:
 class _Edge:
     cpu: float | None
     client_cpu: float
+    servers_cpu: dict[str, float | None]
+    machine_busy: float
+    metrics: dict[str, float]
     stored: object
     requests: dict[str, float] | None
     at: float
@@ -285,7 +299,23 @@ def _edge(system: System, pids: list[int]) -> _Edge:
     # The slow reads (listing an S3 prefix) come first, CPU and the clock last, so the window's
     # edges are where its CPU and acknowledgements are counted.
     stored, requests = system.stored_objects(), system.object_requests()
-    return _Edge(system.cpu_seconds(), sum(procstat.cpu_seconds(pid) or 0.0 for pid in pids), stored, requests, time.monotonic())
+    client_cpu = sum(procstat.cpu_seconds(pid) or 0.0 for pid in pids)
+    metrics = system.metrics()
+    return _Edge(system.cpu_seconds(), client_cpu, system.servers.cpu_seconds(), procstat.machine_busy_seconds(), metrics, stored, requests, time.monotonic())
+
+
+# Slow WAL steps in a window, from the broker's histograms (neve only): PUTs over 0.5 s and
+# commits over 0.25 s, the two places an acknowledgement can wait.
+SLOW = {"slow_wal_puts": ("neve_wal_put_seconds", "0.5"), "slow_wal_commits": ("neve_wal_commit_seconds", "0.25")}
+
+
+def _slow(edge0: _Edge, edge1: _Edge, metric: str, le: str) -> int | None:
+    count, bucket = f"{metric}_count", f'{metric}_bucket{{le="{le}"}}'
+    if count not in edge0.metrics or count not in edge1.metrics:
+        return None
+    over0 = edge0.metrics[count] - edge0.metrics.get(bucket, 0.0)
+    over1 = edge1.metrics[count] - edge1.metrics.get(bucket, 0.0)
+    return round(over1 - over0)
 
 
 def _request_delta(edge0: _Edge, edge1: _Edge, kind: str) -> int | None:
@@ -347,6 +377,7 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
         "records_per_s": round(window_acked / window, 1),
         "mb_per_s": round(produced_bytes / MB / window, 3),
         "ack_latency_ms": latency_ms(sent_in_window),
+        "backlog_records": load.backlog_records,
         "consumed_per_consumer": [o["consumed"] for o in cons],
         "consumer_offset_anomalies": sum(o["offset_anomalies"] for o in cons),
         "consume_mb_per_s": round(consumed_bytes / MB / window, 3) if cons else None,
@@ -355,6 +386,11 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
         "broker_cpu_s_per_gib_produced": per_gib(cpu, produced_bytes),
         "broker_cpu_s_per_gib_consumed": per_gib(cpu, consumed_bytes) if cons else None,
         "client_cpu_s": round(edge1.client_cpu - edge0.client_cpu, 3),
+        # etcd's and SeaweedFS's CPU, and the whole machine's busy cores: on 2 cores the load
+        # generator, the broker and the servers share the CPU, which the raw PUT ceiling does not
+        "servers_cpu_s": procstat.cpu_delta(edge0.servers_cpu, edge1.servers_cpu),
+        "machine_busy_cores": round((edge1.machine_busy - edge0.machine_busy) / window, 2),
+        **{key: _slow(edge0, edge1, metric, le) for key, (metric, le) in SLOW.items()},
         "objects_put": puts,
         "object_bytes_put": put_bytes,
         "mean_object_bytes": round(put_bytes / puts) if puts else None,

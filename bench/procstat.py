@@ -28,6 +28,21 @@ def cpu_seconds(pid: int) -> float | None:
     return (utime + stime) / _TICKS
 
 
+def cpu_delta(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float]:
+    """CPU-seconds each process used between two readings by name (those read both times)."""
+    return {name: round(cpu - before[name], 3) for name, cpu in after.items() if cpu is not None and before.get(name) is not None}
+
+
+def machine_busy_seconds() -> float:
+    """CPU-seconds all CPUs of the machine spent busy (not idle, not waiting for I/O) since boot,
+    from /proc/stat; the difference over a window, divided by its length, is busy cores."""
+    with open("/proc/stat", "rb") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    guest = sum(fields[8:10])  # guest time is already counted in user and nice
+    return (sum(fields) - idle - guest) / _TICKS
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

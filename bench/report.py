@@ -69,7 +69,7 @@ def markdown(doc: dict) -> str:
         peer = f"; peer {s['peer']['name']} ({s['peer']['object_store']})" if s.get("peer") else ""
         parts.append(f"System: {s['name']} (objects {s['object_store'].split('?')[0]}, metadata {s['metadata'].split('?')[0]}){settings}{peer}.\n")
     if doc["steps"]:
-        parts.append("\n## Steps\n\nMB = 10^6 bytes of record values; latencies in ms; CPU in broker CPU-seconds per GiB.\n\n")
+        parts.append("\n## Steps\n\nMB = 10^6 bytes of record values; latencies in ms; CPU in broker CPU-seconds per GiB; busy cores: the whole machine's (client, broker, etcd, SeaweedFS) over the window.\n\n")
         rows = []
         for s in doc["steps"]:
             a = s["ack_latency_ms"]
@@ -86,6 +86,7 @@ def markdown(doc: dict) -> str:
                     f"{_fmt(e.get('p50'))} / {_fmt(e.get('p99'))}" if e else "–",
                     _fmt(s["consume_mb_per_s"], 2),
                     _fmt(s["broker_cpu_s_per_gib_produced"]),
+                    _fmt(s["machine_busy_cores"], 2),
                     _fmt(s["puts_per_gib"]),
                     _size(s["mean_object_bytes"]),
                     _fmt(s["ratio_to_put_ceiling"], 2),
@@ -94,7 +95,7 @@ def markdown(doc: dict) -> str:
             )
         parts.append(
             _table(
-                ["step", "record", "partitions", "load", "records/s", "MB/s", "ack p50 / p99 / p99.9", "e2e p50 / p99", "consume MB/s", "CPU-s/GiB", "PUTs/GiB", "object", "× ceiling", "check"],
+                ["step", "record", "partitions", "load", "records/s", "MB/s", "ack p50 / p99 / p99.9", "e2e p50 / p99", "consume MB/s", "CPU-s/GiB", "busy cores", "PUTs/GiB", "object", "× ceiling", "check"],
                 rows,
             )
         )
@@ -104,10 +105,10 @@ def markdown(doc: dict) -> str:
         txns = [b for b in doc["baselines"] if "txn_latency_ms" in b]
         if puts:
             rows = [
-                [b["name"], b["backend"], _size(b["object_bytes"]), _fmt(b["concurrency"]), _fmt(b["puts_per_s"]), _fmt(b["mb_per_s"], 1), f"{_fmt(b['put_latency_ms']['p50'])} / {_fmt(b['put_latency_ms']['p99'])}"]
+                [b["name"], b["backend"], _size(b["object_bytes"]), _fmt(b["concurrency"]), _fmt(b["puts_per_s"]), _fmt(b["mb_per_s"], 1), f"{_fmt(b['put_latency_ms']['p50'])} / {_fmt(b['put_latency_ms']['p99'])}", _fmt(b["machine_busy_cores"], 2)]
                 for b in puts
             ]
-            parts.append(_table(["baseline", "store", "object", "concurrency", "PUT/s", "MB/s", "PUT p50 / p99 ms"], rows))
+            parts.append(_table(["baseline", "store", "object", "concurrency", "PUT/s", "MB/s", "PUT p50 / p99 ms", "busy cores"], rows))
         if txns:
             rows = [
                 [b["name"], b["backend"], _fmt(b["partitions"]), _fmt(b["ops_per_txn"]), _fmt(b["txns_per_s"]), f"{_fmt(b['txn_latency_ms']['p50'])} / {_fmt(b['txn_latency_ms']['p99'])}"]

@@ -169,7 +169,7 @@ class Run:
         for s in self.steps:
             if s["errors"] or s["failed"] or s["unacknowledged"] or s["acked"] != s["produced"]:
                 return False
-            if s["consumers"] and (any(c != s["acked"] for c in s["consumed_per_consumer"]) or s["consumer_offset_anomalies"]):
+            if s["consumers"] and (any(c != s["backlog_records"] + s["acked"] for c in s["consumed_per_consumer"]) or s["consumer_offset_anomalies"]):
                 return False
         return not any(b["errors"] for b in self.baselines)
 

@@ -18,6 +18,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from . import procstat
+
 READY_TIMEOUT_S = 60.0
 S3_KEY, S3_SECRET, S3_REGION = "admin", "password", "us-east-1"
 NEVE_BUCKET, TANSU_BUCKET = "neve", "tansu"
@@ -220,9 +222,16 @@ class Servers:
             self._s3.start()
         return self._s3
 
+    def _running(self) -> list[tuple[str, Etcd | SeaweedFS]]:
+        return [(name, s) for name, s in (("etcd", self._etcd), ("seaweedfs", self._s3)) if s is not None]
+
     @property
     def started(self) -> list[str]:
-        return [name for name, s in (("etcd", self._etcd), ("seaweedfs", self._s3)) if s is not None]
+        return [name for name, _ in self._running()]
+
+    def cpu_seconds(self) -> dict[str, float | None]:
+        """CPU-seconds used so far by each started server process, by name."""
+        return {name: (procstat.cpu_seconds(s.process.pid) if s.process is not None else None) for name, s in self._running()}
 
     def stop(self) -> None:
         for server in (self._etcd, self._s3):

@@ -394,3 +394,4 @@ def _settings_dict(s: WalSettings | None) -> dict | None:
 
 
 SYSTEMS: dict[str, type[System]] = {cls.name: cls for cls in (NeveDev, NeveS3, Tansu)}
+PEERS = sorted(name for name, cls in SYSTEMS.items() if not cls.neve)  # what `--peer` may name

@@ -44,6 +44,8 @@ class WorkerPlan:
     rate: float | None = None  # records/s this producer offers; None: as fast as it can
     stamp: bool = False  # put the produce time into each value (end-to-end latency)
     config: dict = field(default_factory=dict)
+    group: bool = False  # consumer: subscribe as the one member of its own group instead of assign()
+    keyless: bool = False  # producer: no partition given, librdkafka's sticky partitioner picks (KIP-480)
 
 
 def _publish(counters, base: int, values: dict[int, float]) -> None:
@@ -88,7 +90,7 @@ def producer_main(plan: WorkerPlan, control, counters, results) -> None:
             time.sleep(0.005)
         pad = os.urandom(plan.record_bytes)
         tail = pad[STAMP.size :]
-        topic, partitions, rate = plan.topic, plan.partitions, plan.rate
+        topic, partitions, rate, keyless = plan.topic, plan.partitions, plan.rate, plan.keyless
         produce, poll, pack, now_ns = producer.produce, producer.poll, STAMP.pack, time.monotonic_ns
         started = monotonic()
         next_publish = started
@@ -103,7 +105,10 @@ def producer_main(plan: WorkerPlan, control, counters, results) -> None:
             for _ in range(burst):
                 value = pack(now_ns()) + tail if plan.stamp else pad
                 try:
-                    produce(topic, value, partition=sent % partitions)
+                    if keyless:
+                        produce(topic, value)
+                    else:
+                        produce(topic, value, partition=sent % partitions)
                 except BufferError:  # librdkafka's queue is full: that is saturation, wait for acks
                     poll(0.001)
                     break
@@ -152,8 +157,11 @@ def consumer_main(plan: WorkerPlan, control, counters, results) -> None:
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": plan.bootstrap,
-            # librdkafka requires a group id even for assign(); nothing is committed to it
+            # a group of its own: with `plan.group` it is subscribed through the group protocol
+            # (JoinGroup/SyncGroup/Heartbeat) and gets every partition; without, librdkafka
+            # still requires a group id for assign(). Nothing is committed either way.
             "group.id": f"neve-bench-{os.getpid()}-{plan.index}",
+            "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": False,
@@ -163,9 +171,15 @@ def consumer_main(plan: WorkerPlan, control, counters, results) -> None:
     try:
         _wait_for_topic(consumer, plan)
         # Each consumer reads every partition from the start of a fresh topic: a tailing reader.
-        consumer.assign([confluent_kafka.TopicPartition(plan.topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(plan.partitions)])
+        assigned: list = []
+        if plan.group:
+            # ready once the group has given it every partition (the consume loop runs the protocol)
+            consumer.subscribe([plan.topic], on_assign=lambda _consumer, partitions: assigned.extend(partitions))
+        else:
+            consumer.assign([confluent_kafka.TopicPartition(plan.topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(plan.partitions)])
+            counters[base + READY] = 1
+        ready = not plan.group
         next_offset: dict[int, int] = {}
-        counters[base + READY] = 1
         last_progress = monotonic()
         next_publish = last_progress
         while True:
@@ -176,6 +190,9 @@ def consumer_main(plan: WorkerPlan, control, counters, results) -> None:
                 break
             batch = consumer.consume(1000, 0.1)
             now = monotonic()
+            if not ready and len(assigned) == plan.partitions:
+                ready = True
+                counters[base + READY] = 1
             for msg in batch:
                 if msg.error() is not None:
                     errors += 1

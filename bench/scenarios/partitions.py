@@ -1,13 +1,19 @@
 """partitions: the saturation produce step at 10, 100, 1,000 and 10,000 partitions, each as a ratio
 of the 10-partition step, plotted as throughput against partition count. `--sink` runs every count
 against the null object store too, which separates what the client and the broker path cost at
-many partitions from what storing costs."""
+many partitions from what storing costs; `--peer tansu` runs every count against tansu.
+
+Records go to each partition in turn, so every partition is equally loaded: the worst case for
+batching, since librdkafka sends one partition per ProduceRequest and at 10,000 partitions most
+requests carry one record. `--keyless` sends keyless records instead and lets librdkafka's sticky
+partitioner (KIP-480) fill one partition's batch at a time, as keyless producers do by default."""
 
 from __future__ import annotations
 
 from ..load import Load
 from ..options import ints, size
 from ..stats import ratio
+from ..systems import PEERS
 
 NAME = "partitions"
 HELP = "produce throughput at 10, 100, 1000 and 10000 partitions"
@@ -19,6 +25,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--record-bytes", type=size, default=1024, help="record size (default 1KiB)")
     parser.add_argument("--producers", type=int, default=1, help="producer processes (default 1)")
     parser.add_argument("--sink", action="store_true", help="also run every count against the null object store")
+    parser.add_argument("--keyless", action="store_true", help="keyless records placed by librdkafka's sticky partitioner (default: each record to the next partition in turn)")
+    parser.add_argument("--peer", choices=PEERS, default=None, help="also run every count against this peer, in the same run (tansu)")
 
 
 def _scaling(r, steps: list[dict], title: str) -> tuple[dict, dict]:
@@ -37,14 +45,40 @@ def run(r) -> None:
     counts = a.counts or ([10, 100] if r.quick else [10, 100, 1000, 10000])
     if a.with_10k and 10000 not in counts:
         counts = [*counts, 10000]
-    steps = [r.load(Load(f"p{n}", n, a.record_bytes, timing.warmup_s, timing.duration_s, producers=a.producers)) for n in counts]
-    r.stop_system(r.system)
+
+    def sweep(prefix: str, system) -> list[dict]:
+        """The saturation step at every count against `system`, which is then stopped."""
+        steps = [r.load(Load(f"{prefix}p{n}", n, a.record_bytes, timing.warmup_s, timing.duration_s, producers=a.producers, keyless=a.keyless), system) for n in counts]
+        r.stop_system(system)
+        return steps
+
+    steps = sweep("", r.make_system())
+    r.notes.append("Records are keyless, placed by librdkafka's sticky partitioner." if a.keyless else "Each record goes to the next partition in turn (every partition equally loaded).")
     base, r.derived["scaling"] = _scaling(r, steps, "Scaling against the 10-partition step")
     top = steps[-1]
     rel = ratio(top["mb_per_s"], base["mb_per_s"])
     r.target(f"throughput at {top['partitions']} partitions vs {base['partitions']}", ">= 0.80 (issue 5 sets it at 10,000 partitions)", rel, None if rel is None else rel >= 0.8)
     sink = r.make_sink() if a.sink else None
     if sink is not None:
-        sink_steps = [r.load(Load(f"sink/p{n}", n, a.record_bytes, timing.warmup_s, timing.duration_s, producers=a.producers), sink) for n in counts]
-        r.stop_system(sink)
+        sink_steps = sweep("sink/", sink)
         _, r.derived["sink_scaling"] = _scaling(r, sink_steps, "The same counts against the null object store (sink)")
+        _against(r, steps, sink_steps, "sink")
+    peer = r.make_peer()
+    if peer is not None:
+        peer_steps = sweep(f"{peer.name}/", peer)
+        _, r.derived["peer_scaling"] = _scaling(r, peer_steps, f"The same counts against {peer.name}")
+        _against(r, steps, peer_steps, peer.name)
+
+
+def _against(r, steps: list[dict], others: list[dict], what: str) -> None:
+    """neve's rate at each count as a ratio of another system's at the same count."""
+    rows, ratios = [], {}
+    for mine, theirs in zip(steps, others, strict=True):
+        rel = ratio(mine["mb_per_s"], theirs["mb_per_s"])
+        ratios[str(mine["partitions"])] = rel
+        rows.append([str(mine["partitions"]), f"{mine['mb_per_s']:.2f}", f"{theirs['mb_per_s']:.2f}", "–" if rel is None else f"{rel:.2f}", f"{mine['broker_cpu_s_per_gib_produced']} / {theirs['broker_cpu_s_per_gib_produced']}"])
+    r.derived[f"ratio_to_{what}"] = ratios
+    r.derived.setdefault("tables", {})[f"neve against {what} at each count (neve / {what})"] = {
+        "headers": ["partitions", "neve MB/s", f"{what} MB/s", f"× {what}", "CPU-s/GiB"],
+        "rows": rows,
+    }

@@ -6,6 +6,7 @@ The neve-s3 runs start their own etcd and SeaweedFS; the tansu peer runs on the 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,13 +21,13 @@ RESULT_KEYS = {"scenario", "quick", "started_at", "finished_at", "elapsed_s", "c
 MACHINE_KEYS = {"nproc", "cpu_model", "memory_gib", "kernel", "python", "confluent_kafka", "librdkafka", "neve_commit", "loadavg_at_start"}
 STEP_KEYS = {
     "name", "system", "topic", "partitions", "record_bytes", "producers", "consumers", "mode", "offered_records_per_s", "warmup_s", "window_s",
-    "produced", "acked", "failed", "unacknowledged", "records_per_s", "mb_per_s", "ack_latency_ms", "consumed_per_consumer",
+    "produced", "acked", "failed", "unacknowledged", "records_per_s", "mb_per_s", "ack_latency_ms", "backlog_records", "consumed_per_consumer",
     "consumer_offset_anomalies", "consume_mb_per_s", "e2e_latency_ms", "broker_cpu_s", "broker_cpu_s_per_gib_produced",
-    "broker_cpu_s_per_gib_consumed", "client_cpu_s", "objects_put", "object_bytes_put", "mean_object_bytes", "store_puts", "store_gets", "puts_per_gib",
+    "broker_cpu_s_per_gib_consumed", "client_cpu_s", "servers_cpu_s", "machine_busy_cores", "slow_wal_puts", "slow_wal_commits", "objects_put", "object_bytes_put", "mean_object_bytes", "store_puts", "store_gets", "puts_per_gib",
     "stored_bytes_per_gib", "ratio_to_put_ceiling", "errors", "timeline",
 }  # fmt: skip
 LATENCY_KEYS = {"count", "mean", "p50", "p99", "p999", "max"}
-CEILING_KEYS = {"name", "backend", "object_bytes", "concurrency", "window_s", "puts", "puts_per_s", "mb_per_s", "put_latency_ms", "errors"}
+CEILING_KEYS = {"name", "backend", "object_bytes", "concurrency", "window_s", "puts", "puts_per_s", "mb_per_s", "put_latency_ms", "machine_busy_cores", "servers_cpu_s", "errors"}
 ETCD_TXN_KEYS = {"name", "backend", "partitions", "ops_per_txn", "window_s", "txns", "txns_per_s", "txn_latency_ms", "errors"}
 TARGET_KEYS = {"name", "target", "measured", "met"}
 
@@ -101,6 +102,9 @@ def test_produce_quick(tmp_path):
     assert set(doc["derived"]["ratio_to_sink"]) == {"100B-saturation", "1KiB-saturation", "64KiB-saturation"}
     assert all(v > 0 for v in doc["derived"]["ratio_to_sink"].values())
     check_put_ceilings(doc)
+    # neve's ceiling is measured before the steps too (at its flush size), and each step is a ratio of both
+    assert [b["object_bytes"] for b in doc["baselines"] if b["name"].startswith("put-ceiling-before-")] == [4 * 2**20]
+    assert set(doc["derived"]["ratio_to_put_ceiling_before"]) == {"100B-saturation", "1KiB-saturation", "64KiB-saturation"}
     assert not any("txn_latency_ms" in b for b in doc["baselines"])  # no etcd in neve-dev
     assert (out / "results.md").read_text().startswith("# bench: produce")
     assert (out / "latency_cdf.png").stat().st_size > 0
@@ -119,6 +123,13 @@ def test_produce_quick_neve_s3_against_tansu(tmp_path):
         check_step(step, stores=not is_sink(step))
         if not is_sink(step):
             assert step["store_puts"] > 0  # SeaweedFS's own request counters for the system's bucket
+        assert set(step["servers_cpu_s"]) == {"etcd", "seaweedfs"}
+        assert step["servers_cpu_s"]["seaweedfs"] > 0 or is_sink(step)  # the sink stores nothing
+        # /proc/stat counts in clock ticks (1/100 s), so a short window may read a little over
+        assert 0 < step["machine_busy_cores"] <= os.cpu_count() + 0.1
+        # neve's own histograms say how many PUTs and commits were slow; tansu exposes none
+        slow = (step["slow_wal_puts"], step["slow_wal_commits"])
+        assert all(isinstance(n, int) and n >= 0 for n in slow) if step["system"] == "neve-s3" else slow == (None, None)
     assert {by_name[n]["system"] for n in ("1KiB-saturation", "1KiB-fixed", "sink/1KiB-saturation")} == {"neve-s3"}
     assert {by_name[n]["system"] for n in ("tansu/1KiB-saturation", "tansu/1KiB-fixed")} == {"tansu"}
     assert by_name["tansu/1KiB-saturation"]["ratio_to_put_ceiling"] > 0
@@ -155,3 +166,46 @@ def test_e2e_quick(tmp_path):
     assert step["consumer_offset_anomalies"] == 0
     assert set(step["e2e_latency_ms"]) == LATENCY_KEYS and step["e2e_latency_ms"]["count"] > 0 and step["e2e_latency_ms"]["p50"] > 0
     assert (out / "latency_cdf.png").stat().st_size > 0
+
+
+def test_fanout_quick_consumers_in_groups(tmp_path):
+    """Each consumer subscribes in a group of its own and reads every acknowledged record once."""
+    doc, out = run_bench(tmp_path, "fanout", "--consumer-counts", "1,2")
+    check_document(doc, "fanout")
+    assert [s["consumers"] for s in doc["steps"]] == [1, 2]
+    for step in doc["steps"]:
+        check_step(step)
+        assert step["consumed_per_consumer"] == [step["acked"]] * step["consumers"]
+        assert step["consumer_offset_anomalies"] == 0
+    assert "consumer group of their own" in (out / "results.md").read_text()
+
+
+def test_partitions_quick_with_sink_keyless(tmp_path):
+    """Keyless records (librdkafka's sticky partitioner) at 10 and 100 partitions, and the sink."""
+    doc, out = run_bench(tmp_path, "partitions", "--sink", "--keyless")
+    check_document(doc, "partitions")
+    assert [(s["name"], s["partitions"]) for s in doc["steps"]] == [("p10", 10), ("p100", 100), ("sink/p10", 10), ("sink/p100", 100)]
+    for step in doc["steps"]:
+        check_step(step, stores=not is_sink(step))
+    assert doc["derived"]["scaling"]["10"] == 1.0 and doc["derived"]["scaling"]["100"] > 0
+    assert set(doc["derived"]["ratio_to_sink"]) == {"10", "100"} and all(v > 0 for v in doc["derived"]["ratio_to_sink"].values())
+    assert (out / "throughput_vs_partitions.png").stat().st_size > 0
+    assert "sticky partitioner" in (out / "results.md").read_text()
+
+
+def test_catchup_quick_neve_s3(tmp_path):
+    """A backlog on SeaweedFS read from offset 0 while a producer keeps going: the consumer reads
+    the backlog and the new records exactly once."""
+    doc, out = run_bench(tmp_path, "catchup", "--system", "neve-s3")
+    check_document(doc, "catchup")
+    backlog, tail, step = doc["steps"]
+    assert [s["name"] for s in doc["steps"]] == ["backlog", "tail", "catchup"]
+    for s in doc["steps"]:
+        check_step(s)
+    assert step["topic"] == backlog["topic"] != tail["topic"]
+    assert step["backlog_records"] == backlog["acked"] > 0
+    assert step["consumed_per_consumer"] == [backlog["acked"] + step["acked"]]
+    assert step["consumer_offset_anomalies"] == 0
+    figures = doc["derived"]["catchup"]
+    assert figures["backlog_records"] == backlog["acked"] and figures["read_mb_per_s"] > 0
+    assert "Catching up" in (out / "results.md").read_text()
