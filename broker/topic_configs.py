@@ -210,9 +210,12 @@ class RetentionPolicy:
 
 def max_message_bytes(configs: Mapping[str, str], broker_default: int) -> int:
     """The largest record batch Produce accepts for a topic with these configs."""
+    value = configs.get(MAX_MESSAGE_BYTES)
+    if value is None:
+        return broker_default
     try:
-        return int(configs[MAX_MESSAGE_BYTES])
-    except (KeyError, ValueError):  # unset, or stored before configs were validated
+        return int(value)
+    except ValueError:  # stored before configs were validated
         return broker_default
 
 

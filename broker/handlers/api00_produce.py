@@ -42,6 +42,8 @@ async def produce(ctx, request):
     plan = []  # (topic name, [(partition, future | None, error code, message)])
     for topic in request.topic_data:
         info = topics.get(topic.name)
+        # each batch within the topic's max.message.bytes (else the broker's), as in Kafka
+        limit = max_message_bytes(info.configs, max_bytes) if info is not None else max_bytes
         parts = []
         for p in topic.partition_data:
             if info is None or not 0 <= p.index < info.partitions:
@@ -52,8 +54,7 @@ async def produce(ctx, request):
                 parts.append((p.index, None, ErrorCode.invalid_record, "no records"))
                 continue
             try:
-                # each batch within the topic's max.message.bytes (else the broker's), as in Kafka
-                summary = validate(records, max_size=max_message_bytes(info.configs, max_bytes))
+                summary = validate(records, max_size=limit)
             except InvalidRecords as e:
                 parts.append((p.index, None, error(e.error_code), str(e)))
                 continue
