@@ -8,6 +8,8 @@ from prometheus_client.core import CounterMetricFamily
 REQUESTS = Counter("neve_requests_total", "Kafka requests handled", ["api"])
 PRODUCE_BYTES = Counter("neve_produce_bytes_total", "Record batch bytes accepted by Produce")
 FETCH_BYTES = Counter("neve_fetch_bytes_total", "Record batch bytes returned by Fetch")
+OBJECT_GETS = Counter("neve_object_gets_total", "Object-store GETs made to serve fetches (reads from the recent-objects cache excluded)")
+OBJECT_GET_BYTES = Counter("neve_object_get_bytes_total", "Bytes read from the object store to serve fetches")
 WAL_PUTS = Counter("neve_wal_object_puts_total", "WAL object PUTs to the object store")
 WAL_PUT_BYTES = Counter("neve_wal_object_bytes_total", "Bytes of WAL objects stored")
 WAL_COMMITS = Counter("neve_wal_commits_total", "WAL objects committed to the metadata store")
@@ -34,6 +36,12 @@ class WalMetrics:
         WAL_COMMITS.inc()
         WAL_OBJECT_SIZE.observe(size)
         WAL_COMMIT_SECONDS.observe(seconds)
+
+
+def object_get(size: int) -> None:
+    """The hook cache.reader.ObjectReader calls after every GET."""
+    OBJECT_GETS.inc()
+    OBJECT_GET_BYTES.inc(size)
 
 
 class MetadataOpsCollector:

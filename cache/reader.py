@@ -1,19 +1,31 @@
 """Reads byte ranges of objects for fetches: from the recent-objects cache when it has them, else
-from the object store, with concurrent reads of the same range sharing one GET (single flight)."""
+from the object store, with concurrent reads of the same range sharing one GET (single flight).
+
+A fetch that needs several ranges (many partitions, or several index entries of one) asks for
+them together (`read_many`): ranges of one object that lie close together are read with one
+ranged GET, and the GETs run concurrently instead of one after another."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Iterable
 
 from wal.store import ObjectStore
 
 from .recent import RecentObjects
 
+Range = tuple[str, int, int]  # object key, start, size
+
+MERGE_GAP_BYTES = 256 * 1024
+"""Ranges of one object at most this far apart are read with one GET: the gap's bytes cost less
+than another request's round trip (and, on S3, its price)."""
+
 
 class ObjectReader:
-    def __init__(self, store: ObjectStore, recent: RecentObjects) -> None:
+    def __init__(self, store: ObjectStore, recent: RecentObjects, on_get: Callable[[int], None] | None = None) -> None:
         self.store = store
         self.recent = recent
+        self._on_get = on_get  # called with the size of every GET this reader makes
         self._inflight: dict[tuple[str, int, int], asyncio.Future] = {}
 
     async def read(self, key: str, start: int, size: int) -> bytes | memoryview:
@@ -29,6 +41,8 @@ class ObjectReader:
         self._inflight[slot] = fut
         try:
             data = await self.store.get(key, start, end)
+            if self._on_get is not None:
+                self._on_get(len(data))
             fut.set_result(data)
             return data
         except BaseException as e:
@@ -37,3 +51,37 @@ class ObjectReader:
             raise
         finally:
             del self._inflight[slot]
+
+    async def read_many(self, ranges: Iterable[Range]) -> dict[Range, bytes | memoryview]:
+        """The bytes of every range that could be read, by range. Ranges in the recent-objects
+        cache are left to `read`; the others are merged per object (see MERGE_GAP_BYTES) and read
+        concurrently. A range whose GET failed is left out: its caller's own `read` of it then
+        fails (or succeeds) as it would have without this call."""
+        by_key: dict[str, list[tuple[int, int]]] = {}
+        for key, start, size in ranges:
+            if size > 0 and not self.recent.has(key):
+                by_key.setdefault(key, []).append((start, size))
+        spans: list[tuple[str, int, int, list[tuple[int, int]]]] = []  # key, start, end, wanted
+        for key, wanted in by_key.items():
+            wanted.sort()
+            span_start, span_end, members = wanted[0][0], wanted[0][0] + wanted[0][1], []
+            for start, size in wanted:
+                if start - span_end > MERGE_GAP_BYTES:
+                    spans.append((key, span_start, span_end, members))
+                    span_start, span_end, members = start, start + size, []
+                span_end = max(span_end, start + size)
+                members.append((start, size))
+            spans.append((key, span_start, span_end, members))
+        if not spans:
+            return {}
+        results = await asyncio.gather(*(self.read(key, start, end - start) for key, start, end, _ in spans), return_exceptions=True)
+        out: dict[Range, bytes | memoryview] = {}
+        for (key, span_start, _, members), data in zip(spans, results, strict=True):
+            if isinstance(data, BaseException):
+                if isinstance(data, asyncio.CancelledError):
+                    raise data
+                continue
+            view = memoryview(data)
+            for start, size in members:
+                out[(key, start, size)] = view[start - span_start : start - span_start + size]
+        return out

@@ -35,6 +35,10 @@ class RecentObjects:
         self.hits += 1
         return memoryview(data)[start:end]
 
+    def has(self, key: str) -> bool:
+        """Whether `key` is held (counts neither a hit nor a miss, and keeps the LRU order)."""
+        return key in self._objects
+
     @property
     def size(self) -> int:
         return self._bytes

@@ -12,7 +12,7 @@ from dataclasses import replace
 from broker.appender import commit_fn
 from broker.config import BrokerSettings
 from broker.context import Services
-from broker.metrics import WalMetrics, expose_metadata_ops
+from broker.metrics import WalMetrics, expose_metadata_ops, object_get
 from broker.retention import run_retention
 from broker.server import KafkaServer
 from cache.reader import ObjectReader
@@ -115,7 +115,7 @@ class Node:
             except OSError as e:
                 raise StartupError(f"cannot serve metrics on {c.broker.host}:{c.broker.metrics_port}: {e.strerror or e}") from None
         settings = replace(broker_settings(c), storage=self.object_store_url.split("?", 1)[0])
-        services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent))
+        services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent, on_get=object_get))
         self.services = services
         self.server = KafkaServer(services)
         try:

@@ -22,13 +22,17 @@ from ..codec import build, has_field
 from ..registry import handles
 
 NO_THROTTLE = datetime.timedelta(0)
+ENTRIES_PER_PARTITION = 32  # index entries looked up per partition and fetch
 
 
-async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool) -> tuple[bytes | None, bool]:
+async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool, prefetched=None) -> tuple[bytes | None, bool]:
     """Stored batches of one index entry from the batch holding `fetch_offset`, within
     `byte_budget` bytes (at least one batch when `first`), with offsets injected; and whether the
-    entry was read to its end (if not, nothing after it may be added, or offsets would skip)."""
-    data = await services.reader.read(entry.object_key, entry.start, entry.size)
+    entry was read to its end (if not, nothing after it may be added, or offsets would skip).
+    `prefetched` holds entries' bytes already read, by (object key, start, size)."""
+    data = prefetched.get((entry.object_key, entry.start, entry.size)) if prefetched else None
+    if data is None:
+        data = await services.reader.read(entry.object_key, entry.start, entry.size)
     base = entry.base_offset
     cut_start = None
     cut_end = 0
@@ -71,10 +75,13 @@ async def fetch(ctx, request):
             watched.extend((info.topic_id, p.partition) for p in topic.partitions)
 
     while True:
+        resolved = [(topic, _resolve(s, ctx.api_version, topic)) for topic in request.topics]
+        # Every range the loop below will read, read at once: concurrently, and one GET for the
+        # close ranges of one object (many partitions' slices of one WAL object).
+        prefetched = await s.reader.read_many(_ranges_to_read(store, resolved, max_bytes))
         total = 0
         topics_out = []
-        for topic in request.topics:
-            info = _resolve(s, ctx.api_version, topic)
+        for topic, info in resolved:
             parts_out = []
             for p in topic.partitions:
                 hw = lso = 0
@@ -88,7 +95,7 @@ async def fetch(ctx, request):
                     if p.fetch_offset < lso or p.fetch_offset > hw:
                         code = ErrorCode.offset_out_of_range
                     elif p.fetch_offset < hw and total < max_bytes:
-                        records = await _partition_records(s, info.topic_id, p, min(p.partition_max_bytes, max_bytes - total), total == 0)
+                        records = await _partition_records(s, info.topic_id, p, min(p.partition_max_bytes, max_bytes - total), total == 0, prefetched)
                         total += len(records) if records else 0
                 parts_out.append(
                     build(
@@ -112,8 +119,33 @@ async def fetch(ctx, request):
         await store.wait_for_commit(watched, remaining)
 
 
-async def _partition_records(s, topic_id, p, budget: int, first: bool) -> bytes | None:
-    entries = s.metadata.entries(topic_id, p.partition, p.fetch_offset, max_entries=32)
+def _ranges_to_read(store, resolved, max_bytes: int):
+    """(object key, start, size) of the index entries the fetch loop will read, in its order and
+    within its byte budgets. Whole entries are counted, so this may stop before the loop does:
+    the loop reads whatever is missing itself."""
+    total = 0
+    for topic, info in resolved:
+        if info is None:
+            continue
+        for p in topic.partitions:
+            if total >= max_bytes:
+                return
+            if not 0 <= p.partition < info.partitions:
+                continue
+            if not store.log_start_offset(info.topic_id, p.partition) <= p.fetch_offset < store.high_watermark(info.topic_id, p.partition):
+                continue
+            budget = min(p.partition_max_bytes, max_bytes - total)
+            used = 0
+            for entry in store.entries(info.topic_id, p.partition, p.fetch_offset, max_entries=ENTRIES_PER_PARTITION):
+                if used and used >= budget:
+                    break
+                yield (entry.object_key, entry.start, entry.size)
+                used += entry.size
+            total += used
+
+
+async def _partition_records(s, topic_id, p, budget: int, first: bool, prefetched) -> bytes | None:
+    entries = s.metadata.entries(topic_id, p.partition, p.fetch_offset, max_entries=ENTRIES_PER_PARTITION)
     if not entries:
         return None
     pieces = []
@@ -121,7 +153,7 @@ async def _partition_records(s, topic_id, p, budget: int, first: bool) -> bytes 
     for entry in entries:
         if used and used >= budget:
             break
-        piece, complete = await read_range(s, entry, p.fetch_offset, budget - used, first and not pieces)
+        piece, complete = await read_range(s, entry, p.fetch_offset, budget - used, first and not pieces, prefetched)
         if piece is not None:
             pieces.append(piece)
             used += len(piece)

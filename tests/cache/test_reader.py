@@ -1,0 +1,87 @@
+"""ObjectReader.read_many: the ranges a fetch needs, read concurrently, close ranges of one object
+with one GET, exact bytes back."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cache.reader import MERGE_GAP_BYTES, ObjectReader
+from cache.recent import RecentObjects
+from wal.store import MemoryObjectStore, ObjectNotFound
+
+OBJECT = bytes(range(256)) * 4096  # 1 MiB, every byte's value its position mod 256
+
+
+class GatedStore(MemoryObjectStore):
+    """Records every GET and holds each until `release` is set, so a test can see which GETs
+    were in flight at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gets: list[tuple[str, int, int | None]] = []
+        self.all_started = asyncio.Event()
+        self.expected = 0
+        self.release = asyncio.Event()
+
+    async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
+        self.gets.append((key, start, end))
+        if len(self.gets) == self.expected:
+            self.all_started.set()
+        await self.release.wait()
+        return await super().get(key, start, end)
+
+
+async def stored(*keys: str) -> GatedStore:
+    store = GatedStore()
+    for key in keys:
+        await store.put(key, OBJECT)
+    return store
+
+
+async def read_all(reader: ObjectReader, store: GatedStore, ranges, expected_gets: int):
+    store.expected = expected_gets
+    task = asyncio.create_task(reader.read_many(ranges))
+    await asyncio.wait_for(store.all_started.wait(), 5)  # every GET under way before any answered
+    store.release.set()
+    return await task
+
+
+async def test_close_ranges_of_one_object_share_one_get():
+    store = await stored("a")
+    gets = []
+    reader = ObjectReader(store, RecentObjects(0), on_get=gets.append)
+    ranges = [("a", 1000, 500), ("a", 0, 100), ("a", 1500 + MERGE_GAP_BYTES, 10)]  # gaps 900 and exactly the limit
+    got = await read_all(reader, store, ranges, 1)
+    assert store.gets == [("a", 0, 1510 + MERGE_GAP_BYTES)]
+    assert gets == [1510 + MERGE_GAP_BYTES]
+    assert {r: bytes(v) for r, v in got.items()} == {r: OBJECT[r[1] : r[1] + r[2]] for r in ranges}
+
+
+async def test_far_ranges_and_other_objects_are_read_concurrently():
+    store = await stored("a", "b")
+    reader = ObjectReader(store, RecentObjects(0))
+    ranges = [("a", 0, 10), ("a", 11 + MERGE_GAP_BYTES, 20), ("b", 5, 5), ("b", 0, 0)]  # the empty range needs no GET
+    got = await read_all(reader, store, ranges, 3)
+    assert sorted(store.gets) == [("a", 0, 10), ("a", 11 + MERGE_GAP_BYTES, 31 + MERGE_GAP_BYTES), ("b", 5, 10)]
+    assert {r: bytes(v) for r, v in got.items()} == {r: OBJECT[r[1] : r[1] + r[2]] for r in ranges[:3]}
+
+
+async def test_ranges_of_recent_objects_are_left_to_read():
+    store = await stored("a", "b")
+    recent = RecentObjects(4 * len(OBJECT))
+    recent.add("a", OBJECT)
+    reader = ObjectReader(store, recent)
+    got = await read_all(reader, store, [("a", 0, 10), ("b", 0, 10)], 1)
+    assert store.gets == [("b", 0, 10)] and list(got) == [("b", 0, 10)]
+    assert (recent.hits, recent.misses) == (0, 1)  # b's GET is the one miss; asking about a is no hit
+
+
+async def test_a_failed_get_leaves_only_its_ranges_out():
+    store = await stored("a")
+    reader = ObjectReader(store, RecentObjects(0))
+    got = await read_all(reader, store, [("gone", 0, 10), ("a", 3, 4)], 2)
+    assert {r: bytes(v) for r, v in got.items()} == {("a", 3, 4): OBJECT[3:7]}
+    with pytest.raises(ObjectNotFound):  # the caller's own read of it fails as before
+        await reader.read("gone", 0, 10)
