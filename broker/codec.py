@@ -9,7 +9,8 @@ import io
 import struct
 from typing import Any
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_payload_module, load_request_schema, load_response_schema
+from kio.static.constants import EntityType
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
@@ -38,6 +39,12 @@ def response_codec(api_key: int, version: int):
     cls = load_response_schema(api_key, version)
     header_cls = cls.__header_schema__
     return entity_writer(header_cls), entity_writer(cls), header_cls, cls
+
+
+@functools.cache
+def response_module(api_key: int, version: int):
+    """The kio module of one API version's response entities (handlers build from it)."""
+    return load_payload_module(api_key, version, EntityType.response)
 
 
 def decode_request(frame: bytes, api_key: int, version: int) -> tuple[Any, Any]:

@@ -14,10 +14,7 @@ import enum
 import logging
 import struct
 
-from kio.index import load_payload_module
-from kio.static.constants import EntityType
-
-from .codec import MalformedRequest, decode_request, encode_response, peek_header
+from .codec import MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
 from .registry import HANDLERS
 from .handlers.api18_api_versions import unsupported_version_response
@@ -141,7 +138,7 @@ class Connection:
             api_key=api_key,
             api_version=version,
             client_id=getattr(header, "client_id", None),
-            response=load_payload_module(api_key, version, EntityType.response),
+            response=response_module(api_key, version),
             peer=self.peer,
         )
         return asyncio.ensure_future(handler.fn(ctx, body)), api_key, version, correlation_id
