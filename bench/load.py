@@ -78,6 +78,7 @@ STEP_KEYS = (
     "machine_busy_cores",
     "slow_wal_puts",
     "slow_wal_commits",
+    "hedged_wal_puts",
     "objects_put",
     "object_bytes_put",
     "mean_object_bytes",
@@ -318,6 +319,12 @@ def _slow(edge0: _Edge, edge1: _Edge, metric: str, le: str) -> int | None:
     return round(over1 - over0)
 
 
+def _counter_delta(edge0: _Edge, edge1: _Edge, metric: str) -> int | None:
+    if metric not in edge0.metrics or metric not in edge1.metrics:
+        return None
+    return round(edge1.metrics[metric] - edge0.metrics[metric])
+
+
 def _request_delta(edge0: _Edge, edge1: _Edge, kind: str) -> int | None:
     if edge0.requests is None or edge1.requests is None:
         return None
@@ -391,6 +398,8 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
         "servers_cpu_s": procstat.cpu_delta(edge0.servers_cpu, edge1.servers_cpu),
         "machine_busy_cores": round((edge1.machine_busy - edge0.machine_busy) / window, 2),
         **{key: _slow(edge0, edge1, metric, le) for key, (metric, le) in SLOW.items()},
+        # second PUTs raced against slow ones (wal/writer.py), counted in store_puts too
+        "hedged_wal_puts": _counter_delta(edge0, edge1, "neve_wal_put_hedges_total"),
         "objects_put": puts,
         "object_bytes_put": put_bytes,
         "mean_object_bytes": round(put_bytes / puts) if puts else None,

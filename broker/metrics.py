@@ -14,6 +14,7 @@ WAL_PUTS = Counter("neve_wal_object_puts_total", "WAL object PUTs to the object 
 WAL_PUT_BYTES = Counter("neve_wal_object_bytes_total", "Bytes of WAL objects stored")
 WAL_COMMITS = Counter("neve_wal_commits_total", "WAL objects committed to the metadata store")
 WAL_OBJECT_SIZE = Histogram("neve_wal_object_size_bytes", "Size of committed WAL objects", buckets=(2**10, 2**14, 2**17, 2**20, 2**21, 2**22, 2**23, 2**25))
+WAL_PUT_HEDGES = Counter("neve_wal_put_hedges_total", "WAL object PUTs raced by a second PUT because the first was slow")
 WAL_PUT_SECONDS = Histogram(
     "neve_wal_put_seconds", "Time to store one WAL object, retries included", buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 )
@@ -31,6 +32,9 @@ class WalMetrics:
         WAL_PUTS.inc()
         WAL_PUT_BYTES.inc(size)
         WAL_PUT_SECONDS.observe(seconds)
+
+    def object_put_hedged(self) -> None:
+        WAL_PUT_HEDGES.inc()
 
     def object_committed(self, size: int, chunks: int, seconds: float) -> None:
         WAL_COMMITS.inc()

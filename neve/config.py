@@ -80,6 +80,11 @@ class WalConfig:
     upload_timeout_ms: int = 10000
     """How long a WAL object upload is retried before its produce requests are answered with
     the retriable KAFKA_STORAGE_ERROR; keep it below clients' request.timeout.ms (30 s)."""
+    put_hedge_after_ms: int = -1
+    """A WAL object PUT that has not answered after this long gets a second PUT of the same
+    object racing it (the first to land wins; objects are created once, so nothing is written
+    twice). -1: adaptive, twice the 99th percentile of the last 200 PUTs and at least 250 ms
+    (off until 20 PUTs were seen); 0: never."""
     recent_objects_bytes: int = 256 * 1024 * 1024
     """Memory for recently written objects, served to tail-reading consumers without a GET."""
     orphan_grace_s: int = 3600

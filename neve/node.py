@@ -102,6 +102,7 @@ class Node:
             max_inflight_uploads=c.wal.max_inflight_uploads,
             buffer_bytes=c.wal.buffer_bytes,
             upload_timeout_ms=c.wal.upload_timeout_ms,
+            put_hedge_after_ms=c.wal.put_hedge_after_ms,
             on_object_stored=self.recent.add,
             metrics=WalMetrics(),
         )

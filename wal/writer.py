@@ -18,6 +18,7 @@ import asyncio
 import logging
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -28,6 +29,13 @@ log = logging.getLogger("neve.wal.writer")
 
 # Smaller objects are encoded on the loop: below this a thread hop costs more than the work.
 INLINE_ENCODE_BYTES = 64 * 1024
+
+# Adaptive PUT hedging (put_hedge_after_ms=-1): a PUT slower than twice the 99th percentile of
+# the last PUT_SAMPLES PUTs, and at least HEDGE_FLOOR_S, gets a second PUT racing it. Only
+# outliers are raced: a store that is merely busy is not sent more work.
+PUT_SAMPLES = 200
+HEDGE_MIN_SAMPLES = 20
+HEDGE_FLOOR_S = 0.25
 
 # commit(object_key, encoded, chunks, metas) -> one result per chunk, in order; `metas` are the
 # opaque values given to submit() (the broker passes each chunk's producer fields through here).
@@ -50,6 +58,7 @@ class WalWriter:
         max_inflight_uploads: int = 4,
         buffer_bytes: int = 64 * 1024 * 1024,
         upload_timeout_ms: int = 10_000,
+        put_hedge_after_ms: int = -1,
         on_object_stored: Callable[[str, bytes], None] | None = None,
         metrics: Any = None,
     ) -> None:
@@ -60,6 +69,9 @@ class WalWriter:
         self.flush_bytes = flush_bytes
         self.buffer_bytes = buffer_bytes
         self.upload_timeout = upload_timeout_ms / 1000
+        self.put_hedge_after_ms = put_hedge_after_ms  # -1 adaptive, 0 never, > 0 fixed
+        self._put_seconds: deque[float] = deque(maxlen=PUT_SAMPLES)
+        self.hedged_puts = 0
         self._uploads = asyncio.Semaphore(max_inflight_uploads)
         self._on_object_stored = on_object_stored
         self._metrics = metrics
@@ -175,8 +187,10 @@ class WalWriter:
         while True:
             attempt += 1
             remaining = deadline - loop.time()
+            attempt_started = loop.time()
             try:
-                await asyncio.wait_for(self.store.put(key, data), max(remaining, 0.001))
+                await asyncio.wait_for(self._put_hedged(key, data), max(remaining, 0.001))
+                self._put_seconds.append(loop.time() - attempt_started)
                 if self._metrics is not None:
                     self._metrics.object_put(len(data), loop.time() - started)
                 return
@@ -189,6 +203,49 @@ class WalWriter:
                 log.warning("wal_put_retry", extra={"object_key": key, "attempt": attempt, "error": repr(e)})
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    def hedge_after(self) -> float | None:
+        """Seconds a PUT may take before a second one races it; None: never."""
+        if self.put_hedge_after_ms > 0:
+            return self.put_hedge_after_ms / 1000
+        if self.put_hedge_after_ms == 0 or len(self._put_seconds) < HEDGE_MIN_SAMPLES:
+            return None  # off, or too few PUTs seen to know what slow is
+        recent = sorted(self._put_seconds)
+        return max(HEDGE_FLOOR_S, 2 * recent[int(len(recent) * 0.99)])
+
+    async def _put_hedged(self, key: str, data: bytes) -> None:
+        """One PUT of the object; if it has not answered within `hedge_after()`, a second PUT of
+        the same bytes races it (a request stuck on one connection or one slow server thread then
+        no longer holds up every later commit of this broker). The key is this object's alone
+        and PUTs only create, so whichever lands first stores it and the other, if it gets that
+        far, is refused with ObjectExists: both mean stored."""
+        after = self.hedge_after()
+        first = asyncio.ensure_future(self.store.put(key, data))
+        if after is None:
+            return await first
+        tasks = [first]
+        try:
+            done, _ = await asyncio.wait(tasks, timeout=after)
+            if not done:
+                self.hedged_puts += 1
+                if self._metrics is not None:
+                    self._metrics.object_put_hedged()
+                log.info("wal_put_hedged", extra={"object_key": key, "after_s": round(after, 3)})
+                tasks.append(asyncio.ensure_future(self.store.put(key, data)))
+            pending = set(tasks)
+            error: BaseException | None = None
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                outcomes = [task.exception() for task in done]  # every one retrieved
+                if any(e is None or isinstance(e, ObjectExists) for e in outcomes):
+                    return
+                error = outcomes[0]
+            assert error is not None
+            raise error
+        finally:
+            for task in tasks:
+                if not task.done():
+                    task.cancel()
 
     async def flush(self) -> None:
         """Seal what is buffered and wait for every flush under way to finish."""

@@ -154,9 +154,14 @@ def judge(r, saturated: list[dict], peer_saturated: list[dict] = (), sink_satura
             # the new objects in the same window (one object of slack for an upload crossing an
             # edge); PUTs per GiB of record values is reported beside it, but at 100 B records
             # batch framing is ~15% of the stored bytes, so it is no measure of the object count.
+            # A PUT raced against a slow one (hedged, at most 1% of objects) is the deliberate
+            # exception: it is shown, and the rest must still be one per object.
             if step["store_puts"] is not None and step["objects_put"]:
                 per_object = round(step["store_puts"] / step["objects_put"], 3)
-                r.target(f"{step['name']}: PUTs per stored object", "<= 1 (one object of slack at the window edges)", per_object, step["store_puts"] <= step["objects_put"] + 1)
+                hedged = step.get("hedged_wal_puts") or 0
+                ok = step["store_puts"] - hedged <= step["objects_put"] + 1 and hedged <= max(1, 0.01 * step["objects_put"])
+                measured = per_object if not hedged else f"{per_object} ({hedged} hedged)"
+                r.target(f"{step['name']}: PUTs per stored object", "<= 1 (one object of slack at the window edges; hedged PUTs apart, at most 1% of objects)", measured, ok)
     if sink_saturated:
         _sink_table(r, saturated, sink_saturated)
     if peer_saturated:
@@ -176,14 +181,15 @@ def _ack_latency(r, system, wal, ceilings: dict[int, dict]) -> None:
     wanted = f"<= linger {wal.linger_ms} + 2 x PUT p99 {put_p99:.1f}" + (f" + etcd txn p99 {txn_p99:.1f}" if txn_p99 is not None else "") + f" = {bound:.1f}"
     rows = []
     for step in r.steps:
-        if step["mode"] != "fixed-rate" or step["system"] != system.name:
+        if step["system"] != system.name or step["name"].startswith("sink/"):
             continue
         p99 = step["ack_latency_ms"]["p99"]
-        r.target(f"{step['name']}: ack p99 (ms)", wanted, p99, None if p99 is None else p99 <= bound)
-        rows.append([step["name"], str(p99), str(step["slow_wal_puts"]), str(step["slow_wal_commits"]), f"{step['machine_busy_cores']:.2f}"])
+        if step["mode"] == "fixed-rate":
+            r.target(f"{step['name']}: ack p99 (ms)", wanted, p99, None if p99 is None else p99 <= bound)
+        rows.append([step["name"], str(p99), str(step["slow_wal_puts"]), str(step["hedged_wal_puts"]), str(step["slow_wal_commits"]), f"{step['machine_busy_cores']:.2f}"])
     if rows:
-        r.derived.setdefault("tables", {})["Fixed-rate steps: where an acknowledgement can wait (broker histograms, in the window)"] = {
-            "headers": ["step", "ack p99 ms", "PUTs over 0.5 s", "commits over 0.25 s", "machine busy cores"],
+        r.derived.setdefault("tables", {})["Where an acknowledgement can wait (broker histograms and counters, in the window)"] = {
+            "headers": ["step", "ack p99 ms", "PUTs over 0.5 s", "PUTs hedged", "commits over 0.25 s", "machine busy cores"],
             "rows": rows,
         }
     if txn is None:

@@ -201,3 +201,75 @@ async def test_a_failed_flush_leaves_no_reference_cycle_holding_its_chunks():
         gc.garbage.clear()
         gc.enable()
     assert leaked == []
+
+
+class StuckFirstPut(MemoryObjectStore):
+    """The first PUT of every key hangs until cancelled (a request stuck on its connection);
+    later PUTs of the key store it at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.puts: list[str] = []
+        self.cancelled: list[str] = []
+
+    async def put(self, key: str, data: bytes) -> None:
+        first = key not in self.puts
+        self.puts.append(key)
+        if first:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(key)
+                raise
+        await super().put(key, data)
+
+
+async def test_a_stuck_put_is_raced_by_a_second_and_the_object_commits_once():
+    store, commits = StuckFirstPut(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=1, upload_timeout_ms=30_000, put_hedge_after_ms=20)
+    result = await asyncio.wait_for(writer.submit(chunk(0, b"hedged")), 10)  # not the 30 s upload deadline
+    key = commits.commits[0][0]
+    assert result == f"{key}#0" and len(commits.commits) == 1
+    assert store.puts == [key, key] and store.cancelled == [key] and writer.hedged_puts == 1
+    assert decode_footer(await store.get(key))[0].partition == 0
+    await writer.close()
+
+
+async def test_the_slow_put_landing_first_wins_and_the_race_is_refused_harmlessly():
+    class SlowThenCreated(MemoryObjectStore):
+        """The first PUT is slow but lands before the hedge's, which create-only refuses."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.hedge_started = asyncio.Event()
+            self.attempts = 0
+
+        async def put(self, key, data):
+            self.attempts += 1
+            if self.attempts == 1:
+                await self.hedge_started.wait()
+                await super().put(key, data)
+            else:
+                self.hedge_started.set()
+                await asyncio.sleep(0)  # let the first land first
+                await super().put(key, data)  # raises ObjectExists
+
+    store, commits = SlowThenCreated(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=1, put_hedge_after_ms=20)
+    assert await asyncio.wait_for(writer.submit(chunk(0, b"once")), 10) == f"{commits.commits[0][0]}#0"
+    assert store.attempts == 2 and writer.hedged_puts == 1
+    await writer.close()
+
+
+async def test_hedging_adapts_to_recent_put_times_and_can_be_off():
+    writer = WalWriter(MemoryObjectStore(), Recorder(), put_hedge_after_ms=-1)
+    assert writer.hedge_after() is None  # no PUT seen yet: nothing to call slow
+    writer._put_seconds.extend([0.2] * 19)
+    assert writer.hedge_after() is None  # still too few
+    writer._put_seconds.extend([0.2] * 179 + [0.3, 0.4])  # 200 PUTs, the slowest two 0.3 and 0.4 s
+    assert writer.hedge_after() == pytest.approx(0.6)  # twice the 99th percentile (the second slowest, 0.3 s)
+    writer._put_seconds.clear()
+    writer._put_seconds.extend([0.001] * 200)
+    assert writer.hedge_after() == pytest.approx(0.25)  # never below the floor
+    assert WalWriter(MemoryObjectStore(), Recorder(), put_hedge_after_ms=0).hedge_after() is None
+    assert WalWriter(MemoryObjectStore(), Recorder(), put_hedge_after_ms=250).hedge_after() == 0.25
