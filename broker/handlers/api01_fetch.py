@@ -78,7 +78,8 @@ async def fetch(ctx, request):
         resolved = [(topic, _resolve(s, ctx.api_version, topic)) for topic in request.topics]
         # Every range the loop below will read, read at once: concurrently, and one GET for the
         # close ranges of one object (many partitions' slices of one WAL object).
-        prefetched = await s.reader.read_many(_ranges_to_read(store, resolved, max_bytes))
+        planned, ranges = _plan_reads(store, resolved, max_bytes)
+        prefetched = await s.reader.read_many(ranges)
         total = 0
         topics_out = []
         for topic, info in resolved:
@@ -95,7 +96,10 @@ async def fetch(ctx, request):
                     if p.fetch_offset < lso or p.fetch_offset > hw:
                         code = ErrorCode.offset_out_of_range
                     elif p.fetch_offset < hw and total < max_bytes:
-                        records = await _partition_records(s, info.topic_id, p, min(p.partition_max_bytes, max_bytes - total), total == 0, prefetched)
+                        entries = planned.get((info.topic_id, p.partition))
+                        if entries is None:  # readable only since the plan (a commit landed meanwhile)
+                            entries = store.entries(info.topic_id, p.partition, p.fetch_offset, max_entries=ENTRIES_PER_PARTITION)
+                        records = await _partition_records(s, entries, p.fetch_offset, min(p.partition_max_bytes, max_bytes - total), total == 0, prefetched)
                         total += len(records) if records else 0
                 parts_out.append(
                     build(
@@ -119,33 +123,37 @@ async def fetch(ctx, request):
         await store.wait_for_commit(watched, remaining)
 
 
-def _ranges_to_read(store, resolved, max_bytes: int):
-    """(object key, start, size) of the index entries the fetch loop will read, in its order and
-    within its byte budgets. Whole entries are counted, so this may stop before the loop does:
-    the loop reads whatever is missing itself."""
+def _plan_reads(store, resolved, max_bytes: int):
+    """For each readable partition of the fetch, the index entries from its fetch offset; and the
+    (object key, start, size) of those the fetch loop will read, in its order and within its byte
+    budgets. Whole entries are counted, so the ranges may stop before the loop does: the loop
+    reads whatever is missing itself."""
+    planned, ranges = {}, []
     total = 0
     for topic, info in resolved:
         if info is None:
             continue
         for p in topic.partitions:
             if total >= max_bytes:
-                return
+                return planned, ranges
             if not 0 <= p.partition < info.partitions:
                 continue
             if not store.log_start_offset(info.topic_id, p.partition) <= p.fetch_offset < store.high_watermark(info.topic_id, p.partition):
                 continue
+            entries = store.entries(info.topic_id, p.partition, p.fetch_offset, max_entries=ENTRIES_PER_PARTITION)
+            planned[(info.topic_id, p.partition)] = entries
             budget = min(p.partition_max_bytes, max_bytes - total)
             used = 0
-            for entry in store.entries(info.topic_id, p.partition, p.fetch_offset, max_entries=ENTRIES_PER_PARTITION):
+            for entry in entries:
                 if used and used >= budget:
                     break
-                yield (entry.object_key, entry.start, entry.size)
+                ranges.append((entry.object_key, entry.start, entry.size))
                 used += entry.size
             total += used
+    return planned, ranges
 
 
-async def _partition_records(s, topic_id, p, budget: int, first: bool, prefetched) -> bytes | None:
-    entries = s.metadata.entries(topic_id, p.partition, p.fetch_offset, max_entries=ENTRIES_PER_PARTITION)
+async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched) -> bytes | None:
     if not entries:
         return None
     pieces = []
@@ -153,7 +161,7 @@ async def _partition_records(s, topic_id, p, budget: int, first: bool, prefetche
     for entry in entries:
         if used and used >= budget:
             break
-        piece, complete = await read_range(s, entry, p.fetch_offset, budget - used, first and not pieces, prefetched)
+        piece, complete = await read_range(s, entry, fetch_offset, budget - used, first and not pieces, prefetched)
         if piece is not None:
             pieces.append(piece)
             used += len(piece)
