@@ -14,24 +14,18 @@ import uuid
 import aetcd
 import pytest
 
-from metadata.etcd import EtcdMetadataStore
 from metadata.model import Append, AppendResult, IndexEntry, ObjectCommit, ObjectType
 from tests.cluster.workload import ProducerSpec, check_log, create_topic, read_everywhere, s3_client, start_producers, wait_until
+from tests.metadata.helpers import open_etcd_store
 
 WIDE = 500
 ETCD_MAX_TXN_OPS = 128  # etcd's default --max-txn-ops
 
 
-async def open_store(etcd_server, root: str) -> EtcdMetadataStore:
-    store = EtcdMetadataStore("127.0.0.1", etcd_server.ports["client"], root=root)
-    await store.start()
-    return store
-
-
 @pytest.mark.integration
 async def test_commit_touching_500_partitions(etcd_server):
     root = f"wide-{uuid.uuid4().hex[:10]}"
-    store = await open_store(etcd_server, root)
+    store = await open_etcd_store(etcd_server, root)
     other = None
     try:
         # The etcd really has its default limits: one transaction of more than 128 operations fails.
@@ -61,7 +55,7 @@ async def test_commit_touching_500_partitions(etcd_server):
         second = await store.commit(wide_object("wal/wide-3.wal", counts))
         assert second == [AppendResult(0, counts[p], 0) for p in range(WIDE)]
 
-        other = await open_store(etcd_server, root)
+        other = await open_etcd_store(etcd_server, root)
         assert other.topics()["wide"] == info
         for p in range(WIDE):
             want = [
@@ -103,8 +97,7 @@ def referenced(cluster) -> set[str]:
     import asyncio
 
     async def read() -> set[str]:
-        store = EtcdMetadataStore("127.0.0.1", cluster.etcd.ports["client"], root=cluster.root)
-        await store.start()
+        store = await open_etcd_store(cluster.etcd, cluster.root)
         try:
             return store.referenced_objects()
         finally:

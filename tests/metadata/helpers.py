@@ -1,10 +1,12 @@
-"""Builders for appends and commits, so tests read as the offsets and bytes they check."""
+"""Builders for appends and commits, so tests read as the offsets and bytes they check; and an
+etcd store opened on a test's etcd server."""
 
 from __future__ import annotations
 
 import itertools
 import uuid
 
+from metadata.etcd import EtcdMetadataStore
 from metadata.model import Append, ObjectCommit
 
 _keys = itertools.count()
@@ -18,3 +20,9 @@ def commit(*appends: Append, key: str | None = None) -> ObjectCommit:
     size = max((a.start + a.size for a in appends), default=0)
     return ObjectCommit(key if key is not None else f"wal/{next(_keys):08d}", size, tuple(appends))
 
+
+async def open_etcd_store(etcd, root: str) -> EtcdMetadataStore:
+    """A started etcd metadata store under `root` on the etcd server fixture `etcd`."""
+    store = EtcdMetadataStore("127.0.0.1", etcd.ports["client"], root=root)
+    await store.start()
+    return store

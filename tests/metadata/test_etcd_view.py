@@ -7,14 +7,7 @@ import asyncio
 
 import pytest
 
-from metadata.etcd import EtcdMetadataStore
-from tests.metadata.helpers import append, commit
-
-
-async def open_store(etcd, root: str) -> EtcdMetadataStore:
-    store = EtcdMetadataStore("127.0.0.1", etcd.ports["client"], root=root)
-    await store.start()
-    return store
+from tests.metadata.helpers import append, commit, open_etcd_store
 
 
 @pytest.mark.integration
@@ -23,8 +16,8 @@ async def test_own_commit_racing_a_reload_stays_in_the_view(private_etcd):
     one of its own commits lands (revision R > X) before the reloaded view replaces the old one.
     The reloaded view lacks R, so the watch from X + 1 must still apply R's events: the store may
     skip watch events of its own commits only if they were applied to the view it still holds."""
-    store = await open_store(private_etcd, "race")
-    other = await open_store(private_etcd, "race")
+    store = await open_etcd_store(private_etcd, "race")
+    other = await open_etcd_store(private_etcd, "race")
     try:
         t = (await store.create_topic("t", 2)).topic_id
         await store.commit(commit(append(t, 0, 0, 100, 5)))
