@@ -220,10 +220,9 @@ class WalWriter:
         and PUTs only create, so whichever lands first stores it and the other, if it gets that
         far, is refused with ObjectExists: both mean stored."""
         after = self.hedge_after()
-        first = asyncio.ensure_future(self.store.put(key, data))
         if after is None:
-            return await first
-        tasks = [first]
+            return await self.store.put(key, data)
+        tasks = [asyncio.ensure_future(self.store.put(key, data))]
         try:
             done, _ = await asyncio.wait(tasks, timeout=after)
             if not done:
