@@ -54,7 +54,10 @@ def test_broker_killed_mid_load(cluster_factory, artifacts_dir, zones):
     cluster.nodes[victim].kill9()
     killed_at = time.monotonic()
     acked_at_kill = {p.spec.name: len(p.acks) for p in producers}
-    assert all(n < COUNT * 0.8 for n in acked_at_kill.values()), f"the load was nearly over before the kill: {acked_at_kill}"
+    # The kill must land mid-load for the clients it concerns, the victim zone's producers; on 2
+    # shared cores the other zones' producers may run well ahead or behind of them (seen: zone b
+    # at 82% while zone c's idempotent producer had none acknowledged yet).
+    assert all(acked_at_kill[p.spec.name] < COUNT * 0.8 for p in victims), f"the victims' load was nearly over before the kill: {acked_at_kill}"
 
     # The dead broker's lease expires and every survivor stops listing it.
     for node, _ in survivors.values():
