@@ -100,23 +100,17 @@ def cpu_seconds(*fns, runs: int = 10) -> list[float]:
     return best
 
 
-def test_a_thousand_partitions_sequence_in_well_under_ten_milliseconds():
+def test_a_thousand_partitions_sequence_in_one_commit():
+    # How fast is the benchmark's question (bench partitions: broker CPU per GiB at 10,000
+    # partitions), not a timed test's; this one checks the answers.
     topics = [uuid.uuid4() for _ in range(10)]
     heads = {(t, p): Head(1000 * p) for t in topics for p in range(100)}
     producers = {(p, t, p): ProducerState(0, (BatchSequence(0, 9, 0),)) for t in topics for p in range(100)}
     c = commit(*(append(t, p, i * 100, 100, 10, max_ts=i, pid=p, epoch=0, seq=10) for i, (t, p) in enumerate(heads)))
     out = sequence(c, heads, producers)
-    assert len(out.heads) == 1000 and len(out.producers) == 1000 and all(r.error_code == 0 for r in out.results)
-
-    def floor() -> None:  # what any sequencer must build: a result and an index entry per append
-        for a in c.appends:
-            AppendResult(0, 0, 0)
-            IndexEntry(0, 9, "k", WAL, a.start, a.size, a.max_timestamp)
-
-    # Against a floor measured now, so a loaded machine slows both alike. Idle, the floor is
-    # about 2 ms and sequencing about 5 ms.
-    took, base = cpu_seconds(lambda: sequence(c, heads, producers), floor)
-    assert took < 5 * base, f"sequencing took {took * 1e3:.1f} ms, the floor {base * 1e3:.1f} ms"
+    assert [(r.error_code, r.base_offset) for r in out.results] == [(0, 1000 * p) for _, p in heads]
+    assert out.heads == {tp: 1000 * tp[1] + 10 for tp in heads}
+    assert {k: s.batches[-1] for k, s in out.producers.items()} == {(p, t, p): BatchSequence(10, 19, 1000 * p) for t, p in heads}
 
 
 def test_sequencing_cost_does_not_grow_with_the_state():
