@@ -1,6 +1,6 @@
 """The object store or the metadata store goes away during production and comes back.
 
-(a) SeaweedFS stopped for 10 s: producers see retriable errors or delays and no fatal error; a
+(a) SeaweedFS stopped for 13 s: producers see retriable errors or delays and no fatal error; a
 record acknowledged while S3 is down lives in an object S3 stored before the outage (its commit
 may wait, in upload-start order, for an earlier upload that is failing); each broker's memory stays under a bound derived from its
 WAL buffer (backpressure, not growth); after S3 returns (same ports, same data dir) production
@@ -35,10 +35,11 @@ RECENT_BYTES = 4 * MiB
 GROWTH_BOUND = 4 * BUFFER_BYTES + RECENT_BYTES + 32 * MiB
 VALUE_BYTES = 16 * 1024
 RATE = 150  # records/s per producer; two producers per broker offer ~4.7 MiB/s to each broker,
-# so an outage of 10 s offers each broker several times its buffer
+# so an outage of 13 s offers each broker about 61 MiB, well over 3 x its buffer (at 10 s the
+# 47 MiB offered sat right at the 48 MiB asserted, and a fresh-clone run fell 0.2 MiB short)
 CLIENT = {"linger.ms": 50}  # fewer, larger batches: fewer index entries to read back
 WARMUP_S = 3.0
-OUTAGE_S = 10.0
+OUTAGE_S = 13.0
 AFTER_S = 2.0  # production after the store is back and every producer has been acknowledged again
 ACK_MARGIN_S = 2.0  # acks this long after the stop may still be for objects stored before it
 ENV = {
