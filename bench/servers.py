@@ -71,6 +71,23 @@ def wait_listening(port: int, proc: subprocess.Popen, log_path: Path, what: str,
     raise TimeoutError(f"{what} not listening on {port} after {timeout:.0f}s; log {log_path}")
 
 
+def wait_log_line(path: Path, offset: int, text: str, proc: subprocess.Popen, what: str, timeout: float = READY_TIMEOUT_S) -> None:
+    """Until `text` appears in the log at `path` after byte `offset` (what this start of the
+    process wrote); raise if the process exits first. A port that accepts connections may be
+    another process's, the log line is this one's."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            with open(path, "rb") as f:
+                f.seek(offset)
+                if text.encode() in f.read():
+                    return
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode}; log {path}:\n{_tail(path)}")
+        time.sleep(0.05)
+    raise TimeoutError(f"{what} did not log {text!r} within {timeout:.0f}s; log {path}")
+
+
 def _tail(path: Path, n: int = 2000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
