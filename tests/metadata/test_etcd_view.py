@@ -21,6 +21,9 @@ async def test_own_commit_racing_a_reload_stays_in_the_view(private_etcd):
     try:
         t = (await store.create_topic("t", 2)).topic_id
         await store.commit(commit(append(t, 0, 0, 100, 5)))
+        # `other` must know the topic before the restart, or its commit below is refused unseen.
+        while other.high_watermark(t, 0) < 5:
+            assert await other.wait_for_commit([(t, 0)], timeout=30), "the other store never saw the first commit"
 
         range_read, release = asyncio.Event(), asyncio.Event()
         real_get_prefix = store._client.get_prefix
@@ -42,9 +45,10 @@ async def test_own_commit_racing_a_reload_stays_in_the_view(private_etcd):
         release.set()  # the reload now replaces the view with revision X's
 
         # Another broker's later commit: once the store sees it, it has seen every earlier event.
-        await asyncio.wait_for(other.commit(commit(append(t, 1, 0, 100, 2))), 30)
+        results = await asyncio.wait_for(other.commit(commit(append(t, 1, 0, 100, 2))), 30)
+        assert [(r.error_code, r.base_offset) for r in results] == [(0, 0)]
         while store.high_watermark(t, 1) < 2:
-            await store.wait_for_commit([(t, 1)], timeout=1)
+            assert await store.wait_for_commit([(t, 1)], timeout=30), "the store never saw the other store's commit"
 
         assert store.high_watermark(t, 0) == 8
         assert [(e.base_offset, e.last_offset) for e in store.entries(t, 0, 0)] == [(0, 4), (5, 7)]
