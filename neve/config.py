@@ -68,7 +68,9 @@ class BrokerConfig:
 @dataclass
 class WalConfig:
     object_store: str = ""
-    """Object store URL (file:///path, memory://); empty in `neve dev`: <data-dir>/objects."""
+    """Object store URL (file:///path, memory://, or
+    s3://bucket/prefix?endpoint=URL&region=R&timeout=S&retries=N&unsigned_payload=true|false, see
+    wal/s3.py); empty in `neve dev`: <data-dir>/objects."""
     linger_ms: int = 200
     """Longest a produce request waits in the buffer before its WAL object is flushed."""
     flush_bytes: int = 4 * 1024 * 1024

@@ -219,7 +219,7 @@ def load_object_store(url: str) -> ObjectStore:
     if parsed.scheme == "file":
         return FileObjectStore(parsed.path)
     if parsed.scheme == "s3":
-        from .s3 import from_url  # imported lazily: aioboto3 is only needed for S3
+        from .s3 import from_url  # imported lazily: obstore is only needed for S3
 
         return from_url(url)
     raise ValueError(f"unsupported object store URL {url!r} (use memory://, file:///path, s3://bucket/prefix or null://)")
