@@ -32,6 +32,12 @@ def _common() -> argparse.ArgumentParser:
     g.add_argument("--flush-bytes", type=options.size, default=None, help="broker WAL flush size (sets NEVE_WAL_FLUSH_BYTES; broker default 4MiB)")
     g.add_argument("--broker-env", type=options.key_value, action="append", default=[], metavar="NEVE_X=V", help="extra broker environment (repeatable)")
     g.add_argument("--producer-config", type=options.key_value, action="append", default=[], metavar="K=V", help="librdkafka producer setting (repeatable)")
+    g.add_argument(
+        "--client",
+        choices=["c", "python"],
+        default="c",
+        help="what drives librdkafka in the producer processes: c (bench/loadgen/produce.c, built with the C compiler; default), or python (confluent-kafka, about 3 more CPU-microseconds per record, taken from the system under test)",
+    )
     g.add_argument("--consumer-config", type=options.key_value, action="append", default=[], metavar="K=V", help="librdkafka consumer setting (repeatable)")
     g.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS, help="where <timestamp>-<scenario>/ is written (default bench/results)")
     g.add_argument("--work-dir", type=Path, default=None, help="parent of the temporary data dir (default: the system temp dir)")

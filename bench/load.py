@@ -112,6 +112,7 @@ class Load:
     producer_config: dict = field(default_factory=dict)
     consumer_config: dict = field(default_factory=dict)
     profile_path: Path | None = None  # py-spy flame graph of the broker over the window
+    client: str = "c"  # producers: librdkafka driven from C ("c") or from Python ("python"); see bench/workers.py
 
 
 @dataclass
@@ -145,7 +146,7 @@ def run_load(system: System, load: Load, progress: Progress) -> StepOutcome:
     for i in range(load.producers):
         rate = load.rate / load.producers if load.rate else None
         config = {**PRODUCER_DEFAULTS, **load.producer_config}
-        plans.append(workers.WorkerPlan("producer", i, system.bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config, keyless=load.keyless))
+        plans.append(workers.WorkerPlan("producer", i, system.bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config, keyless=load.keyless, client=load.client))
     for j in range(load.consumers):
         config = {**CONSUMER_DEFAULTS, **load.consumer_config}
         plans.append(workers.WorkerPlan("consumer", load.producers + j, system.bootstrap, topic, load.partitions, load.record_bytes, None, stamp, config, load.consumer_groups))
@@ -191,7 +192,7 @@ def _read(counters, load: Load, field_: int, roles: range) -> float:
 def _measure(system, load, topic, procs, control, counters, results, outcomes, progress) -> StepOutcome:
     producers = range(load.producers)
     consumers = range(load.producers, load.producers + load.consumers)
-    pids = [p.pid for p in procs]
+    pids = [p.pid for p in procs] + [int(c) for c in counters[workers.CHILD_PID :: workers.SLOT] if c]
     started = time.monotonic()
     control[workers.PHASE] = workers.RUN
     t0 = started + load.warmup_s

@@ -53,6 +53,9 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_PRODUCER_CLIENT = {"c": " (producers: librdkafka driven from C)", "python": " (producers: confluent-kafka from Python)"}
+
+
 def markdown(doc: dict) -> str:
     m = doc["machine"]
     parts = [
@@ -60,7 +63,7 @@ def markdown(doc: dict) -> str:
         f"`{doc['command']}` — {doc['started_at']}, {doc['elapsed_s']} s, neve {m['neve_commit']}, "
         f"**{'OK' if doc['ok'] else 'FAILED'}**\n",
         f"Machine: {m['nproc']} CPUs ({m['cpu_model']}), {m['memory_gib']} GiB, Linux {m['kernel']}, "
-        f"Python {m['python']}, librdkafka {m['librdkafka']}; load average {m['loadavg_at_start']} before the run.\n",
+        f"Python {m['python']}, librdkafka {m['librdkafka']}{_PRODUCER_CLIENT.get(doc.get('options', {}).get('client'), '')}; load average {m['loadavg_at_start']} before the run.\n",
     ]
     if doc["system"]:
         s = doc["system"]

@@ -121,6 +121,7 @@ class Run:
         system = self.start_system(system)
         load.producer_config = {**dict(self.args.producer_config), **load.producer_config}
         load.consumer_config = {**dict(self.args.consumer_config), **load.consumer_config}
+        load.client = self.args.client
         if self.args.profile and system.neve:  # py-spy reads Python stacks: not the peer's
             load.profile_path = self.out_dir / ("profile-" + load.name.replace("/", "-") + (".txt" if self.args.profile == "raw" else ".svg"))
         self.progress.begin(load.name)

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 PHASE, TARGET = 0, 1
 PREPARE, RUN, STOP, ABORT = 0.0, 1.0, 2.0, 3.0
 
-# one slot of counters per worker
-READY, SENT, ACKED, FAILED, CONSUMED = range(5)
-SLOT = 5
+# one slot of counters per worker; CHILD_PID: the C producer's process (its CPU is the client's too)
+READY, SENT, ACKED, FAILED, CONSUMED, CHILD_PID = range(6)
+SLOT = 6
 
 STAMP = struct.Struct("<q")  # monotonic nanoseconds at produce() time, first 8 bytes of the value
 PUBLISH_EVERY_S = 0.2
@@ -46,6 +46,7 @@ class WorkerPlan:
     config: dict = field(default_factory=dict)
     group: bool = False  # consumer: subscribe as the one member of its own group instead of assign()
     keyless: bool = False  # producer: no partition given, librdkafka's sticky partitioner picks (KIP-480)
+    client: str = "c"  # producer: "c", librdkafka driven from C (bench/loadgen/produce.c); "python", from confluent-kafka
 
 
 def _publish(counters, base: int, values: dict[int, float]) -> None:
@@ -60,6 +61,8 @@ def _detach_from_terminal() -> None:
 
 def producer_main(plan: WorkerPlan, control, counters, results) -> None:
     _detach_from_terminal()
+    if plan.client == "c":
+        return _c_producer(plan, control, counters, results)
     import confluent_kafka
 
     base = plan.index * SLOT
@@ -235,6 +238,71 @@ def consumer_main(plan: WorkerPlan, control, counters, results) -> None:
             "latencies": latencies.tobytes(),
         }
     )
+
+
+def _c_producer(plan: WorkerPlan, control, counters, results) -> None:
+    """Run the C producer and relay its progress lines into this worker's counters."""
+    import subprocess
+    import tempfile
+
+    from bench import native
+
+    base = plan.index * SLOT
+    outcome = {"role": "producer", "index": plan.index, "produced": 0, "acked": 0, "failed": 0, "first_error": None, "error": None, "ack_times": b"", "latencies": b""}
+    child = None
+    with tempfile.TemporaryDirectory(prefix="bench-producer-") as tmp:
+        try:
+            import confluent_kafka
+
+            probe = confluent_kafka.Producer({"bootstrap.servers": plan.bootstrap, "log_level": 3})
+            _wait_for_topic(probe, plan)
+            del probe
+            out = f"{tmp}/samples"
+            settings = {"bootstrap.servers": plan.bootstrap, **plan.config}
+            args = [str(native.producer_binary()), plan.topic, str(plan.partitions), str(plan.record_bytes), str(plan.rate or 0),
+                    str(int(plan.keyless)), str(int(plan.stamp)), str(int(FLUSH_TIMEOUT_S * 1000)), out]
+            args += [f"{k}={v}" for k, v in settings.items()]
+            child = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+            counters[base + CHILD_PID] = child.pid
+            if child.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"the C producer exited before it was ready (exit code {child.wait()})")
+            counters[base + READY] = 1
+            while control[PHASE] == PREPARE:
+                time.sleep(0.005)
+            child.stdin.write("run\n")
+            told = None
+            for line in child.stdout:  # a progress line every 100 ms while it runs and drains
+                word, *fields = line.strip().split(maxsplit=5)
+                if word == "progress":
+                    _publish(counters, base, {SENT: float(fields[0]), ACKED: float(fields[1]), FAILED: float(fields[2])})
+                elif word == "done":
+                    sent, acked, failed, unacked = (int(f) for f in fields[:4])
+                    _publish(counters, base, {SENT: sent, ACKED: acked, FAILED: failed})
+                    outcome.update(produced=sent, acked=acked, failed=failed, first_error=None if fields[4] == "-" else fields[4])
+                    if unacked:
+                        outcome["error"] = f"{unacked} records still unacknowledged after {FLUSH_TIMEOUT_S:.0f}s"
+                    with open(f"{out}.acks", "rb") as f:
+                        outcome["ack_times"] = f.read()
+                    with open(f"{out}.latencies", "rb") as f:
+                        outcome["latencies"] = f.read()
+                    break
+                phase = control[PHASE]
+                if phase in (STOP, ABORT) and told != phase:
+                    child.stdin.write("stop\n" if phase == STOP else "abort\n")
+                    told = phase
+            else:
+                raise RuntimeError(f"the C producer exited without a result (exit code {child.wait()})")
+            child.wait(10)
+        except Exception as e:  # reported to the orchestrator, which fails the step with it
+            outcome["error"] = repr(e)
+        finally:
+            if child is not None:
+                if child.poll() is None:
+                    child.kill()
+                    child.wait()
+                child.stdin.close()
+                child.stdout.close()
+    results.put(outcome)
 
 
 def _wait_for_topic(client, plan: WorkerPlan, timeout_s: float = 60.0) -> None:

@@ -166,11 +166,13 @@ def test_e2e_quick(tmp_path):
     assert step["consumer_offset_anomalies"] == 0
     assert set(step["e2e_latency_ms"]) == LATENCY_KEYS and step["e2e_latency_ms"]["count"] > 0 and step["e2e_latency_ms"]["p50"] > 0
     assert (out / "latency_cdf.png").stat().st_size > 0
+    assert "producers: librdkafka driven from C" in (out / "results.md").read_text()  # the default; its stamps gave the e2e latencies
 
 
 def test_fanout_quick_consumers_in_groups(tmp_path):
-    """Each consumer subscribes in a group of its own and reads every acknowledged record once."""
-    doc, out = run_bench(tmp_path, "fanout", "--consumer-counts", "1,2")
+    """Each consumer subscribes in a group of its own and reads every acknowledged record once;
+    this run's producer is the Python one (`--client python`), every other smoke run's the C one."""
+    doc, out = run_bench(tmp_path, "fanout", "--consumer-counts", "1,2", "--client", "python")
     check_document(doc, "fanout")
     assert [s["consumers"] for s in doc["steps"]] == [1, 2]
     for step in doc["steps"]:
@@ -178,6 +180,7 @@ def test_fanout_quick_consumers_in_groups(tmp_path):
         assert step["consumed_per_consumer"] == [step["acked"]] * step["consumers"]
         assert step["consumer_offset_anomalies"] == 0
     assert "consumer group of their own" in (out / "results.md").read_text()
+    assert "producers: confluent-kafka from Python" in (out / "results.md").read_text()  # the Python producer path stays working
 
 
 def test_partitions_quick_with_sink_keyless(tmp_path):
