@@ -84,6 +84,9 @@ STEP_KEYS = (
     "mean_object_bytes",
     "store_puts",
     "store_gets",
+    "step_objects_put",
+    "step_store_puts",
+    "step_hedged_wal_puts",
     "puts_per_gib",
     "stored_bytes_per_gib",
     "ratio_to_put_ceiling",
@@ -193,6 +196,7 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
     producers = range(load.producers)
     consumers = range(load.producers, load.producers + load.consumers)
     pids = [p.pid for p in procs] + [int(c) for c in counters[workers.CHILD_PID :: workers.SLOT] if c]
+    quiet0 = _edge(system, pids)  # nothing produced yet: no upload in flight
     started = time.monotonic()
     control[workers.PHASE] = workers.RUN
     t0 = started + load.warmup_s
@@ -244,7 +248,8 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
     control[workers.TARGET] = load.backlog_records + sum(o["acked"] for o in outcomes if o["role"] == "producer")
     while len(outcomes) < len(procs):
         outcomes.append(_get(results, deadline, system))
-    return _summarize(system, load, topic, outcomes, edge0, edge1, t0, t1, timeline)
+    quiet1 = _edge(system, pids)  # every record acknowledged, so every object stored
+    return _summarize(system, load, topic, outcomes, edge0, edge1, t0, t1, timeline, quiet0, quiet1)
 
 
 def _start_profiler(system: System, load: Load) -> subprocess.Popen | None:
@@ -332,7 +337,7 @@ def _request_delta(edge0: _Edge, edge1: _Edge, kind: str) -> int | None:
     return round(edge1.requests.get(kind, 0.0) - edge0.requests.get(kind, 0.0))
 
 
-def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, t0, t1, timeline) -> StepOutcome:
+def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, t0, t1, timeline, quiet0: _Edge, quiet1: _Edge) -> StepOutcome:
     prods = sorted((o for o in outcomes if o["role"] == "producer"), key=lambda o: o["index"])
     cons = sorted((o for o in outcomes if o["role"] == "consumer"), key=lambda o: o["index"])
     window = edge1.at - edge0.at
@@ -406,6 +411,12 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
         "mean_object_bytes": round(put_bytes / puts) if puts else None,
         "store_puts": store_puts,
         "store_gets": store_gets,
+        # The same counts over the whole step, from before the first record to after the last
+        # acknowledgement: no upload is in flight at either edge, so PUTs per object is exact there
+        # (in the window, an upload crossing an edge counts on one side only).
+        "step_objects_put": None if quiet0.stored is None or quiet1.stored is None else quiet1.stored.objects - quiet0.stored.objects,
+        "step_store_puts": _request_delta(quiet0, quiet1, "PUT"),
+        "step_hedged_wal_puts": _counter_delta(quiet0, quiet1, "neve_wal_put_hedges_total"),
         # PUT requests the store counted (overwrites included) when it counts them, else new objects
         "puts_per_gib": per_gib(store_puts if store_puts is not None else puts, produced_bytes),
         "stored_bytes_per_gib": per_gib(put_bytes, produced_bytes),

@@ -23,7 +23,8 @@ STEP_KEYS = {
     "name", "system", "topic", "partitions", "record_bytes", "producers", "consumers", "mode", "offered_records_per_s", "warmup_s", "window_s",
     "produced", "acked", "failed", "unacknowledged", "records_per_s", "mb_per_s", "ack_latency_ms", "backlog_records", "consumed_per_consumer",
     "consumer_offset_anomalies", "consume_mb_per_s", "e2e_latency_ms", "broker_cpu_s", "broker_cpu_s_per_gib_produced",
-    "broker_cpu_s_per_gib_consumed", "client_cpu_s", "servers_cpu_s", "machine_busy_cores", "slow_wal_puts", "slow_wal_commits", "hedged_wal_puts", "objects_put", "object_bytes_put", "mean_object_bytes", "store_puts", "store_gets", "puts_per_gib",
+    "broker_cpu_s_per_gib_consumed", "client_cpu_s", "servers_cpu_s", "machine_busy_cores", "slow_wal_puts", "slow_wal_commits", "hedged_wal_puts", "objects_put", "object_bytes_put", "mean_object_bytes", "store_puts", "store_gets",
+    "step_objects_put", "step_store_puts", "step_hedged_wal_puts", "puts_per_gib",
     "stored_bytes_per_gib", "ratio_to_put_ceiling", "errors", "timeline",
 }  # fmt: skip
 LATENCY_KEYS = {"count", "mean", "p50", "p99", "p999", "max"}
@@ -130,6 +131,10 @@ def test_produce_quick_neve_s3_against_tansu(tmp_path):
         # neve's own histograms say how many PUTs and commits were slow; tansu exposes none
         slow = (step["slow_wal_puts"], step["slow_wal_commits"], step["hedged_wal_puts"])
         assert all(isinstance(n, int) and n >= 0 for n in slow) if step["system"] == "neve-s3" else slow == (None, None, None)
+        if step["system"] == "neve-s3" and not is_sink(step):
+            # over the whole step no upload crosses an edge: one PUT per object, a hedged one apart
+            objects, puts, hedged = step["step_objects_put"], step["step_store_puts"], step["step_hedged_wal_puts"]
+            assert objects > 0 and objects <= puts <= objects + hedged, (objects, puts, hedged)
     assert {by_name[n]["system"] for n in ("1KiB-saturation", "1KiB-fixed", "sink/1KiB-saturation")} == {"neve-s3"}
     assert {by_name[n]["system"] for n in ("tansu/1KiB-saturation", "tansu/1KiB-fixed")} == {"tansu"}
     assert by_name["tansu/1KiB-saturation"]["ratio_to_put_ceiling"] > 0
