@@ -8,6 +8,7 @@ its peer (tansu) write to the same SeaweedFS, each in its own bucket.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -56,6 +57,35 @@ def wait_ready(url: str, proc: subprocess.Popen, log_path: Path, timeout: float 
             pass
         time.sleep(0.1)
     raise TimeoutError(f"{url} not ready after {timeout:.0f}s; log {log_path}")
+
+
+def wait_bucket(endpoint: str, bucket: str, env: dict[str, str], proc: subprocess.Popen, log_path: Path, timeout: float = READY_TIMEOUT_S) -> None:
+    """Until a signed listing of `bucket` succeeds: `weed mini -bucket=` creates its buckets after
+    S3 answers, and an unsigned request gets 403 whether or not the bucket exists yet (a run
+    listed the bucket before it existed and stopped with NoSuchBucket)."""
+    from wal.s3 import S3ObjectStore
+    from wal.store import ObjectStoreError
+
+    os.environ.update(env)  # obstore reads the credentials from the environment
+    deadline = time.monotonic() + timeout
+
+    async def probe() -> None:
+        store = S3ObjectStore(bucket, endpoint=endpoint, timeout=2.0, retries=0)
+        try:
+            await store.probe()
+        finally:
+            await store.close()
+
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{endpoint}: server exited with {proc.returncode}; log {log_path}:\n{_tail(log_path)}")
+        try:
+            asyncio.run(probe())
+            return
+        except ObjectStoreError as e:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"bucket {bucket} at {endpoint} not there after {timeout:.0f}s ({e}); log {log_path}") from None
+        time.sleep(0.1)
 
 
 def wait_listening(port: int, proc: subprocess.Popen, log_path: Path, what: str, timeout: float = READY_TIMEOUT_S) -> None:
@@ -197,6 +227,7 @@ class SeaweedFS:
         self.process = spawn(args, self.log_path, env=self.env, cwd=self.work_dir)
         for bucket in self.buckets:
             wait_ready(f"{self.endpoint}/{bucket}", self.process, self.log_path)
+            wait_bucket(self.endpoint, bucket, self.env, self.process, self.log_path)
 
     def stop(self) -> None:
         terminate(self.process)

@@ -201,6 +201,9 @@ class SeaweedFS(ServerProcess):
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
         self._spawn(args, env={"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET})
         _wait_http(f"http://127.0.0.1:{self.ports['s3.port']}/{self.bucket}", self.process, self.log_path, timeout=60)
+        from bench.servers import wait_bucket  # the bench starts SeaweedFS the same way
+
+        wait_bucket(self.endpoint, self.bucket, self.env, self.process, self.log_path, timeout=60)
         return self
 
     @property

@@ -118,6 +118,17 @@ class S3ObjectStore(ObjectStore):
         except ObjectNotFound:
             pass
 
+    async def probe(self) -> None:
+        """One signed request that needs the bucket to exist (a listing of at most one key under
+        the prefix); raises ObjectStoreError saying why when it fails. An unsigned request cannot
+        tell: SeaweedFS answers 403 to one whether or not the bucket exists yet."""
+        stream = self._obstore.list(self._store, self.prefix + "neve-probe/", chunk_size=1)
+        try:
+            async for _chunk in stream:
+                break
+        except Exception as e:
+            raise ObjectStoreError(f"s3://{self.bucket}/{self.prefix}: {e!r}") from e
+
     async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         found = []
         async for chunk in self._obstore.list(self._store, self.prefix + prefix, chunk_size=1000):
