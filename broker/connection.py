@@ -1,4 +1,5 @@
-"""One client connection: length framing, decoding, concurrent handling, in-order replies, close.
+"""One client connection: decoding, concurrent handling, in-order replies, close (the frames
+themselves come off the socket in framing.py).
 
 A reader task reads frames and starts one handler task per request, in arrival order (so a
 connection's produce requests reach the WAL buffer in the order they were sent); a writer task
@@ -12,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import struct
 
 from .codec import MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
+from .framing import FrameSizeError, FrameStream
 from .registry import HANDLERS
 from .handlers.api18_api_versions import unsupported_version_response
 
@@ -45,11 +46,10 @@ class _Close(Exception):
 
 
 class Connection:
-    def __init__(self, services: Services, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, services: Services, stream: FrameStream) -> None:
         self.services = services
-        self.reader = reader
-        self.writer = writer
-        self.peer = writer.get_extra_info("peername")
+        self.stream = stream
+        self.peer = stream.peer
         settings = services.settings
         # Produce requests are bounded by the WAL buffer's bytes (`wal.room()`) and their own
         # count; the others, whose responses can be large, by a small count of their own.
@@ -81,7 +81,7 @@ class Connection:
             else:
                 sender.cancel()
                 self._drain_pending()
-            self.writer.close()
+            self.stream.close()
 
     def _note_close(self, reason: CloseReason, detail: str = "") -> None:
         if self.close_reason is None:
@@ -96,15 +96,13 @@ class Connection:
                 item[0].cancel()
 
     async def _read_requests(self) -> None:
-        max_frame = self.services.settings.max_frame_bytes
         while True:
-            size_bytes = await self.reader.readexactly(4)
-            (size,) = struct.unpack(">i", size_bytes)
-            if size < 8:
-                raise _Close(CloseReason.BAD_FRAME, f"frame length {size}")
-            if size > max_frame:
-                raise _Close(CloseReason.FRAME_TOO_LARGE, f"{size} > {max_frame}")
-            frame = await self.reader.readexactly(size)
+            try:
+                frame = await self.stream.read_frame()
+            except FrameSizeError as e:
+                if e.size < 8:
+                    raise _Close(CloseReason.BAD_FRAME, f"frame length {e.size}") from None
+                raise _Close(CloseReason.FRAME_TOO_LARGE, f"{e.size} > {self.stream.max_frame_bytes}") from None
             produce = frame[:2] == b"\x00\x00"
             if produce:  # wait while the WAL buffer is full
                 await self.services.wal.room()
@@ -175,10 +173,10 @@ class Connection:
                 self._note_close(CloseReason.HANDLER_FAILED, repr(e))
                 self._abort()
                 return
-            self.writer.write(frame)
-            if self.writer.transport.get_write_buffer_size() > 4 * 1024 * 1024:
-                await self.writer.drain()
+            self.stream.write(frame)
+            if self.stream.write_buffer_size() > 4 * 1024 * 1024:
+                await self.stream.drain()
 
     def _abort(self) -> None:
         self._drain_pending()
-        self.writer.transport.abort()
+        self.stream.abort()

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 
 from .connection import Connection
 from .context import Services
+from .framing import FrameStream
 from .registry import load_handlers
 
 log = logging.getLogger("neve.broker.server")
@@ -22,29 +22,26 @@ class KafkaServer:
 
     async def start(self) -> None:
         s = self.services.settings
-        self._server = await asyncio.start_server(self._accept, s.host, s.port, reuse_address=True, limit=1 << 20)
-        for sock in self._server.sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: FrameStream(s.max_frame_bytes, self._accept), s.host, s.port, reuse_address=True)
 
     @property
     def port(self) -> int:
         assert self._server is not None
         return self._server.sockets[0].getsockname()[1]
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        task = asyncio.current_task()
+    def _accept(self, stream: FrameStream) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(stream))
         self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, stream: FrameStream) -> None:
         try:
-            await Connection(self.services, reader, writer).serve()
+            await Connection(self.services, stream).serve()
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("connection_failed")
-        finally:
-            self._tasks.discard(task)
 
     async def stop(self) -> None:
         if self._server is not None:
