@@ -55,6 +55,7 @@ rd_kafka_t *rd_kafka_new(int type, rd_kafka_conf_t *conf, char *errstr, size_t e
 rd_kafka_topic_t *rd_kafka_topic_new(rd_kafka_t *rk, const char *topic, rd_kafka_topic_conf_t *conf);
 int rd_kafka_produce(rd_kafka_topic_t *rkt, int32_t partition, int msgflags, void *payload, size_t len,
                      const void *key, size_t keylen, void *msg_opaque);
+int rd_kafka_produce_batch(rd_kafka_topic_t *rkt, int32_t partition, int msgflags, rd_kafka_message_t *rkmessages, int message_cnt);
 int rd_kafka_poll(rd_kafka_t *rk, int timeout_ms);
 int rd_kafka_flush(rd_kafka_t *rk, int timeout_ms);
 int rd_kafka_outq_len(rd_kafka_t *rk);
@@ -68,6 +69,7 @@ void rd_kafka_destroy(rd_kafka_t *rk);
 #define RD_KAFKA_PRODUCER 0
 #define RD_KAFKA_PARTITION_UA (-1)
 #define RD_KAFKA_MSG_F_COPY 0x2
+#define RD_KAFKA_MSG_F_PARTITION 0x8
 #define RD_KAFKA_RESP_ERR__QUEUE_FULL (-184)
 #define RD_KAFKA_PURGE_F_QUEUE 0x1
 #define RD_KAFKA_PURGE_F_INFLIGHT 0x2
@@ -192,6 +194,20 @@ int main(int argc, char **argv) {
         if (cmd == 'a' || cmd == 's') return 0;
     }
 
+    /* Unstamped records all share the one value, which never changes: librdkafka may keep a
+     * pointer to it instead of copying it per record (it copies values into its batches anyway).
+     * Stamped ones each need their own bytes until librdkafka has copied them (RD_KAFKA_MSG_F_COPY). */
+    int batch_max = 256;
+    if (stamp && (size_t)batch_max * record_bytes > ((size_t)4 << 20)) batch_max = (int)(((size_t)4 << 20) / record_bytes) + 1;
+    int flags = (stamp ? RD_KAFKA_MSG_F_COPY : 0) | (keyless ? 0 : RD_KAFKA_MSG_F_PARTITION);
+    rd_kafka_message_t *batch = calloc((size_t)batch_max, sizeof *batch);
+    char *stamped = stamp ? malloc((size_t)batch_max * record_bytes) : NULL;
+    if (!batch || (stamp && !stamped)) {
+        fprintf(stderr, "out of memory for a batch of %d records\n", batch_max);
+        return 2;
+    }
+    for (int i = 0; stamp && i < batch_max; i++) memcpy(stamped + (size_t)i * record_bytes, value, record_bytes);
+
     long long sent = 0;
     double started = now_s(), next_progress = started;
     char stop = 0;
@@ -205,23 +221,47 @@ int main(int argc, char **argv) {
                 burst = 0;
             }
         }
-        for (long long i = 0; i < burst; i++) {
-            if (stamp) {
-                int64_t t = now_ns();
-                memcpy(value, &t, sizeof t); /* x86-64 is little-endian, as bench/workers.STAMP reads it */
+        /* Records go to librdkafka in batches (rd_kafka_produce_batch: one queue lock per batch,
+         * not per record). A refused record (the queue is full: saturation) ends the burst; the
+         * records refused are always the batch's last, so record i still goes to partition i % N. */
+        while (burst > 0) {
+            int n = burst < batch_max ? (int)burst : batch_max;
+            for (int i = 0; i < n; i++) {
+                rd_kafka_message_t *m = &batch[i];
+                memset(m, 0, sizeof *m);
+                if (stamp) {
+                    char *v = stamped + (size_t)i * record_bytes;
+                    int64_t t = now_ns();
+                    memcpy(v, &t, sizeof t); /* x86-64 is little-endian, as bench/workers.STAMP reads it */
+                    m->payload = v;
+                } else {
+                    m->payload = value;
+                }
+                m->len = record_bytes;
+                m->partition = keyless ? RD_KAFKA_PARTITION_UA : (int32_t)((sent + i) % partitions);
             }
-            int32_t partition = keyless ? RD_KAFKA_PARTITION_UA : (int32_t)(sent % partitions);
-            /* Unstamped records all share the one value, which never changes: librdkafka may keep a
-             * pointer to it instead of copying it per record (it copies values into its batches anyway). */
-            if (rd_kafka_produce(rkt, partition, stamp ? RD_KAFKA_MSG_F_COPY : 0, value, record_bytes, NULL, 0, NULL) != 0) {
-                if (rd_kafka_last_error() != RD_KAFKA_RESP_ERR__QUEUE_FULL) {
-                    fprintf(stderr, "produce: %s\n", rd_kafka_err2str(rd_kafka_last_error()));
+            rd_kafka_produce_batch(rkt, RD_KAFKA_PARTITION_UA, flags, batch, n);
+            int accepted = 0, refused = 0;
+            for (int i = 0; i < n; i++) {
+                if (batch[i].err == 0) {
+                    if (refused) {
+                        fprintf(stderr, "librdkafka took record %d of a batch after refusing an earlier one\n", i);
+                        return 1;
+                    }
+                    accepted++;
+                } else if (batch[i].err == RD_KAFKA_RESP_ERR__QUEUE_FULL) {
+                    refused++;
+                } else {
+                    fprintf(stderr, "produce: %s\n", rd_kafka_err2str(batch[i].err));
                     return 1;
                 }
+            }
+            sent += accepted;
+            burst -= n;
+            if (refused) {
                 rd_kafka_poll(rk, 1); /* librdkafka's queue is full: that is saturation, wait for acks */
                 break;
             }
-            sent++;
         }
         rd_kafka_poll(rk, 0);
         double now = now_s();
