@@ -19,7 +19,7 @@ from cache.reader import ObjectReader
 from cache.recent import RecentObjects
 from metadata.model import BrokerRegistration
 from metadata.store import MetadataError, load_metadata_store
-from wal.store import load_object_store
+from wal.store import ObjectStoreError, load_object_store
 from wal.sweeper import run_sweeper
 from wal.writer import WalWriter
 
@@ -88,6 +88,10 @@ class Node:
             self.metadata = load_metadata_store(self.metadata_url, timeout_ms=m.timeout_ms, lease_ttl_s=m.lease_ttl_s, compact_interval_s=m.compact_interval_s)
         except (ValueError, ImportError) as e:
             raise StartupError(str(e)) from None
+        try:
+            await self.objects.probe()
+        except ObjectStoreError as e:
+            raise StartupError(f"object store {self.object_store_url.split('?')[0]}: {e}") from None
         try:
             await self.metadata.start()
         except MetadataError as e:

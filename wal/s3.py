@@ -120,14 +120,24 @@ class S3ObjectStore(ObjectStore):
 
     async def probe(self) -> None:
         """One signed request that needs the bucket to exist (a listing of at most one key under
-        the prefix); raises ObjectStoreError saying why when it fails. An unsigned request cannot
-        tell: SeaweedFS answers 403 to one whether or not the bucket exists yet."""
-        stream = self._obstore.list(self._store, self.prefix + "neve-probe/", chunk_size=1)
-        try:
-            async for _chunk in stream:
+        the prefix), with the usual retries; raises ObjectStoreError saying why it failed. An
+        unsigned request cannot tell: SeaweedFS answers 403 to one whether or not the bucket
+        exists yet."""
+        where = f"s3://{self.bucket}/{self.prefix}"
+
+        async def first_listing() -> None:
+            async for _chunk in self._obstore.list(self._store, self.prefix + "neve-probe/", chunk_size=1):
                 break
-        except Exception as e:
-            raise ObjectStoreError(f"s3://{self.bucket}/{self.prefix}: {e!r}") from e
+
+        try:
+            await self._call(f"list {where}", first_listing)
+        except ObjectNotFound:
+            raise ObjectStoreError(f"{where}: no such bucket") from None
+        except ObjectStoreError as e:
+            if "NoSuchBucket" in str(e):
+                raise ObjectStoreError(f"{where}: no such bucket") from None
+            # what failed and its first line; the retries' log lines hold the whole error
+            raise ObjectStoreError(str(e).split("\n")[0].split("\\n")[0]) from None
 
     async def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         found = []

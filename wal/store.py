@@ -55,6 +55,10 @@ class ObjectStore(abc.ABC):
     def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         """Objects whose key starts with `prefix`, in key order."""
 
+    async def probe(self) -> None:  # noqa: B027 - optional hook
+        """Check at start-up that the store can be used; raises ObjectStoreError saying why.
+        Local stores have nothing to check."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and threads."""
 
