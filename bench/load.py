@@ -27,6 +27,10 @@ from .systems import System
 
 READY_TIMEOUT_S = 90.0
 DRAIN_TIMEOUT_S = workers.FLUSH_TIMEOUT_S + 30.0
+# The window opens after the warm-up once the producers have an acknowledgement, and closes after
+# its duration once one more has arrived (a window of start-up or of a stall measures nothing);
+# waiting for either longer than this fails the step.
+ACK_WAIT_S = 60.0
 
 # Client settings every step starts from; `--producer-config k=v` overrides them.
 PRODUCER_DEFAULTS = {
@@ -206,14 +210,24 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
     timeline = []
     last = (started, 0.0, 0.0, system.cpu_seconds() or 0.0)
     next_tick = started + 1.0
+    acked_at_open = 0.0
     while edge1 is None:
         now = time.monotonic()
+        acked = _read(counters, load, workers.ACKED, producers)
         if edge0 is None and now >= t0:
-            edge0 = _edge(system, pids)
-            profiler = _start_profiler(system, load)
-        if now >= t1:
-            edge1 = _edge(system, pids)
-            break
+            if acked > 0 or not load.producers:
+                edge0 = _edge(system, pids)
+                acked_at_open = acked
+                t1 = edge0.at + load.duration_s
+                profiler = _start_profiler(system, load)
+            elif now > t0 + ACK_WAIT_S:
+                raise TimeoutError(f"no record acknowledged {load.warmup_s + ACK_WAIT_S:.0f}s into the step")
+        if edge0 is not None and now >= t1:
+            if acked > acked_at_open or not load.producers:
+                edge1 = _edge(system, pids)
+                break
+            if now > t1 + ACK_WAIT_S:
+                raise TimeoutError(f"no record acknowledged in the {now - edge0.at:.0f}s since the window opened")
         if now >= next_tick:
             system.check_alive()
             acked = _read(counters, load, workers.ACKED, producers)
@@ -237,7 +251,9 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
             )
             last = (now, acked, consumed, cpu)
             next_tick += 1.0
-        time.sleep(max(0.0, min(next_tick, t0 if edge0 is None else t1) - time.monotonic()))
+        now = time.monotonic()
+        edge = t0 if edge0 is None else t1
+        time.sleep(max(0.0, min(next_tick, edge if now < edge else now + 0.01) - now))  # past an edge: waiting for an ack
     control[workers.PHASE] = workers.STOP
     if profiler is not None:
         _finish_profiler(profiler, load, progress)
