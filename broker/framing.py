@@ -92,7 +92,7 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._finish(asyncio.IncompleteReadError(b"", None))
-        return False  # close the transport
+        return True  # half-closed: the requests already read are still answered, then the connection closes it
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True

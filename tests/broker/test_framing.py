@@ -94,3 +94,16 @@ async def test_reading_pauses_while_frames_wait_and_resumes_when_taken():
             await asyncio.sleep(0.01)
         assert await read(s.stream, count) == [body] * count  # taking them resumes reading
         assert s.stream.transport.is_reading()
+
+
+async def test_a_half_closed_connection_still_gets_its_answers():
+    """A client that shuts its sending side after its requests still reads the replies (as
+    asyncio's streams kept it open)."""
+    async with Server() as s:
+        s.writer.write(framed(b"q" * 10))
+        s.writer.write_eof()
+        assert await read(s.stream, 1) == [b"q" * 10]
+        with pytest.raises(asyncio.IncompleteReadError):
+            await asyncio.wait_for(s.stream.read_frame(), 10)
+        s.stream.write(framed(b"answer"))
+        assert await asyncio.wait_for(s.reader.readexactly(10), 10) == framed(b"answer")
