@@ -120,6 +120,12 @@ class Run:
         """One load step against `system` (default: the system under test), started if need be."""
         system = self.start_system(system)
         load.producer_config = {**dict(self.args.producer_config), **load.producer_config}
+        if self.quick:
+            # A smoke run keeps the suite working, it measures nothing: a 4 MiB client queue holds
+            # its saturation steps to tens of MB/s, so it does not flood the disk and cores that the
+            # test suite's other tests share (at full speed the C producer wrote 400 MB/s through
+            # neve dev, and other tests' object-store writes stalled past their 10 s timeout).
+            load.producer_config.setdefault("queue.buffering.max.kbytes", 4096)
         load.consumer_config = {**dict(self.args.consumer_config), **load.consumer_config}
         load.client = self.args.client
         if self.args.profile and system.neve:  # py-spy reads Python stacks: not the peer's
