@@ -230,7 +230,6 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
                 raise TimeoutError(f"no record acknowledged in the {now - edge0.at:.0f}s since the window opened")
         if now >= next_tick:
             system.check_alive()
-            acked = _read(counters, load, workers.ACKED, producers)
             consumed = _read(counters, load, workers.CONSUMED, consumers)
             cpu = system.cpu_seconds() or 0.0
             dt = now - last[0]
