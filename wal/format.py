@@ -74,6 +74,7 @@ class Section:
 @dataclass(frozen=True, slots=True)
 class EncodedObject:
     data: bytes
+    parts: list[bytes]  # data is these joined: the header, the chunks' own bytes (not copies), the footer
     sections: list[Section]
     chunk_starts: list[int]  # byte position of chunks[i] within data, in the order given
 
@@ -105,7 +106,7 @@ def encode(chunks: list[Chunk]) -> EncodedObject:
     footer = b"".join([_COUNT.pack(len(sections)), *(_entry(s) for s in sections)])
     parts.append(footer)
     parts.append(_TRAILER.pack(len(footer), crc32c(footer), VERSION, 0, MAGIC))
-    return EncodedObject(data=b"".join(parts), sections=sections, chunk_starts=chunk_starts)
+    return EncodedObject(data=b"".join(parts), parts=parts, sections=sections, chunk_starts=chunk_starts)
 
 
 def _section(run: list[Chunk], start: int, length: int, crc: int) -> Section:

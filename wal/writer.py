@@ -20,6 +20,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .format import Chunk, EncodedObject, encode
@@ -59,7 +60,7 @@ class WalWriter:
         buffer_bytes: int = 64 * 1024 * 1024,
         upload_timeout_ms: int = 10_000,
         put_hedge_after_ms: int = -1,
-        on_object_stored: Callable[[str, bytes], None] | None = None,
+        on_object_stored: Callable[[str, Sequence[bytes]], None] | None = None,
         metrics: Any = None,
     ) -> None:
         self.store = store
@@ -86,6 +87,9 @@ class WalWriter:
         self._last_commit: asyncio.Future | None = None
         self._flushes: set[asyncio.Task] = set()
         self._closed = False
+        # One thread encodes every large object, so their buffers come from one malloc arena and
+        # reuse each other's freed pages (a pool's threads each grow an arena of their own).
+        self._encoder: ThreadPoolExecutor | None = None
 
     # -- producing side ---------------------------------------------------------------------------
 
@@ -149,10 +153,12 @@ class WalWriter:
         key = self.new_object_key()
         try:
             async with self._uploads:
-                encoded = encode(chunks) if size < INLINE_ENCODE_BYTES else await asyncio.to_thread(encode, chunks)
+                encoded = encode(chunks) if size < INLINE_ENCODE_BYTES else await self._encode_in_thread(chunks)
                 await self._put(key, encoded.data)
             if self._on_object_stored is not None:
-                self._on_object_stored(key, encoded.data)
+                # The parts, not the joined bytes: those are freed once committed, so the allocator
+                # reuses their pages for the next object (see BrokerConfig.malloc_keep_bytes).
+                self._on_object_stored(key, encoded.parts)
             if previous is not None:
                 await asyncio.shield(previous)
             commit_started = time.monotonic()
@@ -174,6 +180,11 @@ class WalWriter:
         finally:
             self._release(size)
             done.set_result(None)
+
+    async def _encode_in_thread(self, chunks: list[Chunk]) -> EncodedObject:
+        if self._encoder is None:
+            self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal-encode")
+        return await asyncio.get_running_loop().run_in_executor(self._encoder, encode, chunks)
 
     async def _put(self, key: str, data: bytes) -> None:
         """Store the object, retrying with backoff until the upload deadline. The deadline is
@@ -255,3 +266,5 @@ class WalWriter:
     async def close(self) -> None:
         await self.flush()
         self._closed = True
+        if self._encoder is not None:
+            self._encoder.shutdown(wait=False)

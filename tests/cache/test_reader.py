@@ -71,7 +71,7 @@ async def test_far_ranges_and_other_objects_are_read_concurrently():
 async def test_ranges_of_recent_objects_are_left_to_read():
     store = await stored("a", "b")
     recent = RecentObjects(4 * len(OBJECT))
-    recent.add("a", OBJECT)
+    recent.add("a", [OBJECT])
     reader = ObjectReader(store, recent)
     got = await read_all(reader, store, [("a", 0, 10), ("b", 0, 10)], 1)
     assert store.gets == [("b", 0, 10)] and list(got) == [("b", 0, 10)]
