@@ -21,7 +21,7 @@ class MalformedRequest(Exception):
     """The bytes are not a request we can decode: the connection is closed."""
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     if len(frame) < _HEAD.size:
         raise MalformedRequest(f"frame of {len(frame)} bytes has no request header")
     return _HEAD.unpack_from(frame, 0)
@@ -47,7 +47,7 @@ def response_module(api_key: int, version: int):
     return load_payload_module(api_key, version, EntityType.response)
 
 
-def decode_request(frame: bytes, api_key: int, version: int) -> tuple[Any, Any]:
+def decode_request(frame: bytes | memoryview, api_key: int, version: int) -> tuple[Any, Any]:
     """(header, body) of a request frame; raises MalformedRequest."""
     read_header, read_body, _ = request_codec(api_key, version)
     try:

@@ -114,7 +114,7 @@ class Connection:
             elif not produce:
                 self._other_slots.release()
 
-    def _dispatch(self, frame: bytes):
+    def _dispatch(self, frame: bytes | memoryview):
         """Decode one frame and start its handler; returns (task, api_key, version, correlation id)."""
         api_key, version, correlation_id = peek_header(frame)
         handler = HANDLERS.get(api_key)

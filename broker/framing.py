@@ -5,8 +5,10 @@ bytes per read, the reader's growing bytearray, the frame sliced out of it), and
 bytearray under large produce requests: about 14% of the broker's CPU when it received 64 KiB
 records (perf, bench/RESULTS.md). Here the socket is read straight into a fixed buffer, and a
 frame that does not fit is read straight into chunks allocated as its bytes arrive (so a length
-prefix alone reserves no memory); each frame is then copied once, into the `bytes` the request
-decoder reads (kio reads read-only buffers only).
+prefix alone reserves at most one chunk, 1 MiB). A frame that fits the fixed buffer is copied once,
+into the `bytes` the request decoder reads; a larger one is handed over as a read-only view of its
+chunk when it fits one (a produce request of librdkafka's default 1 MB batches does), else joined.
+kio reads read-only buffers only.
 
 Reading pauses while the connection has more than `MAX_QUEUED_BYTES` of frames it has not taken
 (the connection stops taking them while the WAL buffer is full), as the StreamReader's limit did.
@@ -47,7 +49,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._big_chunks: list[bytearray] = []  # the chunks it is read into,
         self._big_filled = 0  # and how much of it has arrived
         self._chunk_filled = 0  # of the last chunk
-        self._frames: collections.deque[bytes] = collections.deque()
+        self._frames: collections.deque[bytes | memoryview] = collections.deque()
         self._queued_bytes = 0
         self._reading_paused = False
         self._frame_waiter: asyncio.Future | None = None
@@ -83,7 +85,9 @@ class FrameStream(asyncio.BufferedProtocol):
             self._big_filled += nbytes
             self._chunk_filled += nbytes
             if self._big_filled == self._big_size:
-                frame = b"".join(self._big_chunks)
+                chunks = self._big_chunks
+                # One chunk is never written again once its frame is whole: decode from it directly.
+                frame = memoryview(chunks[0]).toreadonly() if len(chunks) == 1 else b"".join(chunks)
                 self._big_size, self._big_chunks = 0, []
                 self._deliver(frame)
             return
@@ -108,7 +112,7 @@ class FrameStream(asyncio.BufferedProtocol):
 
     # -- the connection's side -------------------------------------------------------------------
 
-    async def read_frame(self) -> bytes:
+    async def read_frame(self) -> bytes | memoryview:
         """The next request frame (without its length prefix). Raises FrameSizeError for a bad
         length prefix, asyncio.IncompleteReadError or ConnectionError when the client is gone."""
         while not self._frames:
@@ -170,11 +174,13 @@ class FrameStream(asyncio.BufferedProtocol):
                 self._start = body + size
                 self._deliver(frame)
                 continue
-            if 4 + size > len(buf):  # cannot fit: read the rest of it in chunks
+            if 4 + size > len(buf):  # cannot fit: read the rest of it in chunks, the first holding what arrived
+                arrived = self._end - body
+                head = bytearray(min(size, max(CHUNK_BYTES, arrived)))
                 with memoryview(buf) as view:
-                    head = bytearray(view[body : self._end])
+                    head[:arrived] = view[body : self._end]
                 self._big_size, self._big_chunks = size, [head]
-                self._big_filled = self._chunk_filled = len(head)
+                self._big_filled = self._chunk_filled = arrived
                 self._start = self._end = 0
             break
         if self._start == self._end:
@@ -186,7 +192,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self._buf[: len(pending)] = pending
         self._start, self._end = 0, len(pending)
 
-    def _deliver(self, frame: bytes) -> None:
+    def _deliver(self, frame: bytes | memoryview) -> None:
         self._frames.append(frame)
         self._queued_bytes += len(frame)
         if self._queued_bytes >= MAX_QUEUED_BYTES:
