@@ -109,6 +109,7 @@ class Connection:
             else:  # a slot, given back when the handler is done (see _send_replies)
                 await self._other_slots.acquire()
             task = self._dispatch(frame)
+            self.stream.recycle(frame)  # decoded: kio copied out everything the handler uses
             if task is not None:
                 await self._replies.put(task)
             elif not produce:

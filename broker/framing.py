@@ -4,11 +4,17 @@ asyncio's StreamReader copied every byte three times on its way to a frame (the 
 bytes per read, the reader's growing bytearray, the frame sliced out of it), and regrew that
 bytearray under large produce requests: about 14% of the broker's CPU when it received 64 KiB
 records (perf, bench/RESULTS.md). Here the socket is read straight into a fixed buffer, and a
-frame that does not fit is read straight into chunks allocated as its bytes arrive (so a length
-prefix alone reserves at most one chunk, 1 MiB). A frame that fits the fixed buffer is copied once,
-into the `bytes` the request decoder reads; a larger one is handed over as a read-only view of its
-chunk when it fits one (a produce request of librdkafka's default 1 MB batches does), else joined.
-kio reads read-only buffers only.
+frame that does not fit is read straight into 1 MiB chunks taken as its bytes arrive (so a length
+prefix alone reserves at most one chunk; a frame under half a chunk gets a buffer of its own size
+instead, so no frame holds more than twice its bytes). A frame that fits the fixed buffer is copied
+once, into the `bytes` the request decoder reads; a larger one is handed over as a read-only view
+of its chunk when it fits one (a produce request of librdkafka's default 1 MB batches does), else
+joined. kio reads read-only buffers only, and copies every field out of them.
+
+Chunks come from a small free list shared by the process's connections and go back to it once
+their frame is decoded (`recycle`): a fresh `bytearray` per large request was zero-filled and
+faulted in page by page only to be overwritten by the socket read, 11% of the broker's CPU at
+1 KiB records (perf, bench/RESULTS.md).
 
 Reading pauses while the connection has more than `MAX_QUEUED_BYTES` of frames it has not taken
 (the connection stops taking them while the WAL buffer is full), as the StreamReader's limit did.
@@ -27,6 +33,18 @@ READ_BUFFER_BYTES = 64 * 1024  # frames that fit are sliced out of it; larger on
 CHUNK_BYTES = 1024 * 1024
 MAX_QUEUED_BYTES = 2 * 1024 * 1024
 MIN_FREE_BYTES = 16 * 1024  # compact the read buffer when less than this is free at its end
+SPARE_CHUNKS = 8  # chunks kept for reuse, process-wide (8 MiB)
+
+_spare_chunks: list[bytearray] = []
+
+
+def _take_chunk() -> bytearray:
+    return _spare_chunks.pop() if _spare_chunks else bytearray(CHUNK_BYTES)
+
+
+def _give_chunk(chunk: bytearray) -> None:
+    if len(chunk) == CHUNK_BYTES and len(_spare_chunks) < SPARE_CHUNKS:
+        _spare_chunks.append(chunk)
 
 
 class FrameSizeError(Exception):
@@ -46,10 +64,10 @@ class FrameStream(asyncio.BufferedProtocol):
         self._buf = bytearray(READ_BUFFER_BYTES)
         self._start = self._end = 0  # unparsed bytes are _buf[_start:_end]
         self._big_size = 0  # a frame larger than _buf being read (0: none): its size,
-        self._big_chunks: list[bytearray] = []  # the chunks it is read into,
+        self._big_chunks: list[bytearray] = []  # the chunks it is read into (see _parse),
         self._big_filled = 0  # and how much of it has arrived
         self._chunk_filled = 0  # of the last chunk
-        self._frames: collections.deque[bytes | memoryview] = collections.deque()
+        self._frames: collections.deque[tuple[bytes | memoryview, int]] = collections.deque()
         self._queued_bytes = 0
         self._reading_paused = False
         self._frame_waiter: asyncio.Future | None = None
@@ -70,12 +88,14 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._big_size:
-            chunk = self._big_chunks[-1] if self._big_chunks else None
-            if chunk is None or self._chunk_filled == len(chunk):
-                chunk = bytearray(min(CHUNK_BYTES, self._big_size - self._big_filled))
+            chunk = self._big_chunks[-1]
+            if self._chunk_filled == len(chunk):
+                chunk = _take_chunk()
                 self._big_chunks.append(chunk)
                 self._chunk_filled = 0
-            return memoryview(chunk)[self._chunk_filled :]
+            # never past the frame's end: the next frame's bytes belong in the read buffer
+            end = min(len(chunk), self._chunk_filled + self._big_size - self._big_filled)
+            return memoryview(chunk)[self._chunk_filled : end]
         if len(self._buf) - self._end < MIN_FREE_BYTES:
             self._compact()
         return memoryview(self._buf)[self._end :]
@@ -85,11 +105,16 @@ class FrameStream(asyncio.BufferedProtocol):
             self._big_filled += nbytes
             self._chunk_filled += nbytes
             if self._big_filled == self._big_size:
-                chunks = self._big_chunks
-                # One chunk is never written again once its frame is whole: decode from it directly.
-                frame = memoryview(chunks[0]).toreadonly() if len(chunks) == 1 else b"".join(chunks)
+                chunks, size = self._big_chunks, self._big_size
                 self._big_size, self._big_chunks = 0, []
-                self._deliver(frame)
+                if len(chunks) == 1:  # decoded from its chunk, which `recycle` then takes back
+                    self._deliver(memoryview(chunks[0])[:size].toreadonly(), len(chunks[0]))
+                else:
+                    with memoryview(chunks[-1]) as last:
+                        frame = b"".join([*chunks[:-1], last[: self._chunk_filled]])
+                    for chunk in chunks:
+                        _give_chunk(chunk)
+                    self._deliver(frame, size)
             return
         self._end += nbytes
         self._parse()
@@ -114,7 +139,8 @@ class FrameStream(asyncio.BufferedProtocol):
 
     async def read_frame(self) -> bytes | memoryview:
         """The next request frame (without its length prefix). Raises FrameSizeError for a bad
-        length prefix, asyncio.IncompleteReadError or ConnectionError when the client is gone."""
+        length prefix, asyncio.IncompleteReadError or ConnectionError when the client is gone.
+        Give the frame to `recycle` once it is decoded."""
         while not self._frames:
             if self._end_error is not None:
                 raise self._end_error
@@ -123,12 +149,22 @@ class FrameStream(asyncio.BufferedProtocol):
                 await self._frame_waiter
             finally:
                 self._frame_waiter = None
-        frame = self._frames.popleft()
-        self._queued_bytes -= len(frame)
+        frame, held = self._frames.popleft()
+        self._queued_bytes -= held
         if self._reading_paused and self._queued_bytes < MAX_QUEUED_BYTES and self._end_error is None:
             self._reading_paused = False
             self.transport.resume_reading()
         return frame
+
+    @staticmethod
+    def recycle(frame: bytes | memoryview) -> None:
+        """The frame has been decoded and nothing refers to its bytes any more: a frame read into
+        a chunk gives the chunk back for the next large frame (its view is released, so a stray
+        use of it raises instead of reading another request's bytes)."""
+        if isinstance(frame, memoryview):
+            chunk = frame.obj
+            frame.release()
+            _give_chunk(chunk)
 
     def write(self, data: bytes) -> None:
         self.transport.write(data)
@@ -172,11 +208,13 @@ class FrameStream(asyncio.BufferedProtocol):
                 with memoryview(buf) as view:
                     frame = bytes(view[body : body + size])
                 self._start = body + size
-                self._deliver(frame)
+                self._deliver(frame, size)
                 continue
             if 4 + size > len(buf):  # cannot fit: read the rest of it in chunks, the first holding what arrived
-                arrived = self._end - body
-                head = bytearray(min(size, max(CHUNK_BYTES, arrived)))
+                arrived = self._end - body  # less than the read buffer, so less than a chunk
+                # A frame of half a chunk or more is read into pooled chunks; a smaller one into
+                # a buffer of its own size, so no frame holds more than twice its bytes.
+                head = _take_chunk() if size >= CHUNK_BYTES // 2 else bytearray(size)
                 with memoryview(buf) as view:
                     head[:arrived] = view[body : self._end]
                 self._big_size, self._big_chunks = size, [head]
@@ -192,9 +230,11 @@ class FrameStream(asyncio.BufferedProtocol):
         self._buf[: len(pending)] = pending
         self._start, self._end = 0, len(pending)
 
-    def _deliver(self, frame: bytes | memoryview) -> None:
-        self._frames.append(frame)
-        self._queued_bytes += len(frame)
+    def _deliver(self, frame: bytes | memoryview, held: int) -> None:
+        """Queue a frame for the connection; `held` is the memory it holds (a chunk's whole size
+        for a view of one), which is what the queue limit bounds."""
+        self._frames.append((frame, held))
+        self._queued_bytes += held
         if self._queued_bytes >= MAX_QUEUED_BYTES:
             self._pause_reading()
         self._wake_reader()

@@ -1,16 +1,23 @@
 """broker/framing.py over a real loopback socket: frames come out byte for byte whatever the reads'
 boundaries, large frames included; a bad length ends the stream after the frames before it;
-reading pauses while too many bytes of frames wait."""
+reading pauses while too many bytes of frames wait; the chunks of large frames are reused once
+their requests are decoded, and nothing decoded still refers to them."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import io
 import os
 import struct
 
 import pytest
+from kio.schema.produce.v9 import request as produce_v9
+from kio.serial import entity_writer
+from kio.static.primitive import i16, i32
 
 from broker import framing
+from broker.codec import decode_request
 from broker.framing import FrameSizeError, FrameStream
 
 
@@ -111,3 +118,68 @@ async def test_a_half_closed_connection_still_gets_its_answers():
             await asyncio.wait_for(s.stream.read_frame(), 10)
         s.stream.write(framed(b"answer"))
         assert await asyncio.wait_for(s.reader.readexactly(10), 10) == framed(b"answer")
+
+
+async def test_a_recycled_chunk_takes_the_next_large_frame_and_its_old_view_is_dead():
+    framing._spare_chunks.clear()
+    chunk_bytes = framing.CHUNK_BYTES
+    first, second, small = os.urandom(chunk_bytes - 100), os.urandom(chunk_bytes // 2), os.urandom(chunk_bytes // 2 - 1)
+    async with Server() as s:
+        s.writer.write(framed(first))
+        (a,) = await read(s.stream, 1)
+        assert bytes(a) == first and len(a.obj) == chunk_bytes
+        chunk = a.obj
+        s.stream.recycle(a)
+        assert framing._spare_chunks == [chunk]
+        with pytest.raises(ValueError):  # released: a stray use fails instead of reading another request
+            bytes(a)
+        s.writer.write(framed(second))
+        (b,) = await read(s.stream, 1)
+        assert b.obj is chunk and bytes(b) == second and framing._spare_chunks == []
+        s.stream.recycle(b)
+        # under half a chunk: a buffer of its own size, never pooled
+        s.writer.write(framed(small))
+        (c,) = await read(s.stream, 1)
+        assert len(c.obj) == len(small) and bytes(c) == small
+        s.stream.recycle(c)
+        assert framing._spare_chunks == [chunk]
+        # over one chunk: joined into bytes, and every chunk it was read into goes back
+        large = os.urandom(3 * chunk_bytes + 17)
+        s.writer.write(framed(large))
+        (d,) = await read(s.stream, 1)
+        assert type(d) is bytes and d == large
+        assert len(framing._spare_chunks) == 4 and chunk in framing._spare_chunks
+        s.stream.recycle(d)  # bytes: nothing to give back
+        assert len(framing._spare_chunks) == 4
+    framing._spare_chunks.clear()
+
+
+def produce_request_frame(records: bytes, correlation_id: int) -> bytes:
+    header = produce_v9.RequestHeader(request_api_key=i16(0), request_api_version=i16(9), correlation_id=i32(correlation_id), client_id="framing-test")
+    partition = produce_v9.PartitionProduceData(index=i32(0), records=records)
+    body = produce_v9.ProduceRequest(transactional_id=None, acks=i16(-1), timeout=datetime.timedelta(seconds=30), topic_data=(produce_v9.TopicProduceData(name="t", partition_data=(partition,)),))
+    out = io.BytesIO()
+    entity_writer(produce_v9.RequestHeader)(out, header)
+    entity_writer(produce_v9.ProduceRequest)(out, body)
+    return out.getvalue()
+
+
+async def test_a_decoded_request_keeps_its_bytes_after_its_chunk_takes_the_next_request():
+    """Recycling rests on the decoder copying every field out of the frame (kio does)."""
+    framing._spare_chunks.clear()
+    records = [os.urandom(framing.CHUNK_BYTES - 200) for _ in range(2)]
+    async with Server() as s:
+        s.writer.write(framed(produce_request_frame(records[0], 1)))
+        (frame,) = await read(s.stream, 1)
+        chunk = frame.obj
+        header, body = decode_request(frame, 0, 9)
+        s.stream.recycle(frame)
+        s.writer.write(framed(produce_request_frame(records[1], 2)))
+        (frame,) = await read(s.stream, 1)
+        assert frame.obj is chunk  # the second request overwrote the first's bytes
+        _, second = decode_request(frame, 0, 9)
+        s.stream.recycle(frame)
+    assert header.correlation_id == 1 and body.topic_data[0].name == "t"
+    assert body.topic_data[0].partition_data[0].records == records[0]
+    assert second.topic_data[0].partition_data[0].records == records[1]
+    framing._spare_chunks.clear()
