@@ -27,6 +27,6 @@ def commit_fn(metadata: MetadataStore):
             )
             for chunk, summary, start in zip(chunks, metas, encoded.chunk_starts, strict=True)
         )
-        return await metadata.commit(ObjectCommit(object_key=key, object_size=len(encoded.data), appends=appends))
+        return await metadata.commit(ObjectCommit(object_key=key, object_size=encoded.size, appends=appends))
 
     return commit

@@ -73,10 +73,19 @@ class Section:
 
 @dataclass(frozen=True, slots=True)
 class EncodedObject:
-    data: bytes
-    parts: list[bytes]  # data is these joined: the header, the chunks' own bytes (not copies), the footer
+    """An object as the parts it is made of: the header, the chunks' own bytes (not copies) in
+    section order, the footer and trailer. It is stored from its parts (ObjectStore.put_parts),
+    so it is never joined into one buffer on the write path."""
+
+    parts: list[bytes]
+    size: int
     sections: list[Section]
-    chunk_starts: list[int]  # byte position of chunks[i] within data, in the order given
+    chunk_starts: list[int]  # byte position of chunks[i] within the object, in the order given
+
+    @property
+    def data(self) -> bytes:
+        """The object's bytes, joined (a copy: for readers and tests, not the write path)."""
+        return b"".join(self.parts)
 
 
 def encode(chunks: list[Chunk]) -> EncodedObject:
@@ -106,7 +115,7 @@ def encode(chunks: list[Chunk]) -> EncodedObject:
     footer = b"".join([_COUNT.pack(len(sections)), *(_entry(s) for s in sections)])
     parts.append(footer)
     parts.append(_TRAILER.pack(len(footer), crc32c(footer), VERSION, 0, MAGIC))
-    return EncodedObject(data=b"".join(parts), parts=parts, sections=sections, chunk_starts=chunk_starts)
+    return EncodedObject(parts=parts, size=pos + len(footer) + TRAILER_SIZE, sections=sections, chunk_starts=chunk_starts)
 
 
 def _section(run: list[Chunk], start: int, length: int, crc: int) -> Section:

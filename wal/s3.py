@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from urllib.parse import parse_qs, urlparse
 
@@ -94,6 +94,13 @@ class S3ObjectStore(ObjectStore):
     async def put(self, key: str, data: bytes) -> None:
         full = self.prefix + key
         await self._call(f"put {full}", lambda: self._obstore.put_async(self._store, full, data, mode="create"))
+
+    async def put_parts(self, key: str, parts: Sequence[bytes]) -> None:
+        """One PUT whose body is the parts in turn: obstore takes each buffer as it is, so the
+        object is never joined (0.2-0.4 ms of CPU per 4 MiB object, measured in RESULTS.md)."""
+        full = self.prefix + key
+        parts = list(parts)  # a retry sends the same parts again
+        await self._call(f"put {full}", lambda: self._obstore.put_async(self._store, full, parts, mode="create", use_multipart=False))
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
         full = self.prefix + key

@@ -11,7 +11,7 @@ import abc
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import urlparse
@@ -42,6 +42,11 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     async def put(self, key: str, data: bytes) -> None:
         """Store `data` durably under a new `key`; raise ObjectExists if the key is taken."""
+
+    async def put_parts(self, key: str, parts: Sequence[bytes]) -> None:
+        """`put` of the object whose bytes are `parts` joined. Backends that can send or write the
+        parts as they are override this, so a WAL object is never joined into one more copy."""
+        await self.put(key, b"".join(parts))
 
     @abc.abstractmethod
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:
@@ -112,16 +117,17 @@ class FileObjectStore(ObjectStore):
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    def _put_sync(self, key: str, data: bytes) -> None:
+    def _put_sync(self, key: str, parts: Sequence[bytes]) -> None:
         path = self._path(key)
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}-{id(data)}"
+        tmp = f"{path}.tmp-{os.getpid()}-{id(parts)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            for part in parts:
+                view = memoryview(part)
+                while view:
+                    view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -166,8 +172,11 @@ class FileObjectStore(ObjectStore):
         return found
 
     async def put(self, key: str, data: bytes) -> None:
+        await self.put_parts(key, (data,))
+
+    async def put_parts(self, key: str, parts: Sequence[bytes]) -> None:
         try:
-            await self._run(self._put_sync, key, data)
+            await self._run(self._put_sync, key, parts)
         except ObjectExists:
             raise
         except OSError as e:
@@ -199,6 +208,9 @@ class NullObjectStore(ObjectStore):
     for data you want back."""
 
     async def put(self, key: str, data: bytes) -> None:
+        return None
+
+    async def put_parts(self, key: str, parts: Sequence[bytes]) -> None:
         return None
 
     async def get(self, key: str, start: int = 0, end: int | None = None) -> bytes:

@@ -9,7 +9,8 @@ Backpressure: `room()` waits while buffered plus uploading bytes exceed `buffer_
 Object size: a chunk (one partition's records of one produce request, up to a megabyte) is never
 split, so an object is sealed at whichever chunk boundary lands nearest `flush_bytes`; objects
 then stay within half a chunk of the configured size instead of overshooting by a whole one.
-The loop never encodes a large object itself: checksumming and joining megabytes run in a thread.
+The loop never encodes a large object itself: checksumming megabytes runs in a thread (crc32c
+releases the GIL). An object is never joined: it is stored from its parts (ObjectStore.put_parts).
 """
 
 from __future__ import annotations
@@ -87,8 +88,8 @@ class WalWriter:
         self._last_commit: asyncio.Future | None = None
         self._flushes: set[asyncio.Task] = set()
         self._closed = False
-        # One thread encodes every large object, so their buffers come from one malloc arena and
-        # reuse each other's freed pages (a pool's threads each grow an arena of their own).
+        # One thread of its own checksums every large object: it never waits behind other work
+        # in asyncio's shared default pool.
         self._encoder: ThreadPoolExecutor | None = None
 
     # -- producing side ---------------------------------------------------------------------------
@@ -154,10 +155,8 @@ class WalWriter:
         try:
             async with self._uploads:
                 encoded = encode(chunks) if size < INLINE_ENCODE_BYTES else await self._encode_in_thread(chunks)
-                await self._put(key, encoded.data)
+                await self._put(key, encoded)
             if self._on_object_stored is not None:
-                # The parts, not the joined bytes: those are freed once committed, so the allocator
-                # reuses their pages for the next object (see BrokerConfig.malloc_keep_bytes).
                 self._on_object_stored(key, encoded.parts)
             if previous is not None:
                 await asyncio.shield(previous)
@@ -167,7 +166,7 @@ class WalWriter:
                 if not fut.done():
                     fut.set_result(result)
             if self._metrics is not None:
-                self._metrics.object_committed(len(encoded.data), len(chunks), time.monotonic() - commit_started)
+                self._metrics.object_committed(encoded.size, len(chunks), time.monotonic() - commit_started)
         except Exception as e:
             log.error("wal_flush_failed", extra={"object_key": key, "error": repr(e), "chunks": len(chunks)})
             # A fresh exception, never raised, so it has no traceback: handing the caught one to
@@ -186,7 +185,7 @@ class WalWriter:
             self._encoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wal-encode")
         return await asyncio.get_running_loop().run_in_executor(self._encoder, encode, chunks)
 
-    async def _put(self, key: str, data: bytes) -> None:
+    async def _put(self, key: str, encoded: EncodedObject) -> None:
         """Store the object, retrying with backoff until the upload deadline. The deadline is
         shorter than clients' request timeout, so a produce is answered (with a retriable error)
         before the client gives up, and an object that missed it is never committed later."""
@@ -200,10 +199,10 @@ class WalWriter:
             remaining = deadline - loop.time()
             attempt_started = loop.time()
             try:
-                await asyncio.wait_for(self._put_hedged(key, data), max(remaining, 0.001))
+                await asyncio.wait_for(self._put_hedged(key, encoded.parts), max(remaining, 0.001))
                 self._put_seconds.append(loop.time() - attempt_started)
                 if self._metrics is not None:
-                    self._metrics.object_put(len(data), loop.time() - started)
+                    self._metrics.object_put(encoded.size, loop.time() - started)
                 return
             except ObjectExists:
                 # An earlier attempt's PUT landed but its answer was lost: the bytes are ours.
@@ -224,7 +223,7 @@ class WalWriter:
         recent = sorted(self._put_seconds)
         return max(HEDGE_FLOOR_S, 2 * recent[int(len(recent) * 0.99)])
 
-    async def _put_hedged(self, key: str, data: bytes) -> None:
+    async def _put_hedged(self, key: str, parts: Sequence[bytes]) -> None:
         """One PUT of the object; if it has not answered within `hedge_after()`, a second PUT of
         the same bytes races it (a request stuck on one connection or one slow server thread then
         no longer holds up every later commit of this broker). The key is this object's alone
@@ -232,8 +231,8 @@ class WalWriter:
         far, is refused with ObjectExists: both mean stored."""
         after = self.hedge_after()
         if after is None:
-            return await self.store.put(key, data)
-        tasks = [asyncio.ensure_future(self.store.put(key, data))]
+            return await self.store.put_parts(key, parts)
+        tasks = [asyncio.ensure_future(self.store.put_parts(key, parts))]
         try:
             done, _ = await asyncio.wait(tasks, timeout=after)
             if not done:
@@ -241,7 +240,7 @@ class WalWriter:
                 if self._metrics is not None:
                     self._metrics.object_put_hedged()
                 log.info("wal_put_hedged", extra={"object_key": key, "after_s": round(after, 3)})
-                tasks.append(asyncio.ensure_future(self.store.put(key, data)))
+                tasks.append(asyncio.ensure_future(self.store.put_parts(key, parts)))
             pending = set(tasks)
             error: BaseException | None = None
             while pending:

@@ -54,6 +54,9 @@ def test_sections_are_sorted_and_chunks_keep_their_order():
     assert obj.chunk_starts == [25, 15, 33, 8, 17]
     for c, start in zip(CHUNKS, obj.chunk_starts, strict=True):
         assert obj.data[start : start + len(c.data)] == c.data
+    # stored from its parts: the chunks' own bytes (never copies) between header and footer
+    assert obj.size == len(obj.data) == sum(len(p) for p in obj.parts)
+    assert [id(p) for p in obj.parts[1:-2]] == [id(CHUNKS[i].data) for i in (3, 1, 4, 0, 2)]
 
 
 def test_sections_sort_by_topic_id_bytes_then_partition():

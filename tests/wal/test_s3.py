@@ -39,6 +39,22 @@ async def test_objects_round_trip_with_signed_and_unsigned_bodies(seaweedfs, aws
         await store.close()
 
 
+async def test_an_object_put_from_its_parts_reads_back_joined(seaweedfs, aws_env):
+    prefix = f"s3-{uuid.uuid4().hex[:8]}"
+    store = from_url(seaweedfs.object_store_url(prefix))
+    parts = [b"header", *(os.urandom(80_000) for _ in range(40)), b"", b"footer"]
+    joined = b"".join(parts)
+    try:
+        await store.put_parts("wal/0002", parts)
+        assert await store.get("wal/0002") == joined
+        with pytest.raises(ObjectExists):
+            await store.put_parts("wal/0002", [b"other bytes"])
+        assert [(o.key, o.size) async for o in store.list("wal/")] == [("wal/0002", len(joined))]
+    finally:
+        await store.delete("wal/0002")
+        await store.close()
+
+
 class _RecordingS3:
     """A loopback HTTP endpoint that answers every request 200 and keeps its headers."""
 
@@ -87,6 +103,21 @@ async def test_put_bodies_are_unsigned_unless_asked(monkeypatch, query, expect_u
         assert headers["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD"
     else:
         assert headers["x-amz-content-sha256"] == hashlib.sha256(b"x" * 1000).hexdigest()
+
+
+async def test_parts_go_out_as_one_put_of_the_whole_object(monkeypatch):
+    """No multipart upload: one PUT request per object is what the WAL's cost model counts on."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "key")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    recorder = _RecordingS3()
+    parts = [b"h" * 10, b"x" * 6_000_000, b"", b"f" * 7]  # over obstore's 5 MiB multipart chunk size
+    async with recorder as endpoint:
+        store = from_url(f"s3://bucket/p?endpoint={endpoint}&retries=0")
+        await store.put_parts("k", parts)
+        await store.close()
+    [(method, headers, length)] = recorder.requests
+    assert (method, length) == ("PUT", 6_000_017)
+    assert headers["if-none-match"] == "*"  # create-only, as every WAL object put is
 
 
 def test_unsigned_payload_takes_true_or_false_only():

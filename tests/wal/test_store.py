@@ -55,6 +55,19 @@ async def test_put_never_overwrites(store):
     assert await listing(store) == [("once", 5)]
 
 
+async def test_put_parts_stores_the_parts_joined_and_never_overwrites(store):
+    parts = [b"head", os.urandom(70_000), b"", memoryview(b"xxtail")[2:], bytearray(b"!")]
+    await store.put_parts("wal/parts", parts)
+    joined = b"".join(bytes(p) for p in parts)
+    assert await store.get("wal/parts") == joined
+    assert await store.get("wal/parts", 2, 10) == joined[2:10]
+    with pytest.raises(ObjectExists):
+        await store.put_parts("wal/parts", [b"other"])
+    with pytest.raises(ObjectExists):
+        await store.put("wal/parts", b"other")
+    assert await listing(store) == [("wal/parts", len(joined))]
+
+
 async def test_put_accepts_any_bytes_like(store):
     await store.put("view", memoryview(b"xxpayload")[2:])
     await store.put("array", bytearray(b"abc"))
@@ -138,6 +151,7 @@ async def test_null_store_acknowledges_puts_and_keeps_nothing():
     await store.put("wal/0001", payload)
     await store.put("wal/0001", payload)  # nothing is kept, so nothing can be overwritten
     await store.put("view", memoryview(payload)[10:])
+    await store.put_parts("wal/0001", [payload, payload])
     with pytest.raises(ObjectNotFound):
         await store.get("wal/0001")
     with pytest.raises(ObjectNotFound):
