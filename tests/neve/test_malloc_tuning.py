@@ -1,7 +1,8 @@
-"""The broker process's malloc settings (BrokerConfig.malloc_keep_bytes): WAL-object-sized
-buffers, joined in the writer's encode thread and freed a few flushes later, reuse freed pages
-instead of faulting in fresh ones. At glibc's defaults this churn faulted in ~100 of each
-object's ~1,000 pages here, tuned 5."""
+"""The broker process's malloc settings (BrokerConfig.malloc_keep_bytes): megabyte buffers made
+and freed a few at a time (as the records of produce requests are, held until the recent-objects
+cache lets them go) reuse freed pages instead of faulting in fresh ones. The churn below, 4 MiB
+buffers made in a worker thread, faulted in ~100 of each buffer's ~1,000 pages at glibc's
+defaults here, tuned 5."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ parts = [os.urandom(16384) for _ in range(270)]
 live = collections.deque()
 random.seed(7)
 
-encoder = ThreadPoolExecutor(max_workers=1)  # as WalWriter encodes
+encoder = ThreadPoolExecutor(max_workers=1)  # a thread's arena, as the broker's worker threads have
 
 async def churn(objects):
     loop = asyncio.get_running_loop()
