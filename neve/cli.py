@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ctypes
 import gc
-import logging
-import platform
 import signal
 import sys
 
 from .config import ConfigError, describe_defaults, load_config
 from .logs import setup_logging
-
-log = logging.getLogger("neve.cli")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,7 +66,6 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     setup_logging(config.log_level)
     _tune_gc(config.broker.gc_young_threshold)
-    _tune_malloc(config.broker.malloc_keep_bytes)
     import uvloop
 
     return uvloop.run(_run_node(config))
@@ -82,23 +76,6 @@ def _tune_gc(young_threshold: int) -> None:
     if young_threshold > 0:
         gc.freeze()  # what start-up built (modules, codecs) is never garbage: leave it out of every pass
         gc.set_threshold(young_threshold, 20, 100)
-
-
-# glibc's mallopt parameters (malloc.h) and its ceiling for M_MMAP_THRESHOLD on 64-bit systems.
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-_MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
-
-
-def _tune_malloc(keep_bytes: int) -> bool:
-    """See BrokerConfig.malloc_keep_bytes. True when glibc took both settings."""
-    if keep_bytes <= 0 or platform.libc_ver()[0] != "glibc":
-        return False
-    mallopt = ctypes.CDLL(None).mallopt
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    took = mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD_MAX) == 1 and mallopt(_M_TRIM_THRESHOLD, min(keep_bytes, 2**31 - 1)) == 1
-    log.info("malloc_tuned", extra={"keep_bytes": keep_bytes, "mmap_threshold": _MMAP_THRESHOLD_MAX, "applied": took})
-    return took
 
 
 if __name__ == "__main__":

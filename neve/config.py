@@ -63,14 +63,6 @@ class BrokerConfig:
     broker's CPU at 10,000 partitions. At 100,000 (the middle generation collected every 20 young
     collections, the old one considered every 100 of those; start-up objects frozen out of
     collection) they mostly die young."""
-    malloc_keep_bytes: int = 64 * 1024 * 1024
-    """glibc only: freed memory kept by each malloc arena for reuse before any is returned to the
-    system (M_TRIM_THRESHOLD), with allocations under 32 MiB served from the heap instead of fresh
-    mappings (M_MMAP_THRESHOLD). The broker allocates and frees megabyte buffers all the time (the
-    records of every produce request, held until the recent-objects cache lets them go); at
-    glibc's defaults their pages came fresh from the kernel each time, and zeroing and faulting
-    them in was 16% of the broker's CPU at 1 KiB records (measured while each WAL object was
-    still joined into one buffer as well). 0 keeps glibc's defaults."""
 
 
 @dataclass
