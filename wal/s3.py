@@ -12,9 +12,10 @@ timeout and bounded retries with backoff.
 
 Request bodies are not hashed into the signature by default (SigV4's UNSIGNED-PAYLOAD; the
 request itself is still signed): hashing every PUT body with SHA-256 took a quarter of the
-broker's CPU at 64 KiB records (perf, bench/RESULTS.md), and it buys nothing the WAL format does
-not already give: every section and the footer carry a crc32c that readers check, and over HTTPS
-TLS protects the body in transit. `unsigned_payload=false` in the URL signs bodies again (worth
+broker's CPU at 64 KiB records (perf, bench/RESULTS.md), and it buys little the stored bytes do
+not already carry: every reader checks the footer's crc32c, every record batch carries the
+CRC-32C that Kafka clients check, each section carries a crc32c (`wal.format.verify`), and over
+HTTPS TLS protects the body in transit. `unsigned_payload=false` in the URL signs bodies again (worth
 it only on a plain-HTTP link that an attacker could write to).
 """
 
