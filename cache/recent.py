@@ -1,11 +1,10 @@
 """Recently written WAL objects kept in memory by the broker that wrote them, so tail-reading
 consumers are served without an object-store GET. Bounded by bytes; evicts least recently used.
 
-An object is held as the parts it was joined from (its header, each produce chunk's own bytes, its
-footer), not as the joined copy: the chunks exist anyway, and the joined buffer is freed as soon as
-it is uploaded and committed, so the allocator hands its pages to the next object instead of the
-kernel zeroing fresh ones for each. A range within one part is served as a view of it; a range
-across parts (a reader's own merged span) is joined."""
+An object is held as the parts it was stored from (its header, each produce chunk's own bytes, its
+footer): the writer never joins them into one buffer (wal.format.EncodedObject), so neither does
+the cache. A range within one part is served as a view of it; a range across parts (a reader's own
+merged span) is joined."""
 
 from __future__ import annotations
 

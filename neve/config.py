@@ -91,7 +91,9 @@ class WalConfig:
     """Memory for recently written objects, served to tail-reading consumers without a GET."""
     orphan_grace_s: int = 3600
     """WAL objects this old that no index entry references are deleted (a broker died between
-    upload and commit)."""
+    upload and commit). A broker never commits an object whose upload began more than half this
+    long ago (its producers get a retriable error), so the other half covers the commit itself,
+    the other brokers' view of it and S3's whole-second LastModified."""
     sweep_interval_s: int = 300
     """How often each broker looks for orphaned WAL objects; 0 disables the sweeper."""
 

@@ -107,6 +107,8 @@ class Node:
             buffer_bytes=c.wal.buffer_bytes,
             upload_timeout_ms=c.wal.upload_timeout_ms,
             put_hedge_after_ms=c.wal.put_hedge_after_ms,
+            # half the orphan grace: a commit never lands on an object a sweeper (any broker's) may delete
+            commit_deadline_s=c.wal.orphan_grace_s / 2,
             on_object_stored=self.recent.add,
             metrics=WalMetrics(),
         )

@@ -1,7 +1,8 @@
 """Deletes orphaned WAL objects: uploaded, never committed (a broker died between its PUT and its
 sequencer commit). Only objects older than the grace period and referenced by no index entry are
-deleted, and only while the caller's view of the index is current: a commit can only follow its
-upload by seconds, so an object that old and unreferenced can never become referenced."""
+deleted, and only while the caller's view of the index is current: a writer never commits an object
+whose upload began more than half the grace period ago (WalWriter's commit deadline), so an
+object that old and unreferenced can never become referenced."""
 
 from __future__ import annotations
 

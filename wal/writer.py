@@ -4,6 +4,10 @@ on linger or size, uploads objects in parallel, and commits them in upload-start
 Ordering: chunks are sealed in submit order and object N's commit waits for object N-1's commit
 to finish, so one producer's pipelined requests get offsets in the order they were sent.
 Durability: a chunk's future resolves only after its object is stored AND its commit is done.
+Orphans: an object whose PUT began more than `commit_deadline_s` ago is never committed (its
+chunks fail with a retriable error), so the orphan sweeper, which deletes unreferenced objects
+older than its grace period, never deletes an object whose commit is still on its way: the node
+sets the deadline to half that grace.
 Backpressure: `room()` waits while buffered plus uploading bytes exceed `buffer_bytes`; callers
 (the connection reader) await it before accepting more produce requests.
 Object size: a chunk (one partition's records of one produce request, up to a megabyte) is never
@@ -61,6 +65,7 @@ class WalWriter:
         buffer_bytes: int = 64 * 1024 * 1024,
         upload_timeout_ms: int = 10_000,
         put_hedge_after_ms: int = -1,
+        commit_deadline_s: float | None = None,
         on_object_stored: Callable[[str, Sequence[bytes]], None] | None = None,
         metrics: Any = None,
     ) -> None:
@@ -72,6 +77,7 @@ class WalWriter:
         self.buffer_bytes = buffer_bytes
         self.upload_timeout = upload_timeout_ms / 1000
         self.put_hedge_after_ms = put_hedge_after_ms  # -1 adaptive, 0 never, > 0 fixed
+        self.commit_deadline = commit_deadline_s  # None: none (unit tests; the node always sets one)
         self._put_seconds: deque[float] = deque(maxlen=PUT_SAMPLES)
         self.hedged_puts = 0
         self._uploads = asyncio.Semaphore(max_inflight_uploads)
@@ -88,8 +94,8 @@ class WalWriter:
         self._last_commit: asyncio.Future | None = None
         self._flushes: set[asyncio.Task] = set()
         self._closed = False
-        # One thread of its own checksums every large object: it never waits behind other work
-        # in asyncio's shared default pool.
+        # One thread of its own checksums every large object: 2-3% less broker CPU on the sink
+        # than asyncio.to_thread's shared pool (A/B/A/B, bench/RESULTS.md 2026-11-24).
         self._encoder: ThreadPoolExecutor | None = None
 
     # -- producing side ---------------------------------------------------------------------------
@@ -155,12 +161,17 @@ class WalWriter:
         try:
             async with self._uploads:
                 encoded = encode(chunks) if size < INLINE_ENCODE_BYTES else await self._encode_in_thread(chunks)
+                put_started = time.monotonic()
                 await self._put(key, encoded)
             if self._on_object_stored is not None:
                 self._on_object_stored(key, encoded.parts)
             if previous is not None:
                 await asyncio.shield(previous)
             commit_started = time.monotonic()
+            if self.commit_deadline is not None and commit_started - put_started > self.commit_deadline:
+                raise WalUnavailable(
+                    f"{key} was uploaded {commit_started - put_started:.1f}s ago, past the {self.commit_deadline:g}s commit deadline: left to the orphan sweeper"
+                )
             results = await self._commit(key, encoded, chunks, metas)
             for fut, result in zip(futures, results, strict=True):
                 if not fut.done():

@@ -73,13 +73,16 @@ async def test_commit_touching_500_partitions(etcd_server):
 
 # -- the orphan sweeper ---------------------------------------------------------------------------
 
-GRACE_S = 2
+# Brokers commit nothing uploaded more than GRACE_S / 2 ago, so the other half covers the commit,
+# the other brokers' view of it and S3's whole-second LastModified; at 2 s (1 s each) a fresh-clone
+# run had a sweeper delete three committed objects whose commits waited behind earlier ones.
+GRACE_S = 6
 SWEEP_INTERVAL_S = 1
 SWEEP_ENV = {"NEVE_WAL_ORPHAN_GRACE_S": str(GRACE_S), "NEVE_WAL_SWEEP_INTERVAL_S": str(SWEEP_INTERVAL_S)}
 ZONES = ("a", "b", "c")
 PARTITIONS = 3
-COUNT = 6_000
-RATE = 600  # records/s per producer: production lasts about 10 s, through several sweeps
+COUNT = 18_000
+RATE = 600  # records/s per producer: production lasts about 30 s, through two orphans' lives and many sweeps
 SWEPT_WITHIN = GRACE_S + 3 * SWEEP_INTERVAL_S + 5  # generous: three brokers sweep every second
 S3_LIST_GRANULARITY = 1.0  # S3 LastModified has whole seconds: an object may look up to 1 s older
 

@@ -273,3 +273,37 @@ async def test_hedging_adapts_to_recent_put_times_and_can_be_off():
     assert writer.hedge_after() == pytest.approx(0.25)  # never below the floor
     assert WalWriter(MemoryObjectStore(), Recorder(), put_hedge_after_ms=0).hedge_after() is None
     assert WalWriter(MemoryObjectStore(), Recorder(), put_hedge_after_ms=250).hedge_after() == 0.25
+
+
+async def test_an_object_past_its_commit_deadline_is_left_uncommitted_for_the_sweeper():
+    """A flush whose commit would start after the deadline (here: held behind an earlier commit)
+    fails its chunks with a retriable error and never commits, so the orphan sweeper may delete
+    the object safely; the flushes around it are unaffected."""
+    store = MemoryObjectStore()
+    first_in, release_first = asyncio.Event(), asyncio.Event()
+    committed: list[list[bytes]] = []
+
+    async def commit(key, encoded, chunks, metas):
+        committed.append([c.data for c in chunks])
+        if len(committed) == 1:
+            first_in.set()
+            await release_first.wait()
+        return [key] * len(chunks)
+
+    writer = WalWriter(store, commit, linger_ms=1, commit_deadline_s=0.05)
+    first = writer.submit(chunk(0, b"first"))
+    await first_in.wait()
+    late = writer.submit(chunk(0, b"late"))  # uploaded now, its commit held behind the first's
+    while len([k async for k in store.list("wal/")]) < 2:
+        await asyncio.sleep(0.005)
+    await asyncio.sleep(0.1)  # the deadline is elapsed time itself: let it pass
+    release_first.set()
+    assert await first
+    with pytest.raises(WalUnavailable, match="commit deadline"):
+        await late
+    after = writer.submit(chunk(0, b"after"))  # a fresh object commits as usual
+    assert await after
+    assert committed == [[b"first"], [b"after"]]
+    stored = [k async for k in store.list("wal/")]
+    assert len(stored) == 3  # the late object stays, unreferenced: the sweeper's to delete
+    await writer.close()
