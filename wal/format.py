@@ -84,7 +84,7 @@ class EncodedObject:
 
     @property
     def data(self) -> bytes:
-        """The object's bytes, joined (a copy: for readers and tests, not the write path)."""
+        """The object's bytes, joined: a copy, for tests and tools (nothing on the write or read path uses it)."""
         return b"".join(self.parts)
 
 
