@@ -17,6 +17,7 @@ import logging
 from .codec import MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
 from .framing import FrameSizeError, FrameStream
+from .metrics import requests_of
 from .registry import HANDLERS
 from .handlers.api18_api_versions import unsupported_version_response
 
@@ -132,6 +133,7 @@ class Connection:
             header, body = decode_request(frame, api_key, version)
         except MalformedRequest as e:
             raise _Close(CloseReason.MALFORMED, str(e)) from None
+        requests_of(handler.name).inc()
         ctx = RequestContext(
             services=self.services,
             api_key=api_key,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily
 
-REQUESTS = Counter("neve_requests_total", "Kafka requests handled", ["api"])
-PRODUCE_BYTES = Counter("neve_produce_bytes_total", "Record batch bytes accepted by Produce")
+REQUESTS = Counter("neve_requests_total", "Kafka requests decoded and handed to their handler", ["api"])
+PRODUCE_BYTES = Counter("neve_produce_bytes_total", "Record batch bytes Produce answered as stored (acks=0 requests, never answered, are not counted)")
 FETCH_BYTES = Counter("neve_fetch_bytes_total", "Record batch bytes returned by Fetch")
 OBJECT_GETS = Counter("neve_object_gets_total", "Object-store GETs made to serve fetches (reads from the recent-objects cache excluded)")
 OBJECT_GET_BYTES = Counter("neve_object_get_bytes_total", "Bytes read from the object store to serve fetches")
@@ -23,6 +25,12 @@ WAL_COMMIT_SECONDS = Histogram(
     "Time of one WAL object's sequencer commit (after the broker's earlier commits finished)",
     buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
 )
+
+
+@functools.cache
+def requests_of(api: str):
+    """The labelled request counter of one API, resolved once (the connection counts every request)."""
+    return REQUESTS.labels(api)
 
 
 class WalMetrics:

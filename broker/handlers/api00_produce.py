@@ -26,6 +26,7 @@ from wal.format import Chunk
 from wal.writer import WalUnavailable
 
 from ..codec import build, error
+from ..metrics import PRODUCE_BYTES
 from ..registry import handles
 from ..topic_configs import max_message_bytes
 from ..waiting import wait_all
@@ -40,6 +41,7 @@ async def produce(ctx, request):
     topics = s.metadata.topics()
     max_bytes = s.settings.max_message_bytes
     plan = []  # (topic name, [(partition, future | None, error code, message)])
+    accepted_bytes = {}  # future -> the bytes it stores
     for topic in request.topic_data:
         info = topics.get(topic.name)
         # each batch within the topic's max.message.bytes (else the broker's), as in Kafka
@@ -68,6 +70,7 @@ async def produce(ctx, request):
                 parts.append((p.index, None, ErrorCode.kafka_storage_error, str(e)))
                 continue
             parts.append((p.index, fut, ErrorCode.none, None))
+            accepted_bytes[fut] = len(chunk.data)
         plan.append((topic.name, parts))
 
     if request.acks == 0:
@@ -80,6 +83,7 @@ async def produce(ctx, request):
 
     r = ctx.response
     responses = []
+    stored = 0
     for name, parts in plan:
         partition_responses = []
         for index, fut, code, message in parts:
@@ -96,6 +100,7 @@ async def produce(ctx, request):
                     code = error(result.error_code)
                     if result.error_code == 0:
                         base_offset, log_start = result.base_offset, result.log_start_offset
+                        stored += accepted_bytes[fut]
             partition_responses.append(
                 build(
                     r.PartitionProduceResponse,
@@ -109,4 +114,5 @@ async def produce(ctx, request):
                 )
             )
         responses.append(build(r.TopicProduceResponse, name=name, partition_responses=tuple(partition_responses)))
+    PRODUCE_BYTES.inc(stored)
     return build(r.ProduceResponse, responses=tuple(responses), throttle_time=NO_THROTTLE)

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from wal.batch import inject_offsets, iter_headers
 
 from ..codec import build, has_field
+from ..metrics import FETCH_BYTES
 from ..registry import handles
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -119,6 +120,7 @@ async def fetch(ctx, request):
             topics_out.append(build(r.FetchableTopicResponse, partitions=tuple(parts_out), **topic_key))
         remaining = deadline - time.monotonic()
         if total >= max(request.min_bytes, 1) or remaining <= 0 or not watched:
+            FETCH_BYTES.inc(total)
             return build(r.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0, responses=tuple(topics_out))
         await store.wait_for_commit(watched, remaining)
 

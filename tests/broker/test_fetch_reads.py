@@ -59,6 +59,7 @@ def test_one_get_per_object_for_every_partition_in_it(neve_factory):
             for obj in range(2)
             for p in range(PARTITIONS)
         }
+        start = scrape(metrics_port)
         for obj in range(2):
             cid = raw.request(produce_v9(topic, {p: batches[(obj, p)] for p in range(PARTITIONS)}))
             answers = raw.response(0, 9, cid).responses[0].partition_responses
@@ -71,6 +72,13 @@ def test_one_get_per_object_for_every_partition_in_it(neve_factory):
         expected = {p: served(batches[(0, p)], 0) + served(batches[(1, p)], 3) for p in range(PARTITIONS)}
         assert got == expected
         assert after["neve_object_gets_total"] - before["neve_object_gets_total"] == 2
+        # the request and byte counters count exactly what was answered
+        produce_requests = 'neve_requests_total{api="Produce"}'
+        fetch_requests = 'neve_requests_total{api="Fetch"}'
+        assert before[produce_requests] - start.get(produce_requests, 0) == 2
+        assert after[fetch_requests] - before.get(fetch_requests, 0) == 1
+        assert before["neve_produce_bytes_total"] - start["neve_produce_bytes_total"] == sum(len(b) for b in batches.values())
+        assert after["neve_fetch_bytes_total"] - before["neve_fetch_bytes_total"] == sum(len(b) for b in got.values())
         assert after["neve_object_get_bytes_total"] - before["neve_object_get_bytes_total"] >= sum(len(b) for b in batches.values())
     finally:
         raw.close()
