@@ -111,8 +111,12 @@ class _Keys:
         return f"/{self.root}/{kind}".encode()
 
 
-def _encode_entry(e: IndexEntry) -> bytes:
-    return json.dumps([e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp], separators=(",", ":")).encode()
+def _encode_entry(e: IndexEntry, key_json: str | None = None) -> bytes:
+    """`[last offset, object key, object type, start, size, max timestamp]`. `key_json` is the
+    object key already JSON-encoded: a commit's entries all share one key, encoded once."""
+    if key_json is None:
+        key_json = json.dumps(e.object_key)
+    return f"[{e.last_offset:d},{key_json},{int(e.object_type):d},{e.start:d},{e.size:d},{e.max_timestamp:d}]".encode()
 
 
 def _decode_entry(base: int, raw: bytes) -> IndexEntry:
@@ -156,12 +160,16 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         # Revisions of this broker's own commit transactions, already applied to the view: their
         # watch events (a head and an index entry per partition) are skipped, not decoded again.
         self._own_revisions: set[int] = set()
+        self._topic_ids: dict[str, uuid.UUID] = {}  # hex as in keys -> id
+        self._delete_kind = None  # aetcd's EventKind.DELETE, set once aetcd is imported (start)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
         import aetcd
+        from aetcd.rtypes import EventKind
 
+        self._delete_kind = EventKind.DELETE
         self._client = aetcd.Client(host=self.host, port=self.port, timeout=self.settings.timeout)
         try:
             revision = await asyncio.wait_for(self._load(), self.settings.timeout * 2)
@@ -287,20 +295,19 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         return revision
 
     def _apply_event(self, event) -> None:
-        from aetcd.rtypes import EventKind
-
-        kind, rest = self._split(event.kv.key)
-        deleted = event.kind == EventKind.DELETE
+        kv = event.kv
+        kind, rest = self._split(kv.key)
+        deleted = event.kind == self._delete_kind
         if kind == "heads" and not deleted:
-            self._apply_head(rest, event.kv.value, event.kv.mod_revision, notify=True)
+            self._apply_head(rest, kv.value, kv.mod_revision, notify=True)
         elif kind == "index":
             topic_hex, partition, base = rest.split("/")
-            part = self._partitions.get((uuid.UUID(hex=topic_hex), int(partition)))
+            part = self._partitions.get((self._topic_id(topic_hex), int(partition)))
             if part is not None:
                 if deleted:
                     part.remove(int(base))
                 else:
-                    self._apply_entry(rest, event.kv.value)
+                    part.add(_decode_entry(int(base), kv.value))
         elif kind == "topics":
             if deleted:
                 info = self._topics.pop(rest, None)
@@ -331,9 +338,16 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         for p in range(info.partitions):
             self._partitions.pop((info.topic_id, p), None)
 
+    def _topic_id(self, topic_hex: str) -> uuid.UUID:
+        """The topic id a key names, parsed once per topic (every head and index event names one)."""
+        topic_id = self._topic_ids.get(topic_hex)
+        if topic_id is None:
+            topic_id = self._topic_ids[topic_hex] = uuid.UUID(hex=topic_hex)
+        return topic_id
+
     def _apply_head(self, rest: str, raw: bytes, mod_revision: int, notify: bool) -> None:
         topic_hex, partition = rest.split("/")
-        tp = (uuid.UUID(hex=topic_hex), int(partition))
+        tp = (self._topic_id(topic_hex), int(partition))
         part = self._partitions.get(tp)
         if part is None or mod_revision <= part.mod_revision:
             return
@@ -346,7 +360,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
 
     def _apply_entry(self, rest: str, raw: bytes) -> None:
         topic_hex, partition, base = rest.split("/")
-        part = self._partitions.get((uuid.UUID(hex=topic_hex), int(partition)))
+        part = self._partitions.get((self._topic_id(topic_hex), int(partition)))
         if part is not None:
             part.add(_decode_entry(int(base), raw))
 
@@ -418,7 +432,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             target = min(max(offset, part.log_start_offset), part.next_offset)
             if target == part.log_start_offset:
                 return target
-            value = self._encode_head(part, part.next_offset, {}, int(time.time() * 1000), log_start=target)
+            value, _kept, _used = self._encode_head(part, part.next_offset, {}, int(time.time() * 1000), log_start=target)
             ok, responses = await self._txn([tx.mod(key) == part.mod_revision], [tx.put(key, value)], [tx.get(key)])
             if ok:
                 revision = responses[0].response_put.header.revision
@@ -520,24 +534,30 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             seq = sequence(sub, heads, producers)
             if not heads:
                 return seq.results
-            revisions = {tp: part.mod_revision for tp, part in heads.items()}
             head_keys = {tp: self.keys.head(*tp) for tp in heads}
             # Compare every touched head, changed or not: answers computed from a stale cache
             # (a duplicate, a sequence error) must be confirmed too.
-            compare = [tx.mod(head_keys[tp]) == rev for tp, rev in revisions.items()]
+            compare = [tx.mod(head_keys[tp]) == part.mod_revision for tp, part in heads.items()]
+            changed_by_tp: dict[tuple[uuid.UUID, int], dict[int, ProducerState]] = {}
+            for (pid, tid, p), state in seq.producers.items():
+                changed_by_tp.setdefault((tid, p), {})[pid] = state
             now_ms = int(time.time() * 1000)
             new_heads = {}
             success = []
-            for tp in heads:
-                changed_producers = {pid: state for (pid, tid, p), state in seq.producers.items() if (tid, p) == tp}
-                if tp not in seq.heads and not changed_producers:
-                    continue
-                value = self._encode_head(heads[tp], seq.heads.get(tp, heads[tp].next_offset), changed_producers, now_ms)
-                new_heads[tp] = (value, changed_producers)
+            for tp, part in heads.items():
+                changed_producers = changed_by_tp.get(tp, {})
+                next_offset = seq.heads.get(tp)
+                if next_offset is None:
+                    if not changed_producers:
+                        continue
+                    next_offset = part.next_offset
+                value, kept, used = self._encode_head(part, next_offset, changed_producers, now_ms)
+                new_heads[tp] = (next_offset, kept, used)
                 success.append(tx.put(head_keys[tp], value))
+            key_json = json.dumps(sub.object_key)
             for tp, entries in seq.entries.items():
                 for e in entries:
-                    success.append(tx.put(self.keys.index(tp[0], tp[1], e.base_offset), _encode_entry(e)))
+                    success.append(tx.put(self.keys.index(tp[0], tp[1], e.base_offset), _encode_entry(e, key_json)))
             failure = [tx.get(head_keys[tp]) for tp in heads]
             ok, responses = await self._txn(compare, success, failure)
             if ok:
@@ -555,17 +575,26 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 await asyncio.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
         raise MetadataUnavailable(f"commit of {commit.object_key} kept conflicting")
 
-    def _encode_head(self, part: _PartitionState, next_offset: int, changed: dict[int, ProducerState], now_ms: int, log_start: int | None = None) -> bytes:
+    def _encode_head(
+        self, part: _PartitionState, next_offset: int, changed: dict[int, ProducerState], now_ms: int, log_start: int | None = None
+    ) -> tuple[bytes, dict[int, ProducerState], dict[int, int]]:
+        """A head's value `{"n": next offset, "s": log start, "p": {producer id: [epoch, batches,
+        last used ms]}}`, and the producers it keeps with their last-used times (the view takes
+        them as they are once the commit succeeds, rather than decoding the value again)."""
         expiry = now_ms - self.settings.producer_expiry_ms
-        producers = {}
+        kept: dict[int, ProducerState] = {}
+        used: dict[int, int] = {}
         for pid, state in part.producers.items():
-            used = part.producer_used.get(pid, now_ms)
-            if pid not in changed and used >= expiry:
-                producers[str(pid)] = [state.epoch, [list(b) for b in state.batches], used]
+            last_used = part.producer_used.get(pid, now_ms)
+            if pid not in changed and last_used >= expiry:
+                kept[pid], used[pid] = state, last_used
         for pid, state in changed.items():
-            producers[str(pid)] = [state.epoch, [list(b) for b in state.batches], now_ms]
+            kept[pid], used[pid] = state, now_ms
         start = part.log_start_offset if log_start is None else log_start
-        return json.dumps({"n": next_offset, "s": start, "p": producers}, separators=(",", ":")).encode()
+        if not kept:  # the common case, non-idempotent producers only: no JSON encoder needed
+            return f'{{"n":{next_offset:d},"s":{start:d},"p":{{}}}}'.encode(), kept, used
+        producers = {str(pid): [state.epoch, [list(b) for b in state.batches], used[pid]] for pid, state in kept.items()}
+        return json.dumps({"n": next_offset, "s": start, "p": producers}, separators=(",", ":")).encode(), kept, used
 
     def _apply_commit(self, seq, new_heads, revision: int) -> None:
         touched = []
@@ -574,13 +603,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             if part is not None:
                 for e in entries:
                     part.add(e)
-        for tp, (value, _changed) in new_heads.items():
+        for tp, (next_offset, kept, used) in new_heads.items():
             part = self._partitions.get(tp)
             if part is not None and revision > part.mod_revision:
-                d = json.loads(value)
-                part.next_offset, part.mod_revision = d["n"], revision
-                part.producers = {int(pid): ProducerState(v[0], tuple(BatchSequence(*b) for b in v[1])) for pid, v in d["p"].items()}
-                part.producer_used = {int(pid): v[2] for pid, v in d["p"].items()}
+                part.next_offset, part.mod_revision = next_offset, revision
+                part.producers, part.producer_used = kept, used
                 touched.append(tp)
         self.notifier.notify(touched)
 
