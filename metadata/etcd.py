@@ -161,15 +161,15 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         # watch events (a head and an index entry per partition) are skipped, not decoded again.
         self._own_revisions: set[int] = set()
         self._topic_ids: dict[str, uuid.UUID] = {}  # hex as in keys -> id
-        self._delete_kind = None  # aetcd's EventKind.DELETE, set once aetcd is imported (start)
+        self._delete_type = None  # etcd's Event.DELETE, set once aetcd is imported (start)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
         import aetcd
-        from aetcd.rtypes import EventKind
+        from aetcd import rpc
 
-        self._delete_kind = EventKind.DELETE
+        self._delete_type = rpc.Event.DELETE
         self._client = aetcd.Client(host=self.host, port=self.port, timeout=self.settings.timeout)
         try:
             revision = await asyncio.wait_for(self._load(), self.settings.timeout * 2)
@@ -180,10 +180,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._tasks.append(asyncio.create_task(self._compact_history()))
 
     async def close(self) -> None:
-        # Cancelling is not enough on Python 3.11: aetcd waits for a new watch with asyncio.wait_for,
-        # which there can swallow a cancellation that arrives as the wait completes (CPython
-        # gh-86296), leaving `_follow` on a live watch. So `_follow` also checks `_closed` after every
-        # await, and every step of closing is bounded: a stuck step is logged and left behind.
+        # `_follow` also checks `_closed` when its watch stream ends (aetcd's own watch, used before,
+        # could swallow a cancellation on Python 3.11, CPython gh-86296), and every step of closing
+        # is bounded: a stuck step is logged and left behind.
         self._closed = True
         for task in self._tasks:
             task.cancel()
@@ -261,18 +260,22 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         delay = 0.1
         while not self._closed:
             try:
-                watch = await self._client.watch_prefix(self.keys.prefix(), start_revision=revision + 1)
-                if self._closed:  # closed while the watch was being created (see close())
+                async for response in self._watch(revision + 1):
+                    if response.created:
+                        delay = 0.1
+                        self._watching = True
+                        continue
+                    for event in response.events:
+                        kv = event.kv
+                        if kv.mod_revision > revision:
+                            revision = kv.mod_revision
+                            if len(self._own_revisions) > 256:  # events come in revision order
+                                self._own_revisions = {r for r in self._own_revisions if r >= revision}
+                        if kv.mod_revision not in self._own_revisions:
+                            self._apply_event(event)
+                if self._closed:
                     return
-                delay = 0.1
-                self._watching = True
-                async for event in watch:
-                    if event.kv.mod_revision > revision:
-                        revision = event.kv.mod_revision
-                        if len(self._own_revisions) > 256:  # events come in revision order
-                            self._own_revisions = {r for r in self._own_revisions if r >= revision}
-                    if event.kv.mod_revision not in self._own_revisions:
-                        self._apply_event(event)
+                raise MetadataUnavailable("etcd ended the watch stream")
             except asyncio.CancelledError:
                 raise
             except Exception as e:
@@ -284,6 +287,35 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                     revision = await self._reload()
                 except Exception as reload_error:
                     log.warning("etcd_reload_failed", extra={"error": repr(reload_error)})
+
+    async def _watch(self, start_revision: int):
+        """etcd's watch of everything under the root from `start_revision`, one WatchResponse at a
+        time, on the client's own channel. The stream is read directly rather than through
+        aetcd's watch iterator, which hands over each event through a queue and two coroutines:
+        with a head and an index entry per partition an object holds, that was a quarter of a
+        committing broker's metadata CPU, spent mostly on skipping the events of its own commits."""
+        from aetcd import rpc
+
+        await self._client.connect()
+        prefix = self.keys.prefix()
+        # fragment: a revision's events may exceed a gRPC message (a topic's deletion deletes all its
+        # index keys at once); etcd then sends them in several responses rather than failing the watch
+        create = rpc.WatchRequest(create_request=rpc.WatchCreateRequest(key=prefix, range_end=_prefix_end(prefix), start_revision=start_revision, fragment=True))
+
+        async def requests():
+            yield create
+            await asyncio.Event().wait()  # keep the request side open until the call ends
+
+        call = rpc.WatchStub(self._client.channel).Watch(requests(), metadata=self._client.metadata)
+        try:
+            async for response in call:
+                if response.compact_revision:
+                    raise MetadataUnavailable(f"watch from revision {start_revision} is compacted (now {response.compact_revision})")
+                if response.canceled:
+                    raise MetadataUnavailable(f"etcd cancelled the watch: {response.cancel_reason or 'no reason given'}")
+                yield response
+        finally:
+            call.cancel()
 
     async def _reload(self) -> int:
         """After a broken watch: rebuild the view from scratch, then wake every waiter (whatever
@@ -297,7 +329,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
     def _apply_event(self, event) -> None:
         kv = event.kv
         kind, rest = self._split(kv.key)
-        deleted = event.kind == self._delete_kind
+        deleted = event.type == self._delete_type
         if kind == "heads" and not deleted:
             self._apply_head(rest, kv.value, kv.mod_revision, notify=True)
         elif kind == "index":

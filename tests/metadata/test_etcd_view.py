@@ -4,8 +4,11 @@ and it reloads, whatever lands in between."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
+
+from metadata.store import MetadataUnavailable
 
 from tests.metadata.helpers import append, commit, open_etcd_store
 
@@ -55,3 +58,62 @@ async def test_own_commit_racing_a_reload_stays_in_the_view(private_etcd):
     finally:
         await store.close()
         await other.close()
+
+
+@pytest.mark.integration
+async def test_a_topic_deletion_larger_than_a_grpc_message_is_followed_without_a_reload(etcd_server):
+    """Deleting a topic deletes all its index keys in one revision. 60,000 of them make over 5 MiB
+    of watch events, more than a gRPC message may carry (4 MiB): the watch must take them in
+    fragments, not break and reload the whole view."""
+    writer = await open_etcd_store(etcd_server, "big-delete")
+    follower = await open_etcd_store(etcd_server, "big-delete")
+    try:
+        info = await writer.create_topic("big", 1)
+        tx = writer._client.transactions
+        # one-record entries 0..59,999, each in an object of its own (written as the sequencer would)
+        puts = [tx.put(writer.keys.index(info.topic_id, 0, base), json.dumps([base, f"wal/{base:040d}", 0, 0, 100, 0]).encode()) for base in range(60_000)]
+        for i in range(0, len(puts), 120):
+            await writer._client.transaction(compare=[], success=puts[i : i + 120], failure=[])
+        deadline = asyncio.get_running_loop().time() + 60
+        while len(follower.entries(info.topic_id, 0, 0, max_entries=100_000)) < 60_000:
+            assert asyncio.get_running_loop().time() < deadline, "the follower never saw every index key"
+            await asyncio.sleep(0.05)
+
+        reloads = 0
+        real_reload = follower._reload
+
+        async def counted_reload():
+            nonlocal reloads
+            reloads += 1
+            return await real_reload()
+
+        follower._reload = counted_reload
+        await writer.delete_topic("big")
+        while "big" in follower.topics():
+            assert asyncio.get_running_loop().time() < deadline + 30, "the follower never saw the deletion"
+            await asyncio.sleep(0.05)
+        # an event after the deletion: once seen, the watch has passed the whole deletion unbroken
+        await writer.create_topic("after", 1)
+        while "after" not in follower.topics():
+            assert asyncio.get_running_loop().time() < deadline + 60, "the follower never saw the next topic"
+            await asyncio.sleep(0.05)
+        assert reloads == 0
+        assert follower.is_current()
+    finally:
+        await writer.close()
+        await follower.close()
+
+
+@pytest.mark.integration
+async def test_a_watch_from_a_compacted_revision_fails_so_the_view_is_reloaded(etcd_server):
+    store = await open_etcd_store(etcd_server, "compacted")
+    try:
+        await store.create_topic("a", 1)
+        await store.create_topic("b", 1)
+        revision = (await store._client.get(store.keys.topic("b"))).mod_revision
+        await store._client.compact(revision)
+        with pytest.raises(MetadataUnavailable, match="compacted"):
+            async for _ in store._watch(revision - 1):
+                pass
+    finally:
+        await store.close()
