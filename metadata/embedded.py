@@ -24,7 +24,7 @@ import asyncio
 import json
 import sqlite3
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 from .model import AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
-from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, TopicAlreadyExists, UnknownTopic
+from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic
 from .view import IndexReads, PartitionView
 
 T = TypeVar("T")
@@ -84,6 +84,9 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         self._producers: dict[ProducerKey, ProducerState] = {}
         self._producer_epochs: dict[int, int] = {}
         self._next_producer_id = 0
+        # Objects the orphan sweeper fenced off. In memory: a fence only has to outlive the
+        # commits in flight, and a restarted node has none for the objects of before.
+        self._fenced: set[str] = set()
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -244,6 +247,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         return await self._exclusive(self._commit, commit)
 
     async def _commit(self, commit: ObjectCommit) -> list[AppendResult]:
+        if commit.object_key in self._fenced:
+            raise ObjectFenced(f"{commit.object_key} was fenced off by the orphan sweeper")
         seq = sequence(commit, self._partitions, self._producers)
         if not seq.changed:  # only refusals and duplicates: nothing to make durable
             return seq.results
@@ -276,6 +281,15 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             for e in entries:
                 part.add(e)
         self._producers.update(seq.producers)
+
+    async def fence_objects(self, object_keys: Collection[str]) -> set[str]:
+        return await self._exclusive(self._fence_objects, object_keys)
+
+    async def _fence_objects(self, object_keys: Collection[str]) -> set[str]:
+        # Commits run under the same lock: each one landed before this, or will find the fence.
+        self._fenced.update(object_keys)
+        referenced = self.referenced_objects()
+        return {key for key in object_keys if key not in referenced}
 
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
         # A scan over every producer state; DescribeProducers is rare and the commit path keeps its flat keys.

@@ -46,13 +46,13 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
 from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .sequencer import BatchSequence, ProducerState, involved, sequence
-from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, TopicAlreadyExists, UnknownTopic
+from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic
 from .view import IndexReads, PartitionView
 
 log = logging.getLogger("neve.metadata.etcd")
@@ -99,6 +99,10 @@ class _Keys:
 
     def broker(self, node_id: int) -> bytes:
         return f"/{self.root}/brokers/{node_id}".encode()
+
+    def swept(self, object_key: str) -> bytes:
+        """The orphan sweeper's fence on one object: while it exists, no commit naming it lands."""
+        return f"/{self.root}/swept/{object_key}".encode()
 
     def producer_epoch(self, producer_id: int) -> bytes:
         return f"/{self.root}/producer-epochs/{producer_id}".encode()
@@ -161,6 +165,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         # watch events (a head and an index entry per partition) are skipped, not decoded again.
         self._own_revisions: set[int] = set()
         self._topic_ids: dict[str, uuid.UUID] = {}  # hex as in keys -> id
+        self._revision = 0  # the etcd revision the view reflects (loaded, then followed)
+        self._revision_waiters: list[tuple[int, asyncio.Future]] = []
         self._delete_type = None  # etcd's Event.DELETE, set once aetcd is imported (start)
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -176,6 +182,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         except Exception as e:
             await self._client.close()
             raise MetadataUnavailable(f"etcd at {self.host}:{self.port} is unreachable: {e!r}") from e
+        self._view_at(revision)
         self._tasks.append(asyncio.create_task(self._follow(revision)))
         self._tasks.append(asyncio.create_task(self._compact_history()))
 
@@ -273,6 +280,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                                 self._own_revisions = {r for r in self._own_revisions if r >= revision}
                         if kv.mod_revision not in self._own_revisions:
                             self._apply_event(event)
+                    if revision > self._revision:
+                        self._view_at(revision)
                 if self._closed:
                     return
                 raise MetadataUnavailable("etcd ended the watch stream")
@@ -285,6 +294,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 delay = min(delay * 2, 2.0)
                 try:
                     revision = await self._reload()
+                    self._view_at(revision)
                 except Exception as reload_error:
                     log.warning("etcd_reload_failed", extra={"error": repr(reload_error)})
 
@@ -316,6 +326,33 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 yield response
         finally:
             call.cancel()
+
+    def _view_at(self, revision: int) -> None:
+        """The view now reflects every change up to `revision`: wake whoever waits for it."""
+        self._revision = revision
+        if self._revision_waiters:
+            waiting = []
+            for target, fut in self._revision_waiters:
+                if target <= revision:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    waiting.append((target, fut))
+            self._revision_waiters = waiting
+
+    async def _view_reaches(self, revision: int, timeout: float) -> bool:
+        """Whether the view reflects `revision` within `timeout` seconds."""
+        if self._revision >= revision:
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self._revision_waiters.append((revision, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._revision_waiters = [(t, f) for t, f in self._revision_waiters if f is not fut]
 
     async def _reload(self) -> int:
         """After a broken watch: rebuild the view from scratch, then wake every waiter (whatever
@@ -496,6 +533,23 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
 
     # -- the sequencer ------------------------------------------------------------------------
 
+    async def fence_objects(self, object_keys: Collection[str]) -> set[str]:
+        keys = list(dict.fromkeys(object_keys))
+        if not keys:
+            return set()
+        tx = self._client.transactions
+        fenced_at = 0
+        for i in range(0, len(keys), MAX_OPS):
+            _ok, responses = await self._txn([], [tx.put(self.keys.swept(key), b"") for key in keys[i : i + MAX_OPS]])
+            fenced_at = max(fenced_at, responses[0].response_put.header.revision)
+        # A commit of one of these objects either landed before its fence, and is in the view
+        # once the view reaches the fence's revision, or finds the fence and lands nothing.
+        if not await self._view_reaches(fenced_at, self.settings.timeout * 2):
+            log.warning("etcd_fence_view_behind", extra={"revision": fenced_at, "view_revision": self._revision})
+            return set()
+        referenced = self.referenced_objects()
+        return {key for key in keys if key not in referenced}
+
     async def commit(self, commit: ObjectCommit) -> list[AppendResult]:
         # One broker's commits go one at a time (its WAL writer orders them anyway); contention is
         # only between brokers, where the optimistic transaction settles it.
@@ -556,6 +610,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         sub = ObjectCommit(commit.object_key, commit.object_size, tuple(commit.appends[i] for i in idx))
         partitions, producer_keys = involved(sub)
         tx = self._client.transactions
+        fence_key = self.keys.swept(commit.object_key)
         for attempt in range(self.settings.commit_attempts):
             heads = {tp: self._partitions[tp] for tp in partitions if tp in self._partitions}
             producers = {}
@@ -570,6 +625,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             # Compare every touched head, changed or not: answers computed from a stale cache
             # (a duplicate, a sequence error) must be confirmed too.
             compare = [tx.mod(head_keys[tp]) == part.mod_revision for tp, part in heads.items()]
+            compare.append(tx.create(fence_key) == 0)  # the sweeper has not fenced the object off
             changed_by_tp: dict[tuple[uuid.UUID, int], dict[int, ProducerState]] = {}
             for (pid, tid, p), state in seq.producers.items():
                 changed_by_tp.setdefault((tid, p), {})[pid] = state
@@ -591,6 +647,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 for e in entries:
                     success.append(tx.put(self.keys.index(tp[0], tp[1], e.base_offset), _encode_entry(e, key_json)))
             failure = [tx.get(head_keys[tp]) for tp in heads]
+            failure.append(tx.get(fence_key))
             ok, responses = await self._txn(compare, success, failure)
             if ok:
                 revision = responses[0].response_put.header.revision if responses else 0
@@ -598,8 +655,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                     self._own_revisions.add(revision)  # the transaction put only heads and index entries
                 self._apply_commit(seq, new_heads, revision)
                 return seq.results
+            *head_responses, fence = responses
+            if fence:
+                raise ObjectFenced(f"{commit.object_key} was fenced off by the orphan sweeper")
             # Conflict: refresh the heads from the failure branch's reads and sequence again.
-            for tp, got in zip(heads, responses, strict=True):
+            for tp, got in zip(heads, head_responses, strict=True):
                 if got:
                     value, meta = got[0]
                     self._apply_head(head_keys[tp].decode().split("/heads/", 1)[1], value, meta.mod_revision, notify=False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, TopicInfo
 from .sequencer import ProducerState
@@ -40,6 +40,11 @@ class MetadataUnavailable(MetadataError):
     """The store could not be reached or the write could not be made durable (retriable)."""
 
     error_code = 7  # REQUEST_TIMED_OUT
+
+
+class ObjectFenced(MetadataUnavailable):
+    """The commit names an object the orphan sweeper has fenced off (it may be deleted already):
+    nothing of it was committed; the producers retry into a new object."""
 
 
 TopicPartition = tuple[uuid.UUID, int]
@@ -165,6 +170,14 @@ class MetadataStore(abc.ABC):
                     keys.update(e.object_key for e in batch)
                     offset = batch[-1].last_offset + 1
         return keys
+
+    @abc.abstractmethod
+    async def fence_objects(self, object_keys: Collection[str]) -> set[str]:
+        """For the orphan sweeper: fence these objects off, so that no commit naming one of them
+        can land from now on (it raises ObjectFenced, having committed nothing), and return
+        those no commit named before: the objects that may be deleted. An object a commit named
+        first stays referenced and is not returned. When the store cannot tell (its view lags
+        behind the fence), it returns nothing."""
 
     def is_current(self) -> bool:
         """Whether the in-memory view is known to reflect every durable commit (the embedded

@@ -90,10 +90,11 @@ class WalConfig:
     recent_objects_bytes: int = 256 * 1024 * 1024
     """Memory for recently written objects, served to tail-reading consumers without a GET."""
     orphan_grace_s: int = 3600
-    """WAL objects this old that no index entry references are deleted (a broker died between
-    upload and commit). A broker never commits an object whose upload began more than half this
-    long ago (its producers get a retriable error), so the other half covers the commit itself,
-    the other brokers' view of it and S3's whole-second LastModified."""
+    """WAL objects this old that no index entry references are fenced off in the metadata store
+    and deleted (a broker died between upload and commit); a commit that finds the fence lands
+    nothing and its producers retry. The grace keeps the sweeper off objects whose commits are
+    on their way, and as a second guard a broker never commits an object whose upload began
+    more than half this long ago."""
     sweep_interval_s: int = 300
     """How often each broker looks for orphaned WAL objects; 0 disables the sweeper."""
 

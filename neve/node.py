@@ -107,7 +107,7 @@ class Node:
             buffer_bytes=c.wal.buffer_bytes,
             upload_timeout_ms=c.wal.upload_timeout_ms,
             put_hedge_after_ms=c.wal.put_hedge_after_ms,
-            # half the orphan grace: a commit never lands on an object a sweeper (any broker's) may delete
+            # half the orphan grace: a second guard, behind the sweeper's fence, against committing an object a sweeper deletes
             commit_deadline_s=c.wal.orphan_grace_s / 2,
             on_object_stored=self.recent.add,
             metrics=WalMetrics(),
@@ -137,7 +137,7 @@ class Node:
             raise StartupError(f"cannot register broker {settings.node_id} in {self.metadata_url}: {e!r}") from None
         if c.wal.sweep_interval_s > 0:
             self._sweeper = asyncio.create_task(
-                run_sweeper(self.objects, self.metadata.referenced_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s)
+                run_sweeper(self.objects, self.metadata.referenced_objects, self.metadata.fence_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s)
             )
         if c.broker.retention_check_interval_ms > 0:
             self._retention = asyncio.create_task(run_retention(self.metadata, c.broker.retention_check_interval_ms / 1000))

@@ -4,10 +4,10 @@ on linger or size, uploads objects in parallel, and commits them in upload-start
 Ordering: chunks are sealed in submit order and object N's commit waits for object N-1's commit
 to finish, so one producer's pipelined requests get offsets in the order they were sent.
 Durability: a chunk's future resolves only after its object is stored AND its commit is done.
-Orphans: an object whose PUT began more than `commit_deadline_s` ago is never committed (its
-chunks fail with a retriable error), so the orphan sweeper, which deletes unreferenced objects
-older than its grace period, never deletes an object whose commit is still on its way: the node
-sets the deadline to half that grace.
+Orphans: the orphan sweeper deletes unreferenced objects older than its grace period, after
+fencing them off in the metadata store (a commit that finds the fence fails, retriably). As a
+second guard, an object whose PUT began more than `commit_deadline_s` ago is never committed (its
+chunks fail with a retriable error): the node sets the deadline to half that grace.
 Backpressure: `room()` waits while buffered plus uploading bytes exceed `buffer_bytes`; callers
 (the connection reader) await it before accepting more produce requests.
 Object size: a chunk (one partition's records of one produce request, up to a megabyte) is never

@@ -73,9 +73,10 @@ async def test_commit_touching_500_partitions(etcd_server):
 
 # -- the orphan sweeper ---------------------------------------------------------------------------
 
-# Brokers commit nothing uploaded more than GRACE_S / 2 ago, so the other half covers the commit,
-# the other brokers' view of it and S3's whole-second LastModified; at 2 s (1 s each) a fresh-clone
-# run had a sweeper delete three committed objects whose commits waited behind earlier ones.
+# Sweepers fence an object off before deleting it, and brokers commit nothing uploaded more than
+# GRACE_S / 2 ago. At 2 s, before the fence, a fresh-clone run had a sweeper delete three committed
+# objects whose commits waited behind earlier ones; 6 s keeps commits on their way out of reach of
+# the fence too (a fenced commit would fail and its records be retried).
 GRACE_S = 6
 SWEEP_INTERVAL_S = 1
 SWEEP_ENV = {"NEVE_WAL_ORPHAN_GRACE_S": str(GRACE_S), "NEVE_WAL_SWEEP_INTERVAL_S": str(SWEEP_INTERVAL_S)}

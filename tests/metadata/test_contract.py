@@ -16,7 +16,7 @@ from metadata.model import (
     ObjectType,
     TopicInfo,
 )
-from metadata.store import InvalidPartitions, TopicAlreadyExists, UnknownTopic
+from metadata.store import InvalidPartitions, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic
 
 from .helpers import append, commit
 
@@ -428,6 +428,25 @@ async def test_wait_for_commit_ignores_other_partitions_and_refusals(store):
     await store.commit(commit(append(t, 0, 0, 10, 1, pid=1, epoch=0, seq=0)))  # a duplicate: no growth
     await store.commit(commit(append(t, 0, 0, 10, 1, pid=1, epoch=0, seq=7)))  # refused
     assert await waiter is False
+
+
+# -- fencing objects off (the orphan sweeper) -------------------------------------------------------------
+
+
+async def test_fence_returns_only_objects_no_commit_named_and_refuses_their_commits(store):
+    t = (await store.create_topic("f", 2)).topic_id
+    assert await store.commit(commit(append(t, 0, 0, 10, 3), key="wal/committed")) == [ok(0)]
+    deletable = await store.fence_objects(["wal/committed", "wal/orphan", "wal/late"])
+    assert deletable == {"wal/orphan", "wal/late"}
+    # A commit that arrives after the fence commits nothing, and says so with a retriable error.
+    with pytest.raises(ObjectFenced) as e:
+        await store.commit(commit(append(t, 0, 0, 10, 2), append(t, 1, 10, 10, 4), key="wal/late"))
+    assert isinstance(e.value, MetadataUnavailable) and e.value.error_code == MetadataUnavailable.error_code
+    assert [store.high_watermark(t, p) for p in (0, 1)] == [3, 0]
+    assert "wal/late" not in store.referenced_objects()
+    # Objects never fenced commit as before; fencing nothing fences nothing.
+    assert await store.commit(commit(append(t, 1, 0, 10, 4), key="wal/next")) == [ok(0)]
+    assert await store.fence_objects([]) == set()
 
 
 # -- durability ---------------------------------------------------------------------------------------------

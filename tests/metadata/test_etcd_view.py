@@ -8,7 +8,9 @@ import json
 
 import pytest
 
-from metadata.store import MetadataUnavailable
+from metadata.etcd import EtcdMetadataStore, EtcdSettings
+from metadata.model import AppendResult
+from metadata.store import MetadataUnavailable, ObjectFenced
 
 from tests.metadata.helpers import append, commit, open_etcd_store
 
@@ -117,3 +119,36 @@ async def test_a_watch_from_a_compacted_revision_fails_so_the_view_is_reloaded(e
                 pass
     finally:
         await store.close()
+
+
+@pytest.mark.integration
+async def test_a_fence_waits_for_the_view_and_a_lagging_view_deletes_nothing(etcd_server):
+    """The orphan sweeper's fence: a commit that lands before it must be seen as a reference. A
+    store whose view has stopped following etcd never sees the commit below, so its fence must
+    not report the object deletable (it would be, by that view); a following store's must not
+    either, whatever the watch has delivered when it is asked."""
+    committer = await open_etcd_store(etcd_server, "fence")
+    follower = await open_etcd_store(etcd_server, "fence")
+    lagging = EtcdMetadataStore("127.0.0.1", etcd_server.ports["client"], root="fence", settings=EtcdSettings(timeout=1.0))
+    await lagging.start()
+    try:
+        t = (await committer.create_topic("t", 1)).topic_id
+        while follower.topic_by_id(t) is None or lagging.topic_by_id(t) is None:
+            await asyncio.sleep(0.01)
+        watch = lagging._tasks[0]  # stop its watch: its view stays before the commit
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+
+        assert await committer.commit(commit(append(t, 0, 0, 10, 3), key="wal/committed")) == [AppendResult(0, 0, 0)]
+        assert await follower.fence_objects(["wal/committed", "wal/orphan-1"]) == {"wal/orphan-1"}
+        assert "wal/committed" not in lagging.referenced_objects()  # what a sweeper without the fence would go by
+        assert await lagging.fence_objects(["wal/committed", "wal/orphan-2"]) == set()
+        # both fences stand: a commit of either orphan lands nothing
+        for key in ("wal/orphan-1", "wal/orphan-2"):
+            with pytest.raises(ObjectFenced):
+                await committer.commit(commit(append(t, 0, 0, 10, 1), key=key))
+        assert committer.high_watermark(t, 0) == 3
+    finally:
+        await committer.close()
+        await follower.close()
+        await lagging.close()
