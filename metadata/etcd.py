@@ -52,7 +52,7 @@ from urllib.parse import quote, unquote
 
 from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .sequencer import BatchSequence, ProducerState, involved, sequence
-from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic
+from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic, resolved_within
 from .view import IndexReads, PartitionView
 
 log = logging.getLogger("neve.metadata.etcd")
@@ -347,10 +347,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         fut = asyncio.get_running_loop().create_future()
         self._revision_waiters.append((revision, fut))
         try:
-            await asyncio.wait_for(fut, timeout)
-            return True
-        except TimeoutError:
-            return False
+            return await resolved_within(fut, timeout)
         finally:
             self._revision_waiters = [(t, f) for t, f in self._revision_waiters if f is not fut]
 

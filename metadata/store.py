@@ -50,6 +50,15 @@ class ObjectFenced(MetadataUnavailable):
 TopicPartition = tuple[uuid.UUID, int]
 
 
+async def resolved_within(fut: asyncio.Future, timeout: float) -> bool:
+    """True if `fut` is resolved within `timeout` seconds; False (and `fut` cancelled) if not."""
+    try:
+        await asyncio.wait_for(fut, timeout)
+        return True
+    except TimeoutError:
+        return False
+
+
 class CommitNotifier:
     """Wakes coroutines waiting for any of a set of partitions to grow. Backends call `notify`
     after applying a commit to their in-memory view."""
@@ -70,10 +79,7 @@ class CommitNotifier:
         for tp in keys:
             self._waiters.setdefault(tp, set()).add(fut)
         try:
-            await asyncio.wait_for(fut, timeout)
-            return True
-        except TimeoutError:
-            return False
+            return await resolved_within(fut, timeout)
         finally:
             for tp in keys:
                 waiters = self._waiters.get(tp)
