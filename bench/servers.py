@@ -9,6 +9,7 @@ its peer (tansu) write to the same SeaweedFS, each in its own bucket.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -193,6 +194,17 @@ class Etcd:
 
     def stop(self) -> None:
         terminate(self.process)
+
+    def footprint(self) -> tuple[float, float]:
+        """(live keys, bytes of the database in use) once etcd's revision history is compacted
+        away: what the keys themselves take, as they would after the brokers' own compaction.
+        Compacts to the current revision, so only between load steps (a watch behind it reloads)."""
+        endpoints = f"--endpoints={self.endpoint}"
+        status = subprocess.run([binary("etcdctl"), endpoints, "endpoint", "status", "-w", "json"], capture_output=True, text=True, check=True, timeout=30)
+        revision = json.loads(status.stdout)[0]["Status"]["header"]["revision"]
+        subprocess.run([binary("etcdctl"), endpoints, "compact", str(revision), "--physical"], capture_output=True, text=True, check=True, timeout=60)
+        samples = scrape(f"http://{self.endpoint}/metrics")
+        return samples["etcd_debugging_mvcc_keys_total"], samples["etcd_mvcc_db_total_size_in_use_in_bytes"]
 
 
 class SeaweedFS:

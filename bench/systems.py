@@ -108,6 +108,11 @@ class System(abc.ABC):
         """The broker's Prometheus samples (name{labels} -> value); empty when not exposed."""
         return {}
 
+    def metadata_footprint(self) -> tuple[float, float] | None:
+        """(live keys, bytes in use) of the metadata store, its history compacted away; None when
+        the system's metadata store cannot be measured (embedded, the peer's)."""
+        return None
+
     @abc.abstractmethod
     def wal_settings(self) -> WalSettings | None:
         """neve's WAL settings; None for a system that has none (the peer)."""
@@ -295,6 +300,9 @@ class NeveS3(_Neve):
 
     def etcd_endpoint(self) -> str:
         return self.servers.etcd().endpoint
+
+    def metadata_footprint(self) -> tuple[float, float] | None:
+        return self.servers.etcd().footprint()
 
     def describe(self) -> dict:
         env = {**(self._resolved or {}), **self.env}

@@ -1,6 +1,7 @@
 """cost: object-store PUTs and bytes stored per GiB produced (counted in the object store itself),
-GETs and metadata-store operations per GiB when the broker exposes counters for them, and what a
-month of this run's traffic would cost at S3 list prices, in the shape of Ursa's Table 1."""
+GETs and metadata-store operations per GiB when the broker exposes counters for them, the keys
+and bytes the metadata store (etcd) keeps per GiB, and what a month of this run's traffic would
+cost at S3 list prices, in the shape of Ursa's Table 1."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from ..options import size
 from ..stats import GiB, MB
 
 NAME = "cost"
-HELP = "object-store PUTs/GETs, bytes stored and metadata operations per GiB; month cost at S3 list prices"
+HELP = "object-store PUTs/GETs, bytes stored, metadata operations and metadata bytes per GiB; month cost at S3 list prices"
 
 # S3 Standard list prices (us-east-1), the ones Ursa's Table 1 uses.
 PUT_PER_1000 = 0.005
 GET_PER_1000 = 0.0004
 STORAGE_PER_GB_MONTH = 0.023
 MONTH_S = 30 * 24 * 3600
+ETCD_DEFAULT_QUOTA = 2 * 2**30  # etcd's --quota-backend-bytes default
 
 # Prometheus counters that count what this scenario wants, if the broker has them.
 PUT_METRIC = "neve_wal_object_puts_total"
@@ -42,9 +44,11 @@ def run(r) -> None:
     a = r.args
     system = r.start_system()
     timing = r.timing(full=(2.0, 10.0), quick=(0.5, 1.5))
+    footprint_before = system.metadata_footprint()
     before, requests_before = system.metrics(), system.object_requests()
     step = r.load(Load("cost", a.partitions, a.record_bytes, timing.warmup_s, timing.duration_s, consumers=a.consumers))
     after, requests_after = system.metrics(), system.object_requests()
+    footprint_after = system.metadata_footprint()
     produced_gib = step["produced"] * a.record_bytes / GiB  # the whole step: counters cover warm-up and drain too
 
     def delta(names):
@@ -66,8 +70,24 @@ def run(r) -> None:
         "puts_from_broker_metrics": per(metric_puts),
         "gets": per(gets),
         "metadata_ops": per(meta),
+        "metadata_keys": per(footprint_after[0] - footprint_before[0]) if footprint_before and footprint_after else None,
+        "metadata_bytes": per(footprint_after[1] - footprint_before[1]) if footprint_before and footprint_after else None,
         "stored_bytes": step["stored_bytes_per_gib"],
     }
+    metadata_bytes = r.derived["per_gib"]["metadata_bytes"]
+    if metadata_bytes:
+        # Every index entry stays until compaction (next phase) replaces many by one: at this
+        # rate, how long until etcd's default database quota is full.
+        gib_to_quota = ETCD_DEFAULT_QUOTA / metadata_bytes
+        hours = gib_to_quota * GiB / (step["mb_per_s"] * MB) / 3600 if step["mb_per_s"] else None
+        r.derived["etcd_default_quota"] = {"gib_produced": round(gib_to_quota, 1), "hours_at_this_rate": None if hours is None else round(hours, 1)}
+        r.notes.append(
+            f"Metadata bytes per GiB: the growth of etcd's database in use over the step, its revision history compacted away before and after (what the keys themselves take: {metadata_bytes:,.0f} bytes per GiB produced). "
+            f"Index entries are kept until compaction replaces them, so etcd's default 2 GiB quota (--quota-backend-bytes) fills after {gib_to_quota:,.0f} GiB produced"
+            + (f", {hours:,.1f} hours at this run's rate." if hours is not None else ".")
+        )
+    elif footprint_before is None:
+        r.notes.append("Metadata bytes per GiB: not measured (only an etcd metadata store is measured; run --system neve-s3).")
     if store_puts is not None:
         r.notes.append("PUTs and GETs per GiB are SeaweedFS's own S3 request counters for the system's bucket over the whole step (warm-up and drain included), divided by all bytes the step produced.")
     if gets is None:

@@ -159,6 +159,9 @@ def test_cost_quick_neve_s3(tmp_path):
     assert per["puts_counted_in_store"] > 0 and per["puts_from_broker_metrics"] > 0
     assert per["metadata_ops"] > 0  # neve_metadata_ops_total from the etcd store
     assert per["gets"] is not None
+    # etcd keeps at least one index key per object per partition: 10 partitions, 4 MiB objects or smaller
+    assert per["metadata_keys"] >= 10 * 256 * 0.9 and per["metadata_bytes"] > per["metadata_keys"] * 100
+    assert doc["derived"]["etcd_default_quota"]["gib_produced"] > 0
 
 
 def test_e2e_quick(tmp_path):
