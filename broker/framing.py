@@ -169,6 +169,10 @@ class FrameStream(asyncio.BufferedProtocol):
     def write(self, data: bytes) -> None:
         self.transport.write(data)
 
+    def writelines(self, frames: list[bytes]) -> None:
+        """Several frames in one write (one system call where the transport can)."""
+        self.transport.writelines(frames)
+
     def write_buffer_size(self) -> int:
         return self.transport.get_write_buffer_size()
 
