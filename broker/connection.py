@@ -14,7 +14,7 @@ import asyncio
 import enum
 import logging
 
-from .codec import MalformedRequest, decode_request, encode_response, peek_header, response_module
+from .codec import PRODUCE, MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
 from .framing import FrameSizeError, FrameStream
 from .metrics import requests_of
@@ -24,7 +24,6 @@ from .handlers.api18_api_versions import unsupported_version_response
 log = logging.getLogger("neve.broker.connection")
 
 API_VERSIONS = 18
-PRODUCE = 0
 SEND_BATCH_BYTES = 1024 * 1024  # ready responses are written once they add up to this much
 
 
@@ -154,7 +153,8 @@ class Connection:
         ready_bytes = 0
         while True:
             if self._replies.empty():
-                ready_bytes = await self._flush(ready)
+                await self._flush(ready)
+                ready_bytes = 0
                 item = await self._replies.get()
             else:
                 item = self._replies.get_nowait()
@@ -165,7 +165,8 @@ class Connection:
             if api_key != PRODUCE:
                 task.add_done_callback(lambda _: self._other_slots.release())
             if not task.done():
-                ready_bytes = await self._flush(ready)
+                await self._flush(ready)
+                ready_bytes = 0
             try:
                 response = await task
             except Exception as e:
@@ -195,7 +196,8 @@ class Connection:
             ready.append(frame)
             ready_bytes += len(frame)
             if ready_bytes >= SEND_BATCH_BYTES:
-                ready_bytes = await self._flush(ready)
+                await self._flush(ready)
+                ready_bytes = 0
 
     def _send(self, ready: list[bytes]) -> None:
         """Hand the ready responses to the transport in one write, and forget them."""
@@ -203,13 +205,11 @@ class Connection:
             self.stream.writelines(ready)
             ready.clear()
 
-    async def _flush(self, ready: list[bytes]) -> int:
-        """_send, then wait while the client leaves more than 4 MiB of responses unread; returns
-        the bytes left ready (none)."""
+    async def _flush(self, ready: list[bytes]) -> None:
+        """_send, then wait while the client leaves more than 4 MiB of responses unread."""
         self._send(ready)
         if self.stream.write_buffer_size() > 4 * 1024 * 1024:
             await self.stream.drain()
-        return 0
 
     def _abort(self) -> None:
         self._drain_pending()
