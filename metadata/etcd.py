@@ -367,13 +367,12 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         if kind == "heads" and not deleted:
             self._apply_head(rest, kv.value, kv.mod_revision, notify=True)
         elif kind == "index":
-            topic_hex, partition, base = rest.split("/")
-            part = self._partitions.get((self._topic_id(topic_hex), int(partition)))
-            if part is not None:
-                if deleted:
-                    part.remove(int(base))
-                else:
-                    part.add(_decode_entry(int(base), kv.value))
+            if deleted:
+                part, base = self._index_key(rest)
+                if part is not None:
+                    part.remove(base)
+            else:
+                self._apply_entry(rest, kv.value)
         elif kind == "topics":
             if deleted:
                 info = self._topics.pop(rest, None)
@@ -424,11 +423,15 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         if notify:
             self.notifier.notify((tp,))
 
-    def _apply_entry(self, rest: str, raw: bytes) -> None:
+    def _index_key(self, rest: str) -> tuple[_PartitionState | None, int]:
+        """The partition (None if unknown) and base offset an index key names."""
         topic_hex, partition, base = rest.split("/")
-        part = self._partitions.get((self._topic_id(topic_hex), int(partition)))
+        return self._partitions.get((self._topic_id(topic_hex), int(partition))), int(base)
+
+    def _apply_entry(self, rest: str, raw: bytes) -> None:
+        part, base = self._index_key(rest)
         if part is not None:
-            part.add(_decode_entry(int(base), raw))
+            part.add(_decode_entry(base, raw))
 
     def is_current(self) -> bool:
         return self._watching and not self._closed

@@ -64,14 +64,15 @@ def run(r) -> None:
     store_puts, store_gets = store_delta("PUT"), store_delta("GET")
     gets = store_gets if store_gets is not None else delta(GET_METRICS)
     meta = delta(METADATA_METRICS)
+    footprint_measured = footprint_before is not None and footprint_after is not None
     per = lambda v: None if v is None or produced_gib <= 0 else round(v / produced_gib, 2)  # noqa: E731
     r.derived["per_gib"] = {
         "puts_counted_in_store": per(store_puts) if store_puts is not None else step["puts_per_gib"],
         "puts_from_broker_metrics": per(metric_puts),
         "gets": per(gets),
         "metadata_ops": per(meta),
-        "metadata_keys": per(footprint_after[0] - footprint_before[0]) if footprint_before and footprint_after else None,
-        "metadata_bytes": per(footprint_after[1] - footprint_before[1]) if footprint_before and footprint_after else None,
+        "metadata_keys": per(footprint_after[0] - footprint_before[0]) if footprint_measured else None,
+        "metadata_bytes": per(footprint_after[1] - footprint_before[1]) if footprint_measured else None,
         "stored_bytes": step["stored_bytes_per_gib"],
     }
     metadata_bytes = r.derived["per_gib"]["metadata_bytes"]
@@ -86,7 +87,7 @@ def run(r) -> None:
             f"Index entries are kept until compaction replaces them, so etcd's default 2 GiB quota (--quota-backend-bytes) fills after {gib_to_quota:,.0f} GiB produced"
             + (f", {hours:,.1f} hours at this run's rate." if hours is not None else ".")
         )
-    elif footprint_before is None:
+    elif not footprint_measured:
         r.notes.append("Metadata bytes per GiB: not measured (only an etcd metadata store is measured; run --system neve-s3).")
     if store_puts is not None:
         r.notes.append("PUTs and GETs per GiB are SeaweedFS's own S3 request counters for the system's bucket over the whole step (warm-up and drain included), divided by all bytes the step produced.")

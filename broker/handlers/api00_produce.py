@@ -40,8 +40,7 @@ async def produce(ctx, request):
     s = ctx.services
     topics = s.metadata.topics()
     max_bytes = s.settings.max_message_bytes
-    plan = []  # (topic name, [(partition, future | None, error code, message)])
-    accepted_bytes = {}  # future -> the bytes it stores
+    plan = []  # (topic name, [(partition, future | None, error code, message, bytes submitted)])
     for topic in request.topic_data:
         info = topics.get(topic.name)
         # each batch within the topic's max.message.bytes (else the broker's), as in Kafka
@@ -49,34 +48,33 @@ async def produce(ctx, request):
         parts = []
         for p in topic.partition_data:
             if info is None or not 0 <= p.index < info.partitions:
-                parts.append((p.index, None, ErrorCode.unknown_topic_or_partition, None))
+                parts.append((p.index, None, ErrorCode.unknown_topic_or_partition, None, 0))
                 continue
             records = p.records
             if not records:
-                parts.append((p.index, None, ErrorCode.invalid_record, "no records"))
+                parts.append((p.index, None, ErrorCode.invalid_record, "no records", 0))
                 continue
             try:
                 summary = validate(records, max_size=limit)
             except InvalidRecords as e:
-                parts.append((p.index, None, error(e.error_code), str(e)))
+                parts.append((p.index, None, error(e.error_code), str(e), 0))
                 continue
             if summary.transactional or request.transactional_id is not None:
-                parts.append((p.index, None, ErrorCode.transactional_id_authorization_failed, "transactions are not supported yet"))
+                parts.append((p.index, None, ErrorCode.transactional_id_authorization_failed, "transactions are not supported yet", 0))
                 continue
             chunk = Chunk(info.topic_id, p.index, bytes(records), summary.batch_count, summary.record_count, summary.max_timestamp)
             try:
                 fut = s.wal.submit(chunk, summary)
             except WalUnavailable as e:
-                parts.append((p.index, None, ErrorCode.kafka_storage_error, str(e)))
+                parts.append((p.index, None, ErrorCode.kafka_storage_error, str(e), 0))
                 continue
-            parts.append((p.index, fut, ErrorCode.none, None))
-            accepted_bytes[fut] = len(chunk.data)
+            parts.append((p.index, fut, ErrorCode.none, None, len(chunk.data)))
         plan.append((topic.name, parts))
 
     if request.acks == 0:
         return None
 
-    futures = [fut for _, parts in plan for _, fut, _, _ in parts if fut is not None]
+    futures = [fut for _, parts in plan for _, fut, _, _, _ in parts if fut is not None]
     if futures:
         timeout = min(request.timeout.total_seconds(), s.settings.produce_timeout_ms / 1000) if request.timeout.total_seconds() > 0 else s.settings.produce_timeout_ms / 1000
         await wait_all(futures, max(timeout, 0.001))
@@ -86,7 +84,7 @@ async def produce(ctx, request):
     stored = 0
     for name, parts in plan:
         partition_responses = []
-        for index, fut, code, message in parts:
+        for index, fut, code, message, size in parts:
             base_offset, log_start = -1, -1
             if fut is not None:
                 if not fut.done():
@@ -100,7 +98,7 @@ async def produce(ctx, request):
                     code = error(result.error_code)
                     if result.error_code == 0:
                         base_offset, log_start = result.base_offset, result.log_start_offset
-                        stored += accepted_bytes[fut]
+                        stored += size
             partition_responses.append(
                 build(
                     r.PartitionProduceResponse,
