@@ -152,3 +152,67 @@ async def test_a_fence_waits_for_the_view_and_a_lagging_view_deletes_nothing(etc
         await committer.close()
         await follower.close()
         await lagging.close()
+
+
+@pytest.mark.integration
+async def test_a_commit_from_a_stale_view_is_sequenced_again_on_the_heads_etcd_returns(etcd_server):
+    """Two brokers append to the same partitions. One's view has stopped following etcd, so its
+    commit's compare fails; the transaction's failure branch returns the current heads in the same
+    round trip, and the commit is sequenced again on them: it takes the next offsets, and a
+    producer's retry of a batch the other broker stored is answered as that batch's duplicate."""
+    writer = await open_etcd_store(etcd_server, "stale")
+    stale = await open_etcd_store(etcd_server, "stale")
+    try:
+        t = (await writer.create_topic("t", 2)).topic_id
+        while stale.topic_by_id(t) is None:
+            await asyncio.sleep(0.01)
+        watch = stale._tasks[0]  # stop its watch: its view keeps the heads as they are now
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+
+        assert await writer.commit(commit(append(t, 0, 0, 10, 5))) == [AppendResult(0, 0, 0)]
+        assert await writer.commit(commit(append(t, 1, 0, 10, 3, pid=7, epoch=0, seq=0))) == [AppendResult(0, 0, 0)]
+        ops = stale.ops
+
+        results = await stale.commit(commit(append(t, 0, 0, 10, 2), append(t, 1, 0, 10, 3, pid=7, epoch=0, seq=0), key="wal/late"))
+        assert results == [AppendResult(0, 5, 0), AppendResult(0, 0, 0, duplicate=True)]
+        assert stale.ops - ops == 2  # the conflict, then the commit on the returned heads
+        assert (stale.high_watermark(t, 0), stale.high_watermark(t, 1)) == (7, 3)
+        assert [(e.base_offset, e.last_offset, e.object_key) for e in stale.entries(t, 0, 0)] == [(5, 6, "wal/late")]
+        while writer.high_watermark(t, 0) < 7:
+            assert await writer.wait_for_commit([(t, 0)], timeout=30), "the writer never saw the stale store's commit"
+        assert [(e.base_offset, e.last_offset) for e in writer.entries(t, 0, 0)] == [(0, 4), (5, 6)]
+        assert [(e.base_offset, e.last_offset) for e in writer.entries(t, 1, 0)] == [(0, 2)]
+    finally:
+        await writer.close()
+        await stale.close()
+
+
+@pytest.mark.integration
+async def test_a_commit_that_puts_nothing_takes_no_revision_for_its_own(etcd_server):
+    """A commit whose only append is a producer's retry puts nothing, and etcd answers it with the
+    latest revision, here another broker's commit that this store's watch has not delivered yet.
+    The store skips the watch events of its own commits, so it must not take that revision for
+    one of them: the other commit's records would never appear in its view."""
+    writer = await open_etcd_store(etcd_server, "nothing")
+    store = await open_etcd_store(etcd_server, "nothing")
+    try:
+        t = (await writer.create_topic("t", 2)).topic_id
+        retried = append(t, 1, 0, 10, 3, pid=7, epoch=0, seq=0)
+        assert await writer.commit(commit(retried)) == [AppendResult(0, 0, 0)]
+        while store.high_watermark(t, 1) < 3:
+            assert await store.wait_for_commit([(t, 1)], timeout=30), "the store never saw the first commit"
+        watch = store._tasks[0]  # hold the watch: the next commit's events arrive after the retry's answer
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        followed = store._revision
+
+        assert await writer.commit(commit(append(t, 0, 0, 10, 5))) == [AppendResult(0, 0, 0)]
+        assert await store.commit(commit(retried)) == [AppendResult(0, 0, 0, duplicate=True)]
+        store._tasks[0] = asyncio.create_task(store._follow(followed))  # the watch delivers it now
+        while store.high_watermark(t, 0) < 5:
+            assert await store.wait_for_commit([(t, 0)], timeout=10), "the other broker's commit never reached the view"
+        assert [(e.base_offset, e.last_offset) for e in store.entries(t, 0, 0)] == [(0, 4)]
+    finally:
+        await writer.close()
+        await store.close()
