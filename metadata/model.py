@@ -40,7 +40,11 @@ class BrokerRegistration:
     zone: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+# The values made once per partition-append (an Append, its AppendResult, its IndexEntry) are not
+# frozen: a frozen dataclass sets each field through object.__setattr__, and its __init__ took
+# 0.70 us against 0.15 (7 fields), a few per produce request and one per index entry a broker
+# follows. They are hashed as before and nothing assigns their fields.
+@dataclass(slots=True, unsafe_hash=True)
 class IndexEntry:
     """Offsets [base_offset, last_offset] of one partition live in this slice of one object."""
 
@@ -57,7 +61,7 @@ class IndexEntry:
         return self.last_offset - self.base_offset + 1
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Append:
     """The records of one produce partition inside a WAL object, to be given offsets."""
 
@@ -82,7 +86,7 @@ class ObjectCommit:
     appends: tuple[Append, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class AppendResult:
     """The answer for one Append. error_code 0: stored (or a retried duplicate, answered with the
     offset it was first stored at); otherwise a Kafka error code and base_offset -1."""

@@ -70,7 +70,7 @@ class InvalidRecords(ValueError):
         self.error_code = error_code
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # made per batch: not frozen, which costs 4x in __init__ (metadata/model.py)
 class RecordsSummary:
     """What the sequencer needs to know about the records of one produce partition (1+ batches)."""
 
@@ -85,7 +85,7 @@ class RecordsSummary:
     compression: int  # attributes & 0x7 of the first batch
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # made per batch: not frozen, which costs 4x in __init__ (metadata/model.py)
 class BatchHeader:
     position: int  # where the batch starts within the buffer given
     size: int  # LOG_OVERHEAD + batchLength
