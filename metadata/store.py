@@ -244,7 +244,12 @@ def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 
 
         return EmbeddedMetadataStore(None if parsed.scheme == "memory" else parsed.path)
     if parsed.scheme == "etcd":
-        from .etcd import EtcdMetadataStore, EtcdSettings  # imported lazily: aetcd is only needed for etcd
+        try:  # imported lazily: aetcd and orjson are only needed for etcd
+            import aetcd  # noqa: F401
+
+            from .etcd import EtcdMetadataStore, EtcdSettings
+        except ImportError as e:
+            raise ImportError(f"the etcd metadata store needs aetcd and orjson: pip install 'neve[etcd]' ({e})") from e
 
         settings = EtcdSettings(timeout=timeout_ms / 1000, lease_ttl=lease_ttl_s, compact_interval_s=compact_interval_s)
         return EtcdMetadataStore(parsed.hostname or "127.0.0.1", parsed.port or 2379, root=parsed.path.strip("/") or "neve", settings=settings)
