@@ -15,7 +15,6 @@ so a connection's requests enter the WAL buffer in the order they arrived.
 
 from __future__ import annotations
 
-import datetime
 import logging
 
 from kio.schema.errors import ErrorCode
@@ -25,14 +24,13 @@ from wal.batch import InvalidRecords, validate
 from wal.format import Chunk
 from wal.writer import WalUnavailable
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, OnePartitionProduce, build, error
 from ..metrics import PRODUCE_BYTES
 from ..registry import handles
 from ..topic_configs import max_message_bytes
 from ..waiting import wait_all
 
 log = logging.getLogger("neve.broker.produce")
-NO_THROTTLE = datetime.timedelta(0)
 
 
 @handles(0, "Produce", 3, 11)
@@ -79,26 +77,21 @@ async def produce(ctx, request):
         timeout = min(request.timeout.total_seconds(), s.settings.produce_timeout_ms / 1000) if request.timeout.total_seconds() > 0 else s.settings.produce_timeout_ms / 1000
         await wait_all(futures, max(timeout, 0.001))
 
+    if len(plan) == 1 and len(plan[0][1]) == 1:  # librdkafka's requests: one partition each
+        name, [(index, fut, code, message, size)] = plan[0]
+        code, base_offset, log_start, message = _outcome(fut, code, message)
+        if code == ErrorCode.none:
+            PRODUCE_BYTES.inc(size)
+        return OnePartitionProduce(name, index, code, base_offset, log_start, message)
     r = ctx.response
     responses = []
     stored = 0
     for name, parts in plan:
         partition_responses = []
         for index, fut, code, message, size in parts:
-            base_offset, log_start = -1, -1
-            if fut is not None:
-                if not fut.done():
-                    code, message = ErrorCode.request_timed_out, "not stored within the request timeout"
-                elif fut.exception() is not None:
-                    exc = fut.exception()
-                    code = error(exc.error_code) if isinstance(exc, MetadataError) else ErrorCode.kafka_storage_error
-                    message = str(exc)
-                else:
-                    result = fut.result()
-                    code = error(result.error_code)
-                    if result.error_code == 0:
-                        base_offset, log_start = result.base_offset, result.log_start_offset
-                        stored += size
+            code, base_offset, log_start, message = _outcome(fut, code, message)
+            if code == ErrorCode.none:
+                stored += size
             partition_responses.append(
                 build(
                     r.PartitionProduceResponse,
@@ -108,9 +101,28 @@ async def produce(ctx, request):
                     log_append_time=None,
                     log_start_offset=log_start,
                     record_errors=(),
-                    error_message=message if code != ErrorCode.none else None,
+                    error_message=message,
                 )
             )
         responses.append(build(r.TopicProduceResponse, name=name, partition_responses=tuple(partition_responses)))
     PRODUCE_BYTES.inc(stored)
     return build(r.ProduceResponse, responses=tuple(responses), throttle_time=NO_THROTTLE)
+
+
+def _outcome(fut, code: ErrorCode, message: str | None) -> tuple[ErrorCode, int, int, str | None]:
+    """(error code, base offset, log start offset, error message) of one partition: the error found
+    before submitting, or what became of its WAL append."""
+    base_offset, log_start = -1, -1
+    if fut is not None:
+        if not fut.done():
+            code, message = ErrorCode.request_timed_out, "not stored within the request timeout"
+        elif fut.exception() is not None:
+            exc = fut.exception()
+            code = error(exc.error_code) if isinstance(exc, MetadataError) else ErrorCode.kafka_storage_error
+            message = str(exc)
+        else:
+            result = fut.result()
+            code = error(result.error_code)
+            if result.error_code == 0:
+                base_offset, log_start = result.base_offset, result.log_start_offset
+    return code, base_offset, log_start, message if code != ErrorCode.none else None
