@@ -125,9 +125,12 @@ def _encode_entry(e: IndexEntry, key_json: str | None = None) -> bytes:
     return f"[{e.last_offset:d},{key_json},{int(e.object_type):d},{e.start:d},{e.size:d},{e.max_timestamp:d}]".encode()
 
 
+_OBJECT_TYPES = tuple(ObjectType)  # by value (0, 1, ...): indexing is 15x cheaper than ObjectType(kind)
+
+
 def _decode_entry(base: int, raw: bytes) -> IndexEntry:
     last, key, kind, start, size, max_ts = orjson.loads(raw)
-    return IndexEntry(base, last, key, ObjectType(kind), start, size, max_ts)
+    return IndexEntry(base, last, key, _OBJECT_TYPES[kind], start, size, max_ts)
 
 
 @dataclass
@@ -274,14 +277,23 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                         delay = 0.1
                         self._watching = True
                         continue
-                    for event in response.events:
-                        kv = event.kv
-                        if kv.mod_revision > revision:
-                            revision = kv.mod_revision
-                            if len(self._own_revisions) > 256:  # events come in revision order
-                                self._own_revisions = {r for r in self._own_revisions if r >= revision}
-                        if kv.mod_revision not in self._own_revisions:
-                            self._apply_event(event)
+                    events = response.events
+                    if not events:
+                        continue
+                    followed = revision
+                    last = events[-1].kv.mod_revision
+                    if last in self._own_revisions and events[0].kv.mod_revision == last:
+                        # all of one of this store's commits (or a fragment of it), applied already
+                        revision = max(revision, last)
+                    else:
+                        for event in events:
+                            kv = event.kv
+                            if kv.mod_revision > revision:
+                                revision = kv.mod_revision
+                            if kv.mod_revision not in self._own_revisions:
+                                self._apply_event(event)
+                    if revision > followed and len(self._own_revisions) > 256:  # events come in revision order
+                        self._own_revisions = {r for r in self._own_revisions if r >= revision}
                     if revision > self._revision:
                         self._view_at(revision)
                 if self._closed:
@@ -420,8 +432,12 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             return
         d = orjson.loads(raw)
         part.next_offset, part.log_start_offset, part.mod_revision = d["n"], d["s"], mod_revision
-        part.producers = {int(pid): ProducerState(v[0], tuple(BatchSequence(*b) for b in v[1])) for pid, v in d.get("p", {}).items()}
-        part.producer_used = {int(pid): v[2] for pid, v in d.get("p", {}).items()}
+        producers = d.get("p")
+        if producers:
+            part.producers = {int(pid): ProducerState(v[0], tuple(BatchSequence(*b) for b in v[1])) for pid, v in producers.items()}
+            part.producer_used = {int(pid): v[2] for pid, v in producers.items()}
+        else:  # the common case: no idempotent producer writes the partition
+            part.producers, part.producer_used = {}, {}
         if notify:
             self.notifier.notify((tp,))
 

@@ -1,0 +1,39 @@
+"""The etcd store's value formats, without an etcd: an index entry and a head decode to what was
+encoded, whatever the object key and the object type."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from metadata.etcd import EtcdMetadataStore, _decode_entry, _encode_entry, _PartitionState
+from metadata.model import IndexEntry, ObjectType
+from metadata.sequencer import BatchSequence, ProducerState
+
+
+@pytest.mark.parametrize("kind", list(ObjectType))
+@pytest.mark.parametrize("key", ["wal/0000000001234-1-abcdef.wal", 'odd "key", with, commas\\ and é', "parquet/t/p=0/00001.parquet"])
+def test_an_index_entry_decodes_to_what_was_encoded(kind, key):
+    entry = IndexEntry(1_000, 2**62, key, kind, 17, 6_200, 1_700_000_000_123)
+    decoded = _decode_entry(1_000, _encode_entry(entry))
+    assert decoded == entry
+    assert type(decoded.object_type) is ObjectType
+
+
+def test_a_head_decodes_to_the_producers_it_keeps():
+    store = EtcdMetadataStore("127.0.0.1", 1)  # never started: only its value formats are used
+    tid = uuid.uuid4()
+    store._partitions[(tid, 3)] = part = _PartitionState()
+    state = ProducerState(2, (BatchSequence(0, 4, 10), BatchSequence(5, 9, 15)))
+    value, kept, used = store._encode_head(part, 20, {7: state}, now_ms=1_700_000_000_000)
+    assert kept == {7: state} and used == {7: 1_700_000_000_000}
+
+    store._apply_head(f"{tid.hex}/000003", value, mod_revision=5, notify=False)
+    assert (part.next_offset, part.log_start_offset, part.mod_revision) == (20, 0, 5)
+    assert part.producers == {7: state} and part.producer_used == {7: 1_700_000_000_000}
+
+    plain, kept, used = store._encode_head(part, 30, {}, now_ms=1_700_000_000_000 + store.settings.producer_expiry_ms + 1)
+    assert kept == {} and plain == b'{"n":30,"s":0,"p":{}}'  # the producer expired: no JSON encoder
+    store._apply_head(f"{tid.hex}/000003", plain, mod_revision=6, notify=False)
+    assert (part.next_offset, part.mod_revision, part.producers, part.producer_used) == (30, 6, {}, {})
