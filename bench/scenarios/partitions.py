@@ -29,13 +29,23 @@ def add_arguments(parser) -> None:
     parser.add_argument("--peer", choices=PEERS, default=None, help="also run every count against this peer, in the same run (tansu)")
 
 
+def _cores(step: dict) -> list[str]:
+    """Cores the broker, the client, etcd and the object store used over the step's window: at
+    many partitions the one near 1.0 (or a machine near 2.0 in all) is what sets the rate."""
+    window = step.get("window_s") or 0
+    servers = step.get("servers_cpu_s") or {}
+    used = [step.get("broker_cpu_s"), step.get("client_cpu_s"), servers.get("etcd"), servers.get("seaweedfs")]
+    return ["–" if cpu is None or window <= 0 else f"{cpu / window:.2f}" for cpu in used]
+
+
 def _scaling(r, steps: list[dict], title: str) -> tuple[dict, dict]:
     base = next((s for s in steps if s["partitions"] == 10), steps[0])
     rows = []
     for s in steps:
         rel = ratio(s["mb_per_s"], base["mb_per_s"])
-        rows.append([str(s["partitions"]), f"{s['mb_per_s']:.2f}", "–" if rel is None else f"{rel:.2f}", str(s["ack_latency_ms"]["p99"]), str(s["broker_cpu_s_per_gib_produced"])])
-    r.derived.setdefault("tables", {})[title] = {"headers": ["partitions", "MB/s", f"x {base['partitions']} partitions", "ack p99 ms", "CPU-s/GiB"], "rows": rows}
+        rows.append([str(s["partitions"]), f"{s['mb_per_s']:.2f}", "–" if rel is None else f"{rel:.2f}", str(s["ack_latency_ms"]["p99"]), str(s["broker_cpu_s_per_gib_produced"]), *_cores(s)])
+    headers = ["partitions", "MB/s", f"x {base['partitions']} partitions", "ack p99 ms", "CPU-s/GiB", "broker cores", "client cores", "etcd cores", "store cores"]
+    r.derived.setdefault("tables", {})[title] = {"headers": headers, "rows": rows}
     return base, {str(s["partitions"]): ratio(s["mb_per_s"], base["mb_per_s"]) for s in steps}
 
 

@@ -199,6 +199,10 @@ def test_partitions_quick_with_sink_keyless(tmp_path):
     for step in doc["steps"]:
         check_step(step, stores=not is_sink(step))
     assert doc["derived"]["scaling"]["10"] == 1.0 and doc["derived"]["scaling"]["100"] > 0
+    scaling = doc["derived"]["tables"]["Scaling against the 10-partition step"]
+    cores = [dict(zip(scaling["headers"], row, strict=True)) for row in scaling["rows"]]
+    assert [c["partitions"] for c in cores] == ["10", "100"]
+    assert all(float(c["broker cores"]) > 0 and float(c["client cores"]) > 0 for c in cores)  # what each process used, to see which one sets the rate
     assert set(doc["derived"]["ratio_to_sink"]) == {"10", "100"} and all(v > 0 for v in doc["derived"]["ratio_to_sink"].values())
     assert (out / "throughput_vs_partitions.png").stat().st_size > 0
     assert "sticky partitioner" in (out / "results.md").read_text()
