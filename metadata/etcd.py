@@ -84,11 +84,16 @@ class _Keys:
     def topic(self, name: str) -> bytes:
         return f"/{self.root}/topics/{name}".encode()
 
+    @staticmethod
+    def partition_path(topic_id: uuid.UUID, partition: int) -> str:
+        """`<topic id hex>/<partition:06d>`: how head, index and offset keys name a partition."""
+        return f"{topic_id.hex}/{partition:06d}"
+
     def head(self, topic_id: uuid.UUID, partition: int) -> bytes:
-        return f"/{self.root}/heads/{topic_id.hex}/{partition:06d}".encode()
+        return f"/{self.root}/heads/{self.partition_path(topic_id, partition)}".encode()
 
     def index(self, topic_id: uuid.UUID, partition: int, base_offset: int) -> bytes:
-        return f"/{self.root}/index/{topic_id.hex}/{partition:06d}/{base_offset:020d}".encode()
+        return f"/{self.root}/index/{self.partition_path(topic_id, partition)}/{base_offset:020d}".encode()
 
     def group(self, group: str) -> bytes:
         return f"/{self.root}/groups/{quote(group, safe='')}".encode()
@@ -97,7 +102,7 @@ class _Keys:
         return f"/{self.root}/offsets/{quote(group, safe='')}/".encode()
 
     def offset(self, group: str, topic_id: uuid.UUID, partition: int) -> bytes:
-        return self.offsets(group) + f"{topic_id.hex}/{partition:06d}".encode()
+        return self.offsets(group) + self.partition_path(topic_id, partition).encode()
 
     def broker(self, node_id: int) -> bytes:
         return f"/{self.root}/brokers/{node_id}".encode()
@@ -169,7 +174,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         # Revisions of this broker's own commit transactions, already applied to the view: their
         # watch events (a head and an index entry per partition) are skipped, not decoded again.
         self._own_revisions: set[int] = set()
-        self._topic_ids: dict[str, uuid.UUID] = {}  # hex as in keys -> id
+        # Every partition by its path in keys (`_Keys.partition_path`): the watch finds the
+        # partition of a head or index event with one string lookup, not by parsing its id.
+        self._by_path: dict[str, tuple[tuple[uuid.UUID, int], _PartitionState]] = {}
         self._revision = 0  # the etcd revision the view reflects (loaded, then followed)
         self._revision_waiters: list[tuple[int, asyncio.Future]] = []
         self._delete_type = None  # etcd's Event.DELETE, set once aetcd is imported (start)
@@ -242,12 +249,12 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._topics = topics
         self._topics_by_id = {t.topic_id: t for t in topics.values()}
         self._partitions = partitions
+        self._by_path = {}
         # Our commits recorded so far were applied to the view just replaced; one that landed after
         # this range read is missing from the new view, so its watch events must not be skipped.
         self._own_revisions = set()
         for info in topics.values():
-            for p in range(info.partitions):
-                partitions[(info.topic_id, p)] = _PartitionState()
+            self._add_partitions(info)
         for rest, kv in heads:
             self._apply_head(rest, kv.value, kv.mod_revision, notify=False)
         for rest, kv in entries:
@@ -409,26 +416,29 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             self._forget_topic(known)
         self._topics[info.name] = info
         self._topics_by_id[info.topic_id] = info
+        self._add_partitions(info)
+
+    def _add_partitions(self, info: TopicInfo) -> None:
+        """A state for each partition of the topic that has none yet (all of a new topic's, the
+        added ones of a grown topic)."""
         for p in range(info.partitions):
-            self._partitions.setdefault((info.topic_id, p), _PartitionState())
+            tp = (info.topic_id, p)
+            if tp not in self._partitions:
+                part = self._partitions[tp] = _PartitionState()
+                self._by_path[_Keys.partition_path(info.topic_id, p)] = (tp, part)
 
     def _forget_topic(self, info: TopicInfo) -> None:
         self._topics_by_id.pop(info.topic_id, None)
         for p in range(info.partitions):
             self._partitions.pop((info.topic_id, p), None)
+            self._by_path.pop(_Keys.partition_path(info.topic_id, p), None)
 
-    def _topic_id(self, topic_hex: str) -> uuid.UUID:
-        """The topic id a key names, parsed once per topic (every head and index event names one)."""
-        topic_id = self._topic_ids.get(topic_hex)
-        if topic_id is None:
-            topic_id = self._topic_ids[topic_hex] = uuid.UUID(hex=topic_hex)
-        return topic_id
-
-    def _apply_head(self, rest: str, raw: bytes, mod_revision: int, notify: bool) -> None:
-        topic_hex, partition = rest.split("/")
-        tp = (self._topic_id(topic_hex), int(partition))
-        part = self._partitions.get(tp)
-        if part is None or mod_revision <= part.mod_revision:
+    def _apply_head(self, path: str, raw: bytes, mod_revision: int, notify: bool) -> None:
+        found = self._by_path.get(path)
+        if found is None:
+            return
+        tp, part = found
+        if mod_revision <= part.mod_revision:
             return
         d = orjson.loads(raw)
         part.next_offset, part.log_start_offset, part.mod_revision = d["n"], d["s"], mod_revision
@@ -443,8 +453,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
 
     def _index_key(self, rest: str) -> tuple[_PartitionState | None, int]:
         """The partition (None if unknown) and base offset an index key names."""
-        topic_hex, partition, base = rest.split("/")
-        return self._partitions.get((self._topic_id(topic_hex), int(partition))), int(base)
+        path, _, base = rest.rpartition("/")
+        found = self._by_path.get(path)
+        return (found[1] if found is not None else None), int(base)
 
     def _apply_entry(self, rest: str, raw: bytes) -> None:
         part, base = self._index_key(rest)
@@ -547,7 +558,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 return target
             if responses and responses[0]:
                 fresh, meta = responses[0][0]
-                self._apply_head(f"{topic_id.hex}/{partition:06d}", fresh, meta.mod_revision, notify=False)
+                self._apply_head(_Keys.partition_path(topic_id, partition), fresh, meta.mod_revision, notify=False)
         raise MetadataUnavailable(f"log start of {topic_id}/{partition} kept conflicting")
 
     async def delete_topic(self, name: str) -> TopicInfo:
@@ -711,7 +722,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             # Conflict: refresh the heads from the failure branch's reads and sequence again.
             for tp, got in zip(heads, head_responses, strict=True):
                 for kv in got.response_range.kvs:
-                    self._apply_head(head_keys[tp].decode().split("/heads/", 1)[1], kv.value, kv.mod_revision, notify=False)
+                    self._apply_head(_Keys.partition_path(*tp), kv.value, kv.mod_revision, notify=False)
             if attempt >= 2:
                 await asyncio.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
         raise MetadataUnavailable(f"commit of {commit.object_key} kept conflicting")

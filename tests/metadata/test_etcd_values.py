@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from metadata.etcd import EtcdMetadataStore, _decode_entry, _encode_entry, _PartitionState
-from metadata.model import IndexEntry, ObjectType
+from metadata.etcd import EtcdMetadataStore, _decode_entry, _encode_entry
+from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.sequencer import BatchSequence, ProducerState
 
 
@@ -24,7 +24,8 @@ def test_an_index_entry_decodes_to_what_was_encoded(kind, key):
 def test_a_head_decodes_to_the_producers_it_keeps():
     store = EtcdMetadataStore("127.0.0.1", 1)  # never started: only its value formats are used
     tid = uuid.uuid4()
-    store._partitions[(tid, 3)] = part = _PartitionState()
+    store._adopt_topic(TopicInfo("t", tid, 4))
+    part = store._partitions[(tid, 3)]
     state = ProducerState(2, (BatchSequence(0, 4, 10), BatchSequence(5, 9, 15)))
     value, kept, used = store._encode_head(part, 20, {7: state}, now_ms=1_700_000_000_000)
     assert kept == {7: state} and used == {7: 1_700_000_000_000}

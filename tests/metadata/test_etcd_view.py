@@ -216,3 +216,34 @@ async def test_a_commit_that_puts_nothing_takes_no_revision_for_its_own(etcd_ser
     finally:
         await writer.close()
         await store.close()
+
+
+@pytest.mark.integration
+async def test_a_follower_sees_partitions_added_to_a_topic_and_a_topic_made_again(etcd_server):
+    """The watch finds the partition of each head and index event by its path in the key; the
+    paths must follow a topic that grows and a topic deleted and created again under a new id."""
+    writer = await open_etcd_store(etcd_server, "paths")
+    follower = await open_etcd_store(etcd_server, "paths")
+    try:
+
+        async def seen(t, partition: int, high: int) -> None:
+            while follower.high_watermark(t, partition) < high:
+                assert await follower.wait_for_commit([(t, partition)], timeout=30), f"the follower never saw {partition} reach {high}"
+
+        t = (await writer.create_topic("t", 2)).topic_id
+        await writer.commit(commit(append(t, 1, 0, 10, 2)))
+        await seen(t, 1, 2)
+        await writer.update_topic("t", partitions=4)
+        assert await writer.commit(commit(append(t, 3, 0, 10, 5), key="wal/grown")) == [AppendResult(0, 0, 0)]
+        await seen(t, 3, 5)
+        assert [(e.base_offset, e.last_offset, e.object_key) for e in follower.entries(t, 3, 0)] == [(0, 4, "wal/grown")]
+
+        await writer.delete_topic("t")
+        again = (await writer.create_topic("t", 1)).topic_id
+        assert await writer.commit(commit(append(again, 0, 0, 10, 3), key="wal/again")) == [AppendResult(0, 0, 0)]
+        await seen(again, 0, 3)
+        assert [e.object_key for e in follower.entries(again, 0, 0)] == ["wal/again"]
+        assert follower.high_watermark(t, 3) == 0 and follower.entries(t, 3, 0) == []  # the old topic is gone
+    finally:
+        await writer.close()
+        await follower.close()
