@@ -86,14 +86,15 @@ class _Keys:
 
     @staticmethod
     def partition_path(topic_id: uuid.UUID, partition: int) -> str:
-        """`<topic id hex>/<partition:06d>`: how head, index and offset keys name a partition."""
+        """`<topic id hex>/<partition:06d>`: how head, index and offset keys name a partition
+        (`head` and `index`, made per partition-append, write it out rather than call this)."""
         return f"{topic_id.hex}/{partition:06d}"
 
     def head(self, topic_id: uuid.UUID, partition: int) -> bytes:
-        return f"/{self.root}/heads/{self.partition_path(topic_id, partition)}".encode()
+        return f"/{self.root}/heads/{topic_id.hex}/{partition:06d}".encode()
 
     def index(self, topic_id: uuid.UUID, partition: int, base_offset: int) -> bytes:
-        return f"/{self.root}/index/{self.partition_path(topic_id, partition)}/{base_offset:020d}".encode()
+        return f"/{self.root}/index/{topic_id.hex}/{partition:06d}/{base_offset:020d}".encode()
 
     def group(self, group: str) -> bytes:
         return f"/{self.root}/groups/{quote(group, safe='')}".encode()

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from metadata.etcd import EtcdMetadataStore, _decode_entry, _encode_entry
+from metadata.etcd import EtcdMetadataStore, _decode_entry, _encode_entry, _Keys
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.sequencer import BatchSequence, ProducerState
 
@@ -38,3 +38,11 @@ def test_a_head_decodes_to_the_producers_it_keeps():
     assert kept == {} and plain == b'{"n":30,"s":0,"p":{}}'  # the producer expired: no JSON encoder
     store._apply_head(f"{tid.hex}/000003", plain, mod_revision=6, notify=False)
     assert (part.next_offset, part.mod_revision, part.producers, part.producer_used) == (30, 6, {}, {})
+
+
+def test_head_and_index_keys_name_the_partition_by_its_path():
+    keys, tid = _Keys("neve"), uuid.uuid4()
+    for partition in (0, 7, 123_456, 1_234_567):
+        path = _Keys.partition_path(tid, partition)
+        assert keys.head(tid, partition) == f"/neve/heads/{path}".encode()
+        assert keys.index(tid, partition, 42) == f"/neve/index/{path}/{42:020d}".encode()
