@@ -2,13 +2,13 @@
 
 Every WAL object commits one head and one index entry per partition it holds, and every broker
 follows every commit through its etcd watch. With many partitions per object (records spread over
-10,000 partitions) that per-partition work is most of a broker's CPU. This measures, in one
-process against a stock etcd started on a free port:
+10,000 partitions) that per-partition work is most of a broker's CPU. This measures, against a
+stock etcd started on a free port:
 
 - commit: the committing broker's CPU per partition-append (`EtcdMetadataStore.commit`, its
-  transactions, and skipping its own watch events);
-- follow: the CPU a second store following those commits spends per append (the process's CPU
-  with a follower, minus the same run without one).
+  transactions, and skipping its own watch events), in this process;
+- follow: the CPU per append of a second store following those commits through its watch, in a
+  process of its own (its own rusage, from the view before the commits to the view after them).
 
 `python -m bench.metadata_commits [--partitions N] [--per-object N] [--objects N] [--rounds N]`;
 one JSON line per measurement.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import resource
 import tempfile
 import time
@@ -31,6 +32,7 @@ from metadata.model import Append, ObjectCommit
 from .servers import Etcd
 
 RECORD_BYTES = 1100  # one 1 KiB record as a stored batch
+FOLLOW_TIMEOUT_S = 60.0
 
 
 def _cpu() -> float:
@@ -38,18 +40,50 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def _follower(port: int, root: str, conn) -> None:
+    """The following store's process: reports its CPU between the two revisions it is sent."""
+    asyncio.run(_follow(port, root, conn))
+
+
+async def _follow(port: int, root: str, conn) -> None:
+    """Sent a revision, wait until the view reaches it and answer ("ok", CPU since the first one);
+    twice: the first marks the start (after the priming commit), the second the measured commits."""
+    store = EtcdMetadataStore("127.0.0.1", port, root=root)
+    await store.start()
+    try:
+        started = None
+        for step in ("primed", "committed"):
+            revision = await asyncio.to_thread(conn.recv)
+            if not await store._view_reaches(revision, FOLLOW_TIMEOUT_S):
+                conn.send(("error", f"the follower's view did not reach revision {revision} ({step}) within {FOLLOW_TIMEOUT_S:g} s"))
+                return
+            now = _cpu()
+            started = now if started is None else started
+            conn.send(("ok", now - started))
+    finally:
+        await store.close()
+
+
+async def _revision(store: EtcdMetadataStore) -> int:
+    """etcd's revision now, past every commit made so far (a put of a marker key)."""
+    put = await store._client.put(store.keys.prefix("bench-marker"), b"")
+    return put.header.revision
+
+
 async def measure(port: int, partitions: int, per_object: int, objects: int, follow: bool) -> dict:
     """Commit `objects` objects of `per_object` one-batch appends each, in turn over the partitions;
-    returns the process's CPU per append and the mean commit time."""
+    returns this process's CPU per append, the mean commit time and, with `follow`, the CPU per
+    append of a store following the commits in a process of its own."""
     root = "bench-commits-" + uuid.uuid4().hex[:8]
     store = EtcdMetadataStore("127.0.0.1", port, root=root)
     await store.start()
-    follower = None
+    follower = conn = None
     try:
         info = await store.create_topic("t", partitions)
         if follow:
-            follower = EtcdMetadataStore("127.0.0.1", port, root=root)
-            await follower.start()
+            conn, child = multiprocessing.Pipe()
+            follower = multiprocessing.get_context("spawn").Process(target=_follower, args=(port, root, child), daemon=True)
+            follower.start()
 
         async def commit(n: int, chosen: list[int]) -> None:
             appends = tuple(Append(info.topic_id, p, i * RECORD_BYTES, RECORD_BYTES, 1, 1_700_000_000_000) for i, p in enumerate(chosen))
@@ -57,32 +91,33 @@ async def measure(port: int, partitions: int, per_object: int, objects: int, fol
             if any(r.error_code for r in results):
                 raise RuntimeError(f"commit {n} failed: {[r for r in results if r.error_code][:3]}")
 
-        async def followed(chosen: list[int]) -> None:
-            """Until the follower has applied the last commit (watch events come in revision order)."""
-            if follower is None:
-                return
-            want = {p: store.high_watermark(info.topic_id, p) for p in chosen}
-            deadline = time.monotonic() + 60
-            while any(follower.high_watermark(info.topic_id, p) < o for p, o in want.items()):
-                if time.monotonic() > deadline:
-                    raise RuntimeError("the follower did not see every commit within 60 s")
-                await asyncio.sleep(0.02)
+        async def followed() -> float:
+            """The follower's CPU since it last answered, once its view holds every commit so far."""
+            conn.send(await _revision(store))
+            if not await asyncio.to_thread(conn.poll, FOLLOW_TIMEOUT_S + 10):
+                raise RuntimeError("the follower did not answer")
+            status, value = conn.recv()
+            if status != "ok":
+                raise RuntimeError(value)
+            return value
 
-        everything = list(range(partitions))
-        await commit(0, everything)  # every head exists before the measured commits
-        await followed(everything)
+        await commit(0, list(range(partitions)))  # every head exists before the measured commits
+        if follower is not None:
+            await followed()
         cpu, t = _cpu(), time.perf_counter()
-        chosen: list[int] = []
         for n in range(1, objects + 1):
-            chosen = [((n - 1) * per_object + k) % partitions for k in range(per_object)]
-            await commit(n, chosen)
-        await followed(chosen)
+            await commit(n, [((n - 1) * per_object + k) % partitions for k in range(per_object)])
         cpu, t = _cpu() - cpu, time.perf_counter() - t
         appends = objects * per_object
-        return {"follower": follow, "appends": appends, "cpu_us_per_append": round(cpu / appends * 1e6, 2), "commit_ms": round(t / objects * 1000, 1)}
+        got = {"follower": follow, "appends": appends, "cpu_us_per_append": round(cpu / appends * 1e6, 2), "commit_ms": round(t / objects * 1000, 1)}
+        if follower is not None:
+            got["follow_cpu_us_per_append"] = round(await followed() / appends * 1e6, 2)
+        return got
     finally:
         if follower is not None:
-            await follower.close()
+            follower.join(FOLLOW_TIMEOUT_S)
+            if follower.is_alive():
+                follower.kill()
         await store.close()
 
 
@@ -91,18 +126,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--partitions", type=int, default=10_000, help="partitions of the topic (default 10000)")
     p.add_argument("--per-object", type=int, default=3_400, help="partitions each object holds (default 3400, as at 10,000 round-robin partitions)")
     p.add_argument("--objects", type=int, default=12, help="measured commits per run (default 12)")
-    p.add_argument("--rounds", type=int, default=2, help="runs without and with a follower, alternating (default 2)")
+    p.add_argument("--rounds", type=int, default=2, help="runs, each measuring both (default 2)")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="neve-bench-commits-"))
     etcd = Etcd(work, work / "etcd.log")
     etcd.start()
     try:
         for round_no in range(args.rounds):
-            alone = asyncio.run(measure(etcd.client_port, args.partitions, args.per_object, args.objects, follow=False))
-            both = asyncio.run(measure(etcd.client_port, args.partitions, args.per_object, args.objects, follow=True))
-            print(json.dumps({"round": round_no, "role": "commit", **alone}), flush=True)
-            follow_cost = round(both["cpu_us_per_append"] - alone["cpu_us_per_append"], 2)
-            print(json.dumps({"round": round_no, "role": "follow", "appends": both["appends"], "cpu_us_per_append": follow_cost}), flush=True)
+            got = asyncio.run(measure(etcd.client_port, args.partitions, args.per_object, args.objects, follow=True))
+            print(json.dumps({"round": round_no, "role": "commit", "appends": got["appends"], "cpu_us_per_append": got["cpu_us_per_append"], "commit_ms": got["commit_ms"]}), flush=True)
+            print(json.dumps({"round": round_no, "role": "follow", "appends": got["appends"], "cpu_us_per_append": got["follow_cpu_us_per_append"]}), flush=True)
     finally:
         etcd.stop()
 

@@ -1,5 +1,6 @@
 """bench.metadata_commits against the worker's real etcd: its measured commits all land, and a
-following store sees every one of them (the tool raises otherwise)."""
+following store in a process of its own sees every one of them (the tool raises otherwise) and
+reports the CPU it spent on them."""
 
 from __future__ import annotations
 
@@ -18,3 +19,7 @@ async def test_measures_every_append_committed_and_followed(etcd_server, follow)
     assert got["follower"] is follow
     assert got["appends"] == 120
     assert got["cpu_us_per_append"] > 0 and got["commit_ms"] > 0
+    if follow:
+        assert got["follow_cpu_us_per_append"] > 0
+    else:
+        assert "follow_cpu_us_per_append" not in got
