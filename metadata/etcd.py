@@ -154,6 +154,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         super().__init__()
         self.host, self.port = host, port
         self.keys = _Keys(root)
+        self._heads_prefix, self._index_prefix = self.keys.prefix("heads/"), self.keys.prefix("index/")
         self.settings = settings or EtcdSettings()
         self._client = None
         self._topics: dict[str, TopicInfo] = {}
@@ -257,7 +258,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         for info in topics.values():
             self._add_partitions(info)
         for rest, kv in heads:
-            self._apply_head(rest, kv.value, kv.mod_revision, notify=False)
+            self._apply_head(rest, kv.value, kv.mod_revision)
         for rest, kv in entries:
             self._apply_entry(rest, kv.value)
         self._brokers = brokers
@@ -294,12 +295,16 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                         # all of one of this store's commits (or a fragment of it), applied already
                         revision = max(revision, last)
                     else:
+                        moved = []
                         for event in events:
                             kv = event.kv
                             if kv.mod_revision > revision:
                                 revision = kv.mod_revision
                             if kv.mod_revision not in self._own_revisions:
-                                self._apply_event(event)
+                                tp = self._apply_event(event)
+                                if tp is not None:
+                                    moved.append(tp)
+                        self.notifier.notify(moved)
                     if revision > followed and len(self._own_revisions) > 256:  # events come in revision order
                         self._own_revisions = {r for r in self._own_revisions if r >= revision}
                     if revision > self._revision:
@@ -382,20 +387,25 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             await self._register(self._registration)
         return revision
 
-    def _apply_event(self, event) -> None:
+    def _apply_event(self, event) -> tuple[uuid.UUID, int] | None:
+        """Apply one watch event to the view; returns the partition whose head moved, if one did
+        (the caller wakes its waiters once the whole response is applied)."""
         kv = event.kv
-        kind, rest = self._split(kv.key)
+        key = kv.key
         deleted = event.type == self._delete_type
-        if kind == "heads" and not deleted:
-            self._apply_head(rest, kv.value, kv.mod_revision, notify=True)
-        elif kind == "index":
+        if key.startswith(self._heads_prefix):  # the common events first: no general key parsing
+            return None if deleted else self._apply_head(key[len(self._heads_prefix) :].decode(), kv.value, kv.mod_revision)
+        if key.startswith(self._index_prefix):
+            rest = key[len(self._index_prefix) :].decode()
             if deleted:
                 part, base = self._index_key(rest)
                 if part is not None:
                     part.remove(base)
             else:
                 self._apply_entry(rest, kv.value)
-        elif kind == "topics":
+            return None
+        kind, rest = self._split(key)
+        if kind == "topics":
             if deleted:
                 info = self._topics.pop(rest, None)
                 if info is not None:
@@ -409,6 +419,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             else:
                 b = json.loads(event.kv.value)
                 self._brokers[node_id] = BrokerRegistration(node_id, b["host"], b["port"], b.get("zone"))
+        return None
 
     def _adopt_topic(self, info: TopicInfo) -> None:
         """A topic created or changed (more partitions, new configs)."""
@@ -434,13 +445,14 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             self._partitions.pop((info.topic_id, p), None)
             self._by_path.pop(_Keys.partition_path(info.topic_id, p), None)
 
-    def _apply_head(self, path: str, raw: bytes, mod_revision: int, notify: bool) -> None:
+    def _apply_head(self, path: str, raw: bytes, mod_revision: int) -> tuple[uuid.UUID, int] | None:
+        """Take a head's value if it is newer than the view's; returns its partition if it was."""
         found = self._by_path.get(path)
         if found is None:
-            return
+            return None
         tp, part = found
         if mod_revision <= part.mod_revision:
-            return
+            return None
         d = orjson.loads(raw)
         part.next_offset, part.log_start_offset, part.mod_revision = d["n"], d["s"], mod_revision
         producers = d.get("p")
@@ -449,8 +461,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             part.producer_used = {int(pid): v[2] for pid, v in producers.items()}
         else:  # the common case: no idempotent producer writes the partition
             part.producers, part.producer_used = {}, {}
-        if notify:
-            self.notifier.notify((tp,))
+        return tp
 
     def _index_key(self, rest: str) -> tuple[_PartitionState | None, int]:
         """The partition (None if unknown) and base offset an index key names."""
@@ -559,7 +570,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 return target
             if responses and responses[0]:
                 fresh, meta = responses[0][0]
-                self._apply_head(_Keys.partition_path(topic_id, partition), fresh, meta.mod_revision, notify=False)
+                self._apply_head(_Keys.partition_path(topic_id, partition), fresh, meta.mod_revision)
         raise MetadataUnavailable(f"log start of {topic_id}/{partition} kept conflicting")
 
     async def delete_topic(self, name: str) -> TopicInfo:
@@ -723,7 +734,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             # Conflict: refresh the heads from the failure branch's reads and sequence again.
             for tp, got in zip(heads, head_responses, strict=True):
                 for kv in got.response_range.kvs:
-                    self._apply_head(_Keys.partition_path(*tp), kv.value, kv.mod_revision, notify=False)
+                    self._apply_head(_Keys.partition_path(*tp), kv.value, kv.mod_revision)
             if attempt >= 2:
                 await asyncio.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
         raise MetadataUnavailable(f"commit of {commit.object_key} kept conflicting")

@@ -30,13 +30,14 @@ def test_a_head_decodes_to_the_producers_it_keeps():
     value, kept, used = store._encode_head(part, 20, {7: state}, now_ms=1_700_000_000_000)
     assert kept == {7: state} and used == {7: 1_700_000_000_000}
 
-    store._apply_head(f"{tid.hex}/000003", value, mod_revision=5, notify=False)
+    assert store._apply_head(f"{tid.hex}/000003", value, mod_revision=5) == (tid, 3)
     assert (part.next_offset, part.log_start_offset, part.mod_revision) == (20, 0, 5)
     assert part.producers == {7: state} and part.producer_used == {7: 1_700_000_000_000}
 
     plain, kept, used = store._encode_head(part, 30, {}, now_ms=1_700_000_000_000 + store.settings.producer_expiry_ms + 1)
     assert kept == {} and plain == b'{"n":30,"s":0,"p":{}}'  # the producer expired: no JSON encoder
-    store._apply_head(f"{tid.hex}/000003", plain, mod_revision=6, notify=False)
+    assert store._apply_head(f"{tid.hex}/000003", plain, mod_revision=6) == (tid, 3)
+    assert store._apply_head(f"{tid.hex}/000003", value, mod_revision=6) is None  # not newer: not taken
     assert (part.next_offset, part.mod_revision, part.producers, part.producer_used) == (30, 6, {}, {})
 
 
