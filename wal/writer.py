@@ -266,6 +266,10 @@ class WalWriter:
             for task in tasks:
                 if not task.done():
                     task.cancel()
+                    # Nobody awaits the loser; a PUT that completes as it is cancelled ends with
+                    # its own outcome (Python 3.11's wait_for), often ObjectExists: retrieve it,
+                    # or asyncio logs it as an error.
+                    task.add_done_callback(_retrieve)
 
     async def flush(self) -> None:
         """Seal what is buffered and wait for every flush under way to finish."""
@@ -278,3 +282,9 @@ class WalWriter:
         self._closed = True
         if self._encoder is not None:
             self._encoder.shutdown(wait=False)
+
+
+def _retrieve(task: asyncio.Future) -> None:
+    """Mark a task's outcome as seen (an abandoned hedged PUT)."""
+    if not task.cancelled():
+        task.exception()

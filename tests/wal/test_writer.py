@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from wal.format import Chunk, decode_footer
-from wal.store import MemoryObjectStore, ObjectStoreError
+from wal.store import MemoryObjectStore, ObjectExists, ObjectStoreError
 from wal.writer import WalUnavailable, WalWriter
 
 TOPIC = uuid.UUID(int=7)
@@ -307,3 +307,44 @@ async def test_an_object_past_its_commit_deadline_is_left_uncommitted_for_the_sw
     stored = [k async for k in store.list("wal/")]
     assert len(stored) == 3  # the late object stays, unreferenced: the sweeper's to delete
     await writer.close()
+
+
+async def test_a_losing_put_that_ends_in_an_error_after_its_cancellation_is_not_left_unretrieved():
+    """The first PUT lands; the hedge's, cancelled then, ends with ObjectExists rather than the
+    cancellation (Python 3.11's `asyncio.wait_for` raises the inner outcome when the request
+    completes as it is cancelled, as obstore's does here). Nobody awaits the loser, so its error
+    must be retrieved, or asyncio logs "Task exception was never retrieved" at error level."""
+
+    class RefusedOnCancel(MemoryObjectStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hedge_started = asyncio.Event()
+            self.attempts = 0
+
+        async def put(self, key, data):
+            self.attempts += 1
+            if self.attempts == 1:
+                await self.hedge_started.wait()
+                await super().put(key, data)
+                return
+            self.hedge_started.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise ObjectExists(key) from None
+
+    unretrieved = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
+    try:
+        store, commits = RefusedOnCancel(), Recorder()
+        writer = WalWriter(store, commits, linger_ms=1, put_hedge_after_ms=20)
+        assert await asyncio.wait_for(writer.submit(chunk(0, b"once")), 10) == f"{commits.commits[0][0]}#0"
+        assert store.attempts == 2 and writer.hedged_puts == 1
+        await writer.close()
+        for _ in range(3):  # the cancelled hedge finishes, and is collected
+            await asyncio.sleep(0)
+        gc.collect()
+        assert [c.get("message") for c in unretrieved] == []
+    finally:
+        loop.set_exception_handler(None)
