@@ -235,26 +235,37 @@ async def test_a_stuck_put_is_raced_by_a_second_and_the_object_commits_once():
     await writer.close()
 
 
+class FirstLandsAfterTheHedge(MemoryObjectStore):
+    """The first PUT is slow but lands once the hedge has started. The hedge is then refused by
+    create-only: at once (`refused_on_cancel=False`), or only when cancelled, ending with
+    ObjectExists rather than the cancellation (Python 3.11's `asyncio.wait_for` raises the inner
+    outcome when the request completes as it is cancelled, as obstore's can)."""
+
+    def __init__(self, refused_on_cancel: bool = False) -> None:
+        super().__init__()
+        self.refused_on_cancel = refused_on_cancel
+        self.hedge_started = asyncio.Event()
+        self.attempts = 0
+
+    async def put(self, key, data):
+        self.attempts += 1
+        if self.attempts == 1:
+            await self.hedge_started.wait()
+            await super().put(key, data)
+            return
+        self.hedge_started.set()
+        if not self.refused_on_cancel:
+            await asyncio.sleep(0)  # let the first land first
+            await super().put(key, data)  # raises ObjectExists
+            return
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise ObjectExists(key) from None
+
+
 async def test_the_slow_put_landing_first_wins_and_the_race_is_refused_harmlessly():
-    class SlowThenCreated(MemoryObjectStore):
-        """The first PUT is slow but lands before the hedge's, which create-only refuses."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.hedge_started = asyncio.Event()
-            self.attempts = 0
-
-        async def put(self, key, data):
-            self.attempts += 1
-            if self.attempts == 1:
-                await self.hedge_started.wait()
-                await super().put(key, data)
-            else:
-                self.hedge_started.set()
-                await asyncio.sleep(0)  # let the first land first
-                await super().put(key, data)  # raises ObjectExists
-
-    store, commits = SlowThenCreated(), Recorder()
+    store, commits = FirstLandsAfterTheHedge(), Recorder()
     writer = WalWriter(store, commits, linger_ms=1, put_hedge_after_ms=20)
     assert await asyncio.wait_for(writer.submit(chunk(0, b"once")), 10) == f"{commits.commits[0][0]}#0"
     assert store.attempts == 2 and writer.hedged_puts == 1
@@ -310,34 +321,14 @@ async def test_an_object_past_its_commit_deadline_is_left_uncommitted_for_the_sw
 
 
 async def test_a_losing_put_that_ends_in_an_error_after_its_cancellation_is_not_left_unretrieved():
-    """The first PUT lands; the hedge's, cancelled then, ends with ObjectExists rather than the
-    cancellation (Python 3.11's `asyncio.wait_for` raises the inner outcome when the request
-    completes as it is cancelled, as obstore's does here). Nobody awaits the loser, so its error
-    must be retrieved, or asyncio logs "Task exception was never retrieved" at error level."""
-
-    class RefusedOnCancel(MemoryObjectStore):
-        def __init__(self) -> None:
-            super().__init__()
-            self.hedge_started = asyncio.Event()
-            self.attempts = 0
-
-        async def put(self, key, data):
-            self.attempts += 1
-            if self.attempts == 1:
-                await self.hedge_started.wait()
-                await super().put(key, data)
-                return
-            self.hedge_started.set()
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                raise ObjectExists(key) from None
-
+    """The first PUT lands; the hedge's, cancelled then, ends with ObjectExists. Nobody awaits
+    the loser, so its error must be retrieved, or asyncio logs "Task exception was never
+    retrieved" at error level."""
     unretrieved = []
     loop = asyncio.get_running_loop()
     loop.set_exception_handler(lambda _loop, context: unretrieved.append(context))
     try:
-        store, commits = RefusedOnCancel(), Recorder()
+        store, commits = FirstLandsAfterTheHedge(refused_on_cancel=True), Recorder()
         writer = WalWriter(store, commits, linger_ms=1, put_hedge_after_ms=20)
         assert await asyncio.wait_for(writer.submit(chunk(0, b"once")), 10) == f"{commits.commits[0][0]}#0"
         assert store.attempts == 2 and writer.hedged_puts == 1
