@@ -263,6 +263,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             self._apply_entry(rest, kv.value)
         self._brokers = brokers
         self._loaded.set()
+        log.info("etcd_view_loaded", extra={"revision": revision, "topics": len(topics), "brokers": sorted(brokers)})
         return revision
 
     @staticmethod
@@ -412,13 +413,17 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                     self._forget_topic(info)
             else:
                 self._adopt_topic(self._decode_topic(rest, event.kv.value))
-        elif kind == "brokers":
+        elif kind == "brokers":  # membership changes are rare and worth a line each
             node_id = int(rest)
             if deleted:
-                self._brokers.pop(node_id, None)
+                if self._brokers.pop(node_id, None) is not None:
+                    log.info("broker_left", extra={"node_id": node_id, "revision": kv.mod_revision})
             else:
                 b = json.loads(event.kv.value)
+                joined = node_id not in self._brokers
                 self._brokers[node_id] = BrokerRegistration(node_id, b["host"], b["port"], b.get("zone"))
+                if joined:
+                    log.info("broker_joined", extra={"node_id": node_id, "revision": kv.mod_revision, "zone": b.get("zone")})
         return None
 
     def _adopt_topic(self, info: TopicInfo) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import pytest
 
 from metadata.etcd import EtcdMetadataStore, EtcdSettings
-from metadata.model import AppendResult
+from metadata.model import AppendResult, BrokerRegistration
 from metadata.store import MetadataUnavailable, ObjectFenced
 
 from tests.metadata.helpers import append, commit, open_etcd_store
@@ -246,4 +247,25 @@ async def test_a_follower_sees_partitions_added_to_a_topic_and_a_topic_made_agai
         assert follower.high_watermark(t, 3) == 0 and follower.entries(t, 3, 0) == []  # the old topic is gone
     finally:
         await writer.close()
+        await follower.close()
+
+
+@pytest.mark.integration
+async def test_a_follower_logs_brokers_joining_and_leaving(etcd_server, caplog):
+    """Membership changes reach a broker's view through its watch, and each is logged once: a
+    registration put on a lease (as `register_broker` does), then the lease revoked."""
+    caplog.set_level(logging.INFO, logger="neve.metadata.etcd")
+    follower = await open_etcd_store(etcd_server, "members")
+    try:
+        lease = await follower._client.lease(5)
+        await follower._client.put(follower.keys.broker(7), json.dumps({"host": "127.0.0.1", "port": 9999, "zone": "b"}).encode(), lease=lease)
+        while 7 not in [b.node_id for b in follower.live_brokers()]:
+            await asyncio.sleep(0.01)
+        assert follower.live_brokers()[0] == BrokerRegistration(7, "127.0.0.1", 9999, "b")
+        await lease.revoke()  # etcd deletes the registration
+        while 7 in [b.node_id for b in follower.live_brokers()]:
+            await asyncio.sleep(0.01)
+        events = [(r.msg, r.node_id) for r in caplog.records if r.msg in ("broker_joined", "broker_left")]
+        assert events == [("broker_joined", 7), ("broker_left", 7)]
+    finally:
         await follower.close()
