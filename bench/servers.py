@@ -207,6 +207,28 @@ class Etcd:
         return samples["etcd_debugging_mvcc_keys_total"], samples["etcd_mvcc_db_total_size_in_use_in_bytes"]
 
 
+# `weed mini` puts a unix socket per server in /tmp (a path fixed in weed, named by the server's port)
+# and leaves the S3 one behind when stopped; glog files go to the temporary directory unless -logdir.
+WEED_SOCKETS = Path("/tmp")
+
+
+def weed_mini_args(data_dir: Path, log_dir: Path, ports: dict[str, int], buckets: tuple[str, ...], *extra: str) -> list[str]:
+    """The command line of a loopback `weed mini` storing under `data_dir`, logging under
+    `log_dir`, on the given ports (flag name -> port), with `buckets` created."""
+    args = [binary("weed"), f"-logdir={log_dir}", "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-bucket={','.join(buckets)}"]
+    args += ["-webdav=false", "-admin.ui=false", "-master.telemetry=false"]  # no telemetry off-box
+    args.append("-s3.port.lance=0")  # its default port (9101) is fixed: two SeaweedFS on one machine would collide
+    args += [*extra, *(f"-{flag}={port}" for flag, port in ports.items())]
+    return args
+
+
+def remove_weed_sockets(ports: dict[str, int]) -> None:
+    """Remove the unix sockets a stopped `weed mini` left in /tmp for its ports."""
+    for port in ports.values():
+        for path in WEED_SOCKETS.glob(f"seaweedfs-*-{port}.sock"):
+            path.unlink(missing_ok=True)
+
+
 class SeaweedFS:
     """`weed mini` with S3 on a free port and one bucket per system (neve, tansu), plus a
     Prometheus port whose S3 request counters give PUTs and GETs per bucket for any system."""
@@ -233,9 +255,7 @@ class SeaweedFS:
     def start(self) -> None:
         data = self.work_dir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        args = [binary("weed"), "mini", f"-dir={data}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-bucket={','.join(self.buckets)}", "-webdav=false", "-admin.ui=false"]
-        args.append("-s3.port.lance=0")  # its default port (9101) is fixed: two SeaweedFS on one machine would collide
-        args += [f"-{flag}={port}" for flag, port in self.ports.items()]
+        args = weed_mini_args(data, self.work_dir, self.ports, self.buckets)
         self.process = spawn(args, self.log_path, env=self.env, cwd=self.work_dir)
         for bucket in self.buckets:
             wait_ready(f"{self.endpoint}/{bucket}", self.process, self.log_path)
@@ -243,6 +263,7 @@ class SeaweedFS:
 
     def stop(self) -> None:
         terminate(self.process)
+        remove_weed_sockets(self.ports)
 
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None

@@ -193,18 +193,20 @@ class SeaweedFS(ServerProcess):
     def start(self) -> SeaweedFS:
         if not self.ports:
             self.ports = {flag: free_port() for flag in self.PORT_FLAGS}
-        args = [_bin("weed"), "mini", f"-dir={self.workdir / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-bucket={self.bucket}", f"-tableBucket={self.table_bucket}", "-webdav=false", "-admin.ui=false",
-                # the Lance namespace server would take fixed port 9101 in every instance; no telemetry off-box
-                "-s3.port.lance=0", "-master.telemetry=false"]
-        args += [f"-{flag}={port}" for flag, port in self.ports.items()]
+        from bench.servers import wait_bucket, weed_mini_args  # the bench starts SeaweedFS the same way
+
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
+        args = weed_mini_args(self.workdir / "data", self.workdir, self.ports, (self.bucket,), f"-tableBucket={self.table_bucket}")
         self._spawn(args, env={"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET})
         _wait_http(f"http://127.0.0.1:{self.ports['s3.port']}/{self.bucket}", self.process, self.log_path, timeout=60)
-        from bench.servers import wait_bucket  # the bench starts SeaweedFS the same way
-
         wait_bucket(self.endpoint, self.bucket, self.env, self.process, self.log_path, timeout=60)
         return self
+
+    def stop(self) -> None:
+        from bench.servers import remove_weed_sockets
+
+        super().stop()
+        remove_weed_sockets(self.ports)
 
     @property
     def endpoint(self) -> str:

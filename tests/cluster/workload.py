@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.fixtures import NeveNode
+from tests.raw import Raw, metadata_v12
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> float:
@@ -60,6 +61,18 @@ def metadata_brokers(bootstrap: str, client_id: str = "checker", timeout: float 
     admin = AdminClient(config)
     md = admin.list_topics(timeout=timeout)
     return {b.id: f"{b.host}:{b.port}" for b in md.brokers.values()}
+
+
+def brokers_listed_by(node: NeveNode) -> set[int]:
+    """The node ids that `node` itself lists in its Metadata answer, asked over a raw connection
+    to it. `metadata_brokers` cannot ask one broker: librdkafka sends its Metadata request to any
+    broker it has learned of, not necessarily the one it bootstrapped from."""
+    raw = Raw(node.port)
+    try:
+        cid = raw.request(metadata_v12(), client_id="checker")
+        return {b.node_id for b in raw.response(3, 12, cid).brokers}
+    finally:
+        raw.close()
 
 
 # -- producers ------------------------------------------------------------------------------------
