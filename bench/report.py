@@ -1,10 +1,12 @@
 """Writing a run's results: result.json (everything), results.md (the tables a person reads), and
-PNG plots: latency CDFs of every step, and throughput against partition count when a run has
-saturation steps at more than one partition count."""
+PNG plots: latency CDFs of every step (a panel per system when a run has a peer or the sink), and
+throughput against partition count when a run has saturation steps at more than one partition count."""
 
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -147,23 +149,25 @@ def plots(run: Run, doc: dict) -> list[Path]:
     import matplotlib.ticker
 
     written = []
-    if run.ack_samples or run.e2e_samples:
-        fig, ax = plt.subplots(figsize=(8, 5))
-        for name, samples in run.ack_samples.items():
-            _cdf(ax, samples, f"ack {name}", "-")
-        for name, samples in run.e2e_samples.items():
-            _cdf(ax, samples, f"e2e {name}", "--")
-        ax.set_xscale("log")
-        plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
-        ax.xaxis.set_major_formatter(plain)
-        ax.xaxis.set_minor_formatter(plain)
-        ax.tick_params(axis="x", which="minor", labelsize=7)
-        ax.set_xlabel("latency (ms, log scale)")
-        ax.set_ylabel("fraction of records")
-        ax.set_ylim(0, 1.0)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.set_title(f"{doc['scenario']}: latency CDF")
-        ax.legend(fontsize=7, loc="lower right")
+    panels = latency_panels(run.ack_samples, run.e2e_samples, (doc.get("system") or {}).get("name", "neve"))
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(2 + 5 * len(panels), 4.5), sharex=True, sharey=True, squeeze=False)
+        colors = plt.get_cmap("tab10").colors
+        for ax, (who, curves) in zip(axes[0], panels.items(), strict=True):
+            for curve in curves:
+                _cdf(ax, curve.samples, curve.label, "--" if curve.kind == "e2e" else "-", colors[curve.color % len(colors)])
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(_twos_and_fives))
+            ax.tick_params(axis="x", which="minor", labelsize=7)
+            ax.set_xlabel("latency (ms, log scale)")
+            ax.set_ylim(0, 1.0)
+            ax.grid(True, which="both", alpha=0.3)
+            ax.set_title(who if len(panels) > 1 else f"{doc['scenario']}: latency CDF")
+            ax.legend(fontsize=7, loc="lower right")
+        axes[0][0].set_ylabel("fraction of records")
+        if len(panels) > 1:
+            fig.suptitle(f"{doc['scenario']}: latency CDF")
         path = run.out_dir / "latency_cdf.png"
         fig.tight_layout()
         fig.savefig(path, dpi=110)
@@ -194,11 +198,42 @@ def plots(run: Run, doc: dict) -> list[Path]:
     return written
 
 
-def _cdf(ax, samples: np.ndarray, label: str, style: str) -> None:
+def _twos_and_fives(value: float, _pos) -> str:
+    """Labels for a log axis's minor ticks: the 2s and 5s between powers of ten (20, 50, 200, ...)."""
+    if value <= 0:
+        return ""
+    leading = round(value / 10 ** math.floor(math.log10(value)))
+    return f"{value:g}" if leading in (2, 5) else ""
+
+
+@dataclass(frozen=True)
+class Curve:
+    label: str  # "ack 1KiB-fixed"
+    kind: str  # "ack" or "e2e"
+    color: int  # one per step kind ("1KiB-fixed"), the same in every panel
+    samples: np.ndarray
+
+
+def latency_panels(ack: dict[str, np.ndarray], e2e: dict[str, np.ndarray], system: str) -> dict[str, list[Curve]]:
+    """The latency curves of a run, one panel per system that ran its steps: a step named
+    "tansu/1KiB-fixed" is tansu's (or the sink's, "sink/..."), one with no prefix the system's
+    under test (`system`). A step kind keeps its color from panel to panel, so one panel compares
+    the steps of a system and the same color compares systems."""
+    panels: dict[str, list[Curve]] = {}
+    colors: dict[str, int] = {}
+    for kind, samples_by_step in (("ack", ack), ("e2e", e2e)):
+        for name, samples in samples_by_step.items():
+            who, _, step = name.rpartition("/")
+            color = colors.setdefault(step, len(colors))
+            panels.setdefault(who or system, []).append(Curve(f"{kind} {step}", kind, color, samples))
+    return panels
+
+
+def _cdf(ax, samples: np.ndarray, label: str, style: str, color) -> None:
     if samples.size == 0:
         return
     ms = np.sort(samples * 1000.0)
     if ms.size > 5000:  # plotting every point of a million-sample run adds nothing visible
         ms = ms[np.linspace(0, ms.size - 1, 5000).astype(int)]
     ms = np.maximum(ms, 1e-3)
-    ax.plot(ms, np.linspace(0, 1, ms.size), style, label=label, linewidth=1.2)
+    ax.plot(ms, np.linspace(0, 1, ms.size), style, color=color, label=label, linewidth=1.2)
