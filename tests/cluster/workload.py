@@ -65,8 +65,8 @@ def metadata_brokers(bootstrap: str, client_id: str = "checker", timeout: float 
 
 def brokers_listed_by(node: NeveNode) -> set[int]:
     """The node ids that `node` itself lists in its Metadata answer, asked over a raw connection
-    to it. `metadata_brokers` cannot ask one broker: librdkafka sends its Metadata request to any
-    broker it has learned of, not necessarily the one it bootstrapped from."""
+    to it. `metadata_brokers` cannot ask one broker: librdkafka sends an application's Metadata
+    request to any broker that is up, not necessarily the one it bootstrapped from."""
     raw = Raw(node.port)
     try:
         cid = raw.request(metadata_v12(), client_id="checker")
