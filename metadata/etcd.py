@@ -6,8 +6,12 @@ Key layout (all under `/<root>/`, root "neve" by default; values are compact JSO
     topics/<name>                             {"id": hex, "partitions": n, "configs": {...}}
     heads/<topic id hex>/<partition:06d>      {"n": next offset, "s": log start, "p": {producer id:
                                                [epoch, [[first seq, last seq, base offset] x<=5], last used ms]}}
+    wal-index/<object key>/<group:04d>        the index entries one commit transaction added, all in one WAL
+                                              object: [object key, [[<topic id hex>/<partition:06d>,
+                                              base offset, last offset, start, size, max timestamp] ...]]
     index/<topic id hex>/<partition:06d>/<base offset:020d>
-                                              [last offset, object key, type, start, size, max timestamp]
+                                              one index entry: [last offset, object key, type, start,
+                                              size, max timestamp] (written before wal-index existed; read)
     producer-ids                              the next unallocated producer id (allocated in blocks)
     producer-epochs/<producer id>             current epoch, on a lease of the producer expiry
     brokers/<node id>                         {"host", "port", "zone"}, attached to the broker's lease
@@ -20,18 +24,22 @@ idempotent-producer state of that partition, so one compare on its mod revision 
 missing head means offset 0 (topics with 10,000 partitions are created with one put).
 
 Committing a WAL object: the sequencer (metadata/sequencer.py) runs on the cached heads; one
-transaction compares every touched head's mod revision and puts the new heads and the new index
-entries. On conflict the transaction's failure branch returns the current heads in the same round
-trip, the cache is refreshed, and the commit is re-sequenced. etcd allows 128 operations per
-transaction branch and 1.5 MiB per request by default, so an object's partitions are committed in
-groups that fit both (each group is atomic; the brief asks for atomicity per partition): an
-object touching 500 partitions commits as 9 transactions of at most 60 partitions, run
-concurrently because they touch disjoint keys.
+transaction compares every touched head's mod revision and puts the new heads and one wal-index
+record holding the new index entries of all its partitions (one key per transaction, not one per
+entry: half the puts and watch events). On conflict the transaction's failure branch returns the current heads
+in the same round trip, the cache is refreshed, and the commit is re-sequenced. etcd allows 128
+operations per transaction branch and 1.5 MiB per request by default, so an object's partitions
+are committed in groups that fit both (each group is atomic; the brief asks for atomicity per
+partition): an object touching 500 partitions commits as 5 transactions of at most
+`PARTITIONS_PER_TXN` (118), run concurrently because they touch disjoint keys.
 
 Staying bounded over months: index entries are replaced by compaction (many WAL entries become one
-PARQUET entry) and removed by retention; producer state expires with `producer_expiry_ms` of
-inactivity (Kafka's producer.id.expiration.ms); and each broker compacts etcd's revision history
-every `compact_interval_s`, keeping the last `keep_revisions` revisions for watchers that lag.
+PARQUET entry; a wal-index record goes once every entry in it is replaced, with its WAL object)
+and removed by retention; a deleted topic's entries stay in the wal-index records they share with
+other topics until then (its heads and per-entry keys are deleted); producer state expires with
+`producer_expiry_ms` of inactivity (Kafka's producer.id.expiration.ms); and each broker compacts
+etcd's revision history every `compact_interval_s`, keeping the last `keep_revisions` revisions
+for watchers that lag.
 
 Brokers follow changes through one watch on the root prefix (no polling): the in-memory view
 (`view.py`) stays current and long-poll fetches wake when another broker commits. If the watch
@@ -60,6 +68,7 @@ from .view import IndexReads, PartitionView
 log = logging.getLogger("neve.metadata.etcd")
 
 MAX_OPS = 120  # etcd's default --max-txn-ops is 128 per branch; keep headroom
+PARTITIONS_PER_TXN = MAX_OPS - 2  # a commit transaction's branches: an operation per partition, two more
 MAX_TXN_BYTES = 1024 * 1024  # etcd's default --max-request-bytes is 1.5 MiB
 MAX_EPOCH = 32767
 PRODUCER_ID_BLOCK = 1000
@@ -96,6 +105,10 @@ class _Keys:
     def index(self, topic_id: uuid.UUID, partition: int, base_offset: int) -> bytes:
         return f"/{self.root}/index/{topic_id.hex}/{partition:06d}/{base_offset:020d}".encode()
 
+    def wal_index(self, object_key: str, group: int) -> bytes:
+        """The wal-index record of one commit transaction (`group`) of the WAL object `object_key`."""
+        return f"/{self.root}/wal-index/{object_key}/{group:04d}".encode()
+
     def group(self, group: str) -> bytes:
         return f"/{self.root}/groups/{quote(group, safe='')}".encode()
 
@@ -123,12 +136,17 @@ class _Keys:
         return f"/{self.root}/{kind}".encode()
 
 
-def _encode_entry(e: IndexEntry, key_json: str | None = None) -> bytes:
-    """`[last offset, object key, object type, start, size, max timestamp]`. `key_json` is the
-    object key already JSON-encoded: a commit's entries all share one key, encoded once."""
-    if key_json is None:
-        key_json = json.dumps(e.object_key)
-    return f"[{e.last_offset:d},{key_json},{int(e.object_type):d},{e.start:d},{e.size:d},{e.max_timestamp:d}]".encode()
+def _encode_wal_index(object_key: str, entries: list[tuple[str, IndexEntry]]) -> bytes:
+    """A wal-index record: `[object key, [[partition path, base, last, start, size, max timestamp], ...]]`,
+    the entries of one commit transaction, all in the WAL object `object_key`."""
+    rows = ",".join(f'["{path}",{e.base_offset:d},{e.last_offset:d},{e.start:d},{e.size:d},{e.max_timestamp:d}]' for path, e in entries)
+    return f"[{json.dumps(object_key)},[{rows}]]".encode()
+
+
+def _decode_wal_index(raw: bytes) -> tuple[str, list[tuple[str, IndexEntry]]]:
+    key, rows = orjson.loads(raw)
+    wal = ObjectType.WAL
+    return key, [(path, IndexEntry(base, last, key, wal, start, size, max_ts)) for path, base, last, start, size, max_ts in rows]
 
 
 _OBJECT_TYPES = tuple(ObjectType)  # by value (0, 1, ...): indexing is 15x cheaper than ObjectType(kind)
@@ -155,6 +173,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self.host, self.port = host, port
         self.keys = _Keys(root)
         self._heads_prefix, self._index_prefix = self.keys.prefix("heads/"), self.keys.prefix("index/")
+        self._wal_index_prefix = self.keys.prefix("wal-index/")
         self.settings = settings or EtcdSettings()
         self._client = None
         self._topics: dict[str, TopicInfo] = {}
@@ -235,7 +254,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         topics: dict[str, TopicInfo] = {}
         partitions: dict[tuple[uuid.UUID, int], _PartitionState] = {}
         brokers: dict[int, BrokerRegistration] = {}
-        heads, entries = [], []
+        heads, entries, wal_indexes = [], [], []
         for kv in result:
             revision = max(revision, kv.mod_revision)
             kind, rest = self._split(kv.key)
@@ -244,6 +263,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 topics[info.name] = info
             elif kind == "heads":
                 heads.append((rest, kv))
+            elif kind == "wal-index":
+                wal_indexes.append(kv.value)
             elif kind == "index":
                 entries.append((rest, kv))
             elif kind == "brokers":
@@ -260,6 +281,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             self._add_partitions(info)
         for rest, kv in heads:
             self._apply_head(rest, kv.value, kv.mod_revision)
+        for raw in wal_indexes:
+            self._apply_wal_index(raw)
         for rest, kv in entries:
             self._apply_entry(rest, kv.value)
         self._brokers = brokers
@@ -404,6 +427,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         deleted = event.type == self._delete_type
         if key.startswith(self._heads_prefix):  # the common events first: no general key parsing
             return None if deleted else self._apply_head(key[len(self._heads_prefix) :].decode(), kv.value, kv.mod_revision)
+        if key.startswith(self._wal_index_prefix):
+            # A record is deleted only once every entry in it has been replaced (compaction).
+            if not deleted:
+                self._apply_wal_index(kv.value)
+            return None
         if key.startswith(self._index_prefix):
             rest = key[len(self._index_prefix) :].decode()
             if deleted:
@@ -481,6 +509,14 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         path, _, base = rest.rpartition("/")
         found = self._by_path.get(path)
         return (found[1] if found is not None else None), int(base)
+
+    def _apply_wal_index(self, raw: bytes) -> None:
+        _, entries = _decode_wal_index(raw)
+        by_path = self._by_path
+        for path, entry in entries:
+            found = by_path.get(path)
+            if found is not None:
+                found[1].add(entry)
 
     def _apply_entry(self, rest: str, raw: bytes) -> None:
         part, base = self._index_key(rest)
@@ -632,7 +668,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
     async def _commit(self, commit: ObjectCommit) -> list[AppendResult]:
         groups = self._groups(commit)
         results: list[AppendResult | None] = [None] * len(commit.appends)
-        outcomes = await asyncio.gather(*(self._commit_group(commit, idx) for idx in groups), return_exceptions=True)
+        outcomes = await asyncio.gather(*(self._commit_group(commit, idx, n) for n, idx in enumerate(groups)), return_exceptions=True)
         failure = None
         for idx, outcome in zip(groups, outcomes, strict=True):
             if isinstance(outcome, BaseException):
@@ -658,7 +694,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
 
     def _groups(self, commit: ObjectCommit) -> list[list[int]]:
         """Indices of the appends, grouped so each group's transaction fits etcd's limits; a
-        partition's appends always stay in one group."""
+        partition's appends always stay in one group. A group's transaction compares the head of
+        each partition, the fence and its wal-index record (absent), and puts the heads and the
+        record: one operation per partition and two per group in each branch."""
         by_tp: dict[tuple[uuid.UUID, int], list[int]] = {}
         for i, a in enumerate(commit.appends):
             by_tp.setdefault((a.topic_id, a.partition), []).append(i)
@@ -667,25 +705,25 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         ops = size = 0
         for tp, idx in by_tp.items():
             part = self._partitions.get(tp)
-            need_ops = 1 + len(idx)  # the head, and at most one index entry per append
-            need_bytes = 300 + 200 * len(idx) + (120 * len(part.producers) if part is not None else 0)
-            if current and (ops + need_ops > MAX_OPS or size + need_bytes > MAX_TXN_BYTES):
+            need_bytes = 300 + 100 * len(idx) + (120 * len(part.producers) if part is not None else 0)
+            if current and (ops + 1 > PARTITIONS_PER_TXN or size + need_bytes > MAX_TXN_BYTES):
                 groups.append(current)
                 current, ops, size = [], 0, 0
             current.extend(idx)
-            ops += need_ops
+            ops += 1
             size += need_bytes
         if current:
             groups.append(current)
         return groups
 
-    async def _commit_group(self, commit: ObjectCommit, idx: list[int]) -> list[AppendResult]:
+    async def _commit_group(self, commit: ObjectCommit, idx: list[int], group: int) -> list[AppendResult]:
         from aetcd import rpc
 
         EQUAL, MOD, CREATE = rpc.Compare.EQUAL, rpc.Compare.MOD, rpc.Compare.CREATE
         sub = ObjectCommit(commit.object_key, commit.object_size, tuple(commit.appends[i] for i in idx))
         partitions, producer_keys = involved(sub)
         fence_key = self.keys.swept(commit.object_key)
+        record_key = self.keys.wal_index(commit.object_key, group)
         for attempt in range(self.settings.commit_attempts):
             heads = {tp: self._partitions[tp] for tp in partitions if tp in self._partitions}
             producers = {}
@@ -704,6 +742,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             for tp, part in heads.items():
                 compare(result=EQUAL, target=MOD, key=head_keys[tp], mod_revision=part.mod_revision)
             compare(result=EQUAL, target=CREATE, key=fence_key, create_revision=0)  # the sweeper has not fenced the object off
+            compare(result=EQUAL, target=CREATE, key=record_key, create_revision=0)  # never overwrite another commit's entries
             changed_by_tp: dict[tuple[uuid.UUID, int], dict[int, ProducerState]] = {}
             for (pid, tid, p), state in seq.producers.items():
                 changed_by_tp.setdefault((tid, p), {})[pid] = state
@@ -721,16 +760,15 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 new_heads[tp] = (next_offset, kept, used)
                 put = success().request_put
                 put.key, put.value = head_keys[tp], value
-            key_json = json.dumps(sub.object_key)
-            index_key = self.keys.index
-            for tp, entries in seq.entries.items():
-                for e in entries:
-                    put = success().request_put
-                    put.key, put.value = index_key(tp[0], tp[1], e.base_offset), _encode_entry(e, key_json)
+            if seq.entries:  # each entry named by its partition's path (`_Keys.partition_path`, written out)
+                put = success().request_put
+                put.key = record_key
+                put.value = _encode_wal_index(sub.object_key, [(f"{tp[0].hex}/{tp[1]:06d}", e) for tp, entries in seq.entries.items() for e in entries])
             failure = request.failure.add
             for tp in heads:
                 failure().request_range.key = head_keys[tp]
             failure().request_range.key = fence_key
+            failure().request_range.key = record_key
             in_flight = asyncio.get_running_loop().create_future()  # the watch waits for it (`_follow`)
             self._commits_in_flight.add(in_flight)
             try:
@@ -747,9 +785,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             if response.succeeded:
                 self._apply_commit(seq, new_heads, revision)
                 return seq.results
-            *head_responses, fence = response.responses
+            *head_responses, fence, record = response.responses
             if fence.response_range.kvs:
                 raise ObjectFenced(f"{commit.object_key} was fenced off by the orphan sweeper")
+            if record.response_range.kvs:  # one object is committed once: this is a bug, not a race
+                raise MetadataUnavailable(f"{commit.object_key} already has index entries of commit transaction {group}")
             # Conflict: refresh the heads from the failure branch's reads and sequence again.
             for tp, got in zip(heads, head_responses, strict=True):
                 for kv in got.response_range.kvs:

@@ -159,8 +159,10 @@ def test_cost_quick_neve_s3(tmp_path):
     assert per["puts_counted_in_store"] > 0 and per["puts_from_broker_metrics"] > 0
     assert per["metadata_ops"] > 0  # neve_metadata_ops_total from the etcd store
     assert per["gets"] is not None
-    # etcd keeps at least one index key per object per partition: 10 partitions, 4 MiB objects or smaller
-    assert per["metadata_keys"] >= 10 * 256 * 0.9 and per["metadata_bytes"] > per["metadata_keys"] * 100
+    # etcd keeps one wal-index record per object (its 10 partitions fit one commit transaction), not
+    # a key per partition per object; and the topic, heads and brokers, a few keys in all
+    puts = per["puts_counted_in_store"]
+    assert puts * 0.9 <= per["metadata_keys"] < puts * 5 and per["metadata_bytes"] > per["metadata_keys"] * 100
     assert doc["derived"]["etcd_default_quota"]["gib_produced"] > 0
 
 

@@ -1,23 +1,49 @@
-"""The etcd store's value formats, without an etcd: an index entry and a head decode to what was
-encoded, whatever the object key and the object type."""
+"""The etcd store's value formats, without an etcd: a wal-index record, an index entry and a head
+decode to what was encoded, whatever the object key and the object type."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import pytest
 
-from metadata.etcd import EtcdMetadataStore, _decode_entry, _encode_entry, _Keys
+from metadata.etcd import EtcdMetadataStore, _decode_entry, _decode_wal_index, _encode_wal_index, _Keys
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.sequencer import BatchSequence, ProducerState
 
 
+KEYS = ["wal/0000000001234-1-abcdef.wal", 'odd "key", with, commas\\ and é', "parquet/t/p=0/00001.parquet"]
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_a_wal_index_record_decodes_to_the_entries_encoded(key):
+    tid = uuid.uuid4()
+    entries = [
+        (f"{tid.hex}/000000", IndexEntry(0, 4, key, ObjectType.WAL, 12, 6_200, 1_700_000_000_123)),
+        (f"{tid.hex}/000000", IndexEntry(9, 2**62, key, ObjectType.WAL, 6_212, 100, 1_700_000_000_124)),
+        (f"{tid.hex}/123456", IndexEntry(7, 7, key, ObjectType.WAL, 6_312, 80, -1)),
+    ]
+    assert _decode_wal_index(_encode_wal_index(key, entries)) == (key, entries)
+
+
+def test_a_wal_index_record_fills_the_partitions_a_store_knows():
+    store = EtcdMetadataStore("127.0.0.1", 1)  # never started: only its value formats are used
+    tid, gone = uuid.uuid4(), uuid.uuid4()
+    store._adopt_topic(TopicInfo("t", tid, 2))
+    a = IndexEntry(0, 4, "wal/x", ObjectType.WAL, 12, 100, 5)
+    b = IndexEntry(3, 3, "wal/x", ObjectType.WAL, 112, 50, 6)
+    store._apply_wal_index(_encode_wal_index("wal/x", [(f"{tid.hex}/000001", a), (f"{gone.hex}/000000", a), (f"{tid.hex}/000000", b)]))
+    assert store.entries(tid, 0, 0) == [b] and store.entries(tid, 1, 0) == [a]  # a deleted topic's entry is passed over
+
+
 @pytest.mark.parametrize("kind", list(ObjectType))
-@pytest.mark.parametrize("key", ["wal/0000000001234-1-abcdef.wal", 'odd "key", with, commas\\ and é', "parquet/t/p=0/00001.parquet"])
-def test_an_index_entry_decodes_to_what_was_encoded(kind, key):
-    entry = IndexEntry(1_000, 2**62, key, kind, 17, 6_200, 1_700_000_000_123)
-    decoded = _decode_entry(1_000, _encode_entry(entry))
-    assert decoded == entry
+@pytest.mark.parametrize("key", KEYS)
+def test_an_index_entry_of_its_own_key_decodes(kind, key):
+    """`index/<partition>/<base offset>` keys, one entry each: written before wal-index records, still read."""
+    raw = f"[{2**62},{json.dumps(key)},{int(kind)},17,6200,1700000000123]".encode()
+    decoded = _decode_entry(1_000, raw)
+    assert decoded == IndexEntry(1_000, 2**62, key, kind, 17, 6_200, 1_700_000_000_123)
     assert type(decoded.object_type) is ObjectType
 
 

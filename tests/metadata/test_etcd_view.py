@@ -261,7 +261,7 @@ async def test_own_commit_events_arriving_before_its_answer_are_not_applied_agai
         assert await store._view_reaches(max(store._own_revisions), 30)
         assert [store.high_watermark(t, p) for p in range(50)] == [4] * 50
         assert [[(e.base_offset, e.last_offset) for e in store.entries(t, p, 0)] for p in (0, 49)] == [[(0, 1), (2, 3)]] * 2
-        assert [key for key in applied if b"/heads/" in key or b"/index/" in key] == []
+        assert [key for key in applied if b"/heads/" in key or b"index/" in key] == []
     finally:
         await store.close()
 
