@@ -7,8 +7,8 @@ Key layout (all under `/<root>/`, root "neve" by default; values are compact JSO
     heads/<topic id hex>/<partition:06d>      {"n": next offset, "s": log start, "p": {producer id:
                                                [epoch, [[first seq, last seq, base offset] x<=5], last used ms]}}
     wal-index/<object key>/<group:04d>        the index entries one commit transaction added, all in one WAL
-                                              object: [object key, [[<topic id hex>/<partition:06d>,
-                                              base offset, last offset, start, size, max timestamp] ...]]
+                                              object: [object key, [[topic id hex, [[partition:06d, base
+                                              offset, last offset, start, size, max timestamp] ...]] ...]]
     index/<topic id hex>/<partition:06d>/<base offset:020d>
                                               one index entry: [last offset, object key, type, start,
                                               size, max timestamp] (written before wal-index existed; read)
@@ -136,17 +136,31 @@ class _Keys:
         return f"/{self.root}/{kind}".encode()
 
 
-def _encode_wal_index(object_key: str, entries: list[tuple[str, IndexEntry]]) -> bytes:
-    """A wal-index record: `[object key, [[partition path, base, last, start, size, max timestamp], ...]]`,
-    the entries of one commit transaction, all in the WAL object `object_key`."""
-    rows = ",".join(f'["{path}",{e.base_offset:d},{e.last_offset:d},{e.start:d},{e.size:d},{e.max_timestamp:d}]' for path, e in entries)
-    return f"[{json.dumps(object_key)},[{rows}]]".encode()
+def _encode_wal_index(object_key: str, entries: Mapping[tuple[uuid.UUID, int], list[IndexEntry]]) -> bytes:
+    """A wal-index record, the entries of one commit transaction, all in the WAL object
+    `object_key`: `[object key, [[topic id hex, [[partition:06d, base offset, last offset, start,
+    size, max timestamp], ...]], ...]]`. The partition is a string, so that a topic's id and it
+    join into the partition's path (`_Keys.partition_path`) without formatting a number."""
+    by_topic: dict[uuid.UUID, list[str]] = {}
+    for (topic_id, partition), partition_entries in entries.items():
+        rows = by_topic.get(topic_id)
+        if rows is None:
+            rows = by_topic[topic_id] = []
+        for e in partition_entries:
+            rows.append(f'["{partition:06d}",{e.base_offset:d},{e.last_offset:d},{e.start:d},{e.size:d},{e.max_timestamp:d}]')
+    topics = ",".join(f'["{topic_id.hex}",[{",".join(rows)}]]' for topic_id, rows in by_topic.items())
+    return f"[{json.dumps(object_key)},[{topics}]]".encode()
 
 
 def _decode_wal_index(raw: bytes) -> tuple[str, list[tuple[str, IndexEntry]]]:
-    key, rows = orjson.loads(raw)
+    """The object key and the (partition path, entry) pairs of a wal-index record."""
+    key, topics = orjson.loads(raw)
     wal = ObjectType.WAL
-    return key, [(path, IndexEntry(base, last, key, wal, start, size, max_ts)) for path, base, last, start, size, max_ts in rows]
+    return key, [
+        (topic + "/" + partition, IndexEntry(base, last, key, wal, start, size, max_ts))
+        for topic, rows in topics
+        for partition, base, last, start, size, max_ts in rows
+    ]
 
 
 _OBJECT_TYPES = tuple(ObjectType)  # by value (0, 1, ...): indexing is 15x cheaper than ObjectType(kind)
@@ -760,10 +774,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 new_heads[tp] = (next_offset, kept, used)
                 put = success().request_put
                 put.key, put.value = head_keys[tp], value
-            if seq.entries:  # each entry named by its partition's path (`_Keys.partition_path`, written out)
+            if seq.entries:
                 put = success().request_put
-                put.key = record_key
-                put.value = _encode_wal_index(sub.object_key, [(f"{tp[0].hex}/{tp[1]:06d}", e) for tp, entries in seq.entries.items() for e in entries])
+                put.key, put.value = record_key, _encode_wal_index(sub.object_key, seq.entries)
             failure = request.failure.add
             for tp in heads:
                 failure().request_range.key = head_keys[tp]

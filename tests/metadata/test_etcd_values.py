@@ -18,13 +18,16 @@ KEYS = ["wal/0000000001234-1-abcdef.wal", 'odd "key", with, commas\\ and é', "p
 
 @pytest.mark.parametrize("key", KEYS)
 def test_a_wal_index_record_decodes_to_the_entries_encoded(key):
-    tid = uuid.uuid4()
-    entries = [
-        (f"{tid.hex}/000000", IndexEntry(0, 4, key, ObjectType.WAL, 12, 6_200, 1_700_000_000_123)),
-        (f"{tid.hex}/000000", IndexEntry(9, 2**62, key, ObjectType.WAL, 6_212, 100, 1_700_000_000_124)),
-        (f"{tid.hex}/123456", IndexEntry(7, 7, key, ObjectType.WAL, 6_312, 80, -1)),
-    ]
-    assert _decode_wal_index(_encode_wal_index(key, entries)) == (key, entries)
+    """Entries of two topics, one partition with two entries: each comes back named by its
+    partition's path, as the store's map of partitions names them."""
+    t, u = uuid.uuid4(), uuid.uuid4()
+    a = IndexEntry(0, 4, key, ObjectType.WAL, 12, 6_200, 1_700_000_000_123)
+    b = IndexEntry(9, 2**62, key, ObjectType.WAL, 6_212, 100, 1_700_000_000_124)
+    c = IndexEntry(7, 7, key, ObjectType.WAL, 6_312, 80, -1)
+    d = IndexEntry(0, 0, key, ObjectType.WAL, 6_392, 70, 0)
+    decoded = _decode_wal_index(_encode_wal_index(key, {(t, 0): [a, b], (u, 1_234_567): [c], (t, 123_456): [d]}))
+    path = _Keys.partition_path
+    assert decoded == (key, [(path(t, 0), a), (path(t, 0), b), (path(t, 123_456), d), (path(u, 1_234_567), c)])
 
 
 def test_a_wal_index_record_fills_the_partitions_a_store_knows():
@@ -33,7 +36,7 @@ def test_a_wal_index_record_fills_the_partitions_a_store_knows():
     store._adopt_topic(TopicInfo("t", tid, 2))
     a = IndexEntry(0, 4, "wal/x", ObjectType.WAL, 12, 100, 5)
     b = IndexEntry(3, 3, "wal/x", ObjectType.WAL, 112, 50, 6)
-    store._apply_wal_index(_encode_wal_index("wal/x", [(f"{tid.hex}/000001", a), (f"{gone.hex}/000000", a), (f"{tid.hex}/000000", b)]))
+    store._apply_wal_index(_encode_wal_index("wal/x", {(tid, 1): [a], (gone, 0): [a], (tid, 0): [b]}))
     assert store.entries(tid, 0, 0) == [b] and store.entries(tid, 1, 0) == [a]  # a deleted topic's entry is passed over
 
 
