@@ -190,6 +190,25 @@ async def test_a_commit_from_a_stale_view_is_sequenced_again_on_the_heads_etcd_r
 
 
 @pytest.mark.integration
+async def test_a_commit_never_overwrites_the_index_record_of_another(etcd_server):
+    """A commit transaction's wal-index record is created, never replaced: were an object committed
+    twice, the second commit must fail whole rather than replace the entries the first one made
+    readable. Here the record of the object's first transaction exists already."""
+    store = await open_etcd_store(etcd_server, "record-once")
+    try:
+        t = (await store.create_topic("t", 2)).topic_id
+        await store._client.put(store.keys.wal_index("wal/twice", 0), b'["wal/twice",[]]')
+        with pytest.raises(MetadataUnavailable, match="already has index entries"):
+            await store.commit(commit(append(t, 0, 0, 10, 5), append(t, 1, 10, 10, 2), key="wal/twice"))
+        assert (store.high_watermark(t, 0), store.high_watermark(t, 1)) == (0, 0)
+        assert (await store._client.get(store.keys.head(t, 0))) is None  # nothing of it landed in etcd
+
+        assert await store.commit(commit(append(t, 0, 0, 10, 5), key="wal/once")) == [AppendResult(0, 0, 0)]
+    finally:
+        await store.close()
+
+
+@pytest.mark.integration
 async def test_a_commit_that_puts_nothing_takes_no_revision_for_its_own(etcd_server):
     """A commit whose only append is a producer's retry puts nothing, and etcd answers it with the
     latest revision, here another broker's commit that this store's watch has not delivered yet.
