@@ -207,7 +207,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._closed = False
         self.ops = 0  # etcd requests made, for the cost benchmark
         # Revisions of this broker's own commit transactions, already applied to the view: their
-        # watch events (a head and an index entry per partition) are skipped, not decoded again.
+        # watch events (a head per partition and a wal-index record) are skipped, not decoded again.
         self._own_revisions: set[int] = set()
         self._commits_in_flight: set[asyncio.Future] = set()  # one per commit transaction sent and not yet answered
         # Every partition by its path in keys (`_Keys.partition_path`): the watch finds the
@@ -375,8 +375,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         """etcd's watch of everything under the root from `start_revision`, one WatchResponse at a
         time, on the client's own channel. The stream is read directly rather than through
         aetcd's watch iterator, which hands over each event through a queue and two coroutines:
-        with a head and an index entry per partition an object holds, that was a quarter of a
-        committing broker's metadata CPU, spent mostly on skipping the events of its own commits."""
+        with a head and an index entry per partition an object holds (before wal-index records),
+        that was a quarter of a committing broker's metadata CPU, spent mostly on skipping the
+        events of its own commits."""
         from aetcd import rpc
 
         await self._client.connect()
@@ -791,7 +792,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 # watch must still apply.
                 revision = response.header.revision if response.succeeded and request.success else 0
                 if revision:
-                    self._own_revisions.add(revision)  # the transaction put only heads and index entries
+                    self._own_revisions.add(revision)  # the transaction put only heads and a wal-index record
             finally:
                 self._commits_in_flight.discard(in_flight)
                 in_flight.set_result(None)
