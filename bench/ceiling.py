@@ -118,13 +118,16 @@ async def _measure_txn(endpoint: str, partitions: int, warmup_s: float, duration
     heads back on failure."""
     import aetcd
 
+    from metadata.etcd import encode_wal_index
+    from metadata.model import IndexEntry, ObjectType
+
     host, port = endpoint.rsplit(":", 1)
     client = aetcd.Client(host=host, port=int(port), timeout=10)
     root = f"/bench-txn-{uuid.uuid4().hex[:8]}/".encode()
     heads = [root + b"heads/%06d" % p for p in range(partitions)]
     object_key = "wal/0000000000000000000000-0000-0000-0000-000000000000.wal"
-    rows = ",".join(f'["{uuid.uuid4().hex}/{p:06d}",0,99,{p * 41943},41943,1700000000000]' for p in range(partitions))
-    record = f'["{object_key}",[{rows}]]'.encode()
+    topic_id = uuid.uuid4()
+    record = encode_wal_index(object_key, {(topic_id, p): [IndexEntry(0, 99, object_key, ObjectType.WAL, p * 41943, 41943, 1700000000000)] for p in range(partitions)})
     errors: list[str] = []
     lat: list[tuple[float, float]] = []
     try:

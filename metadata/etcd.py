@@ -136,7 +136,7 @@ class _Keys:
         return f"/{self.root}/{kind}".encode()
 
 
-def _encode_wal_index(object_key: str, entries: Mapping[tuple[uuid.UUID, int], list[IndexEntry]]) -> bytes:
+def encode_wal_index(object_key: str, entries: Mapping[tuple[uuid.UUID, int], list[IndexEntry]]) -> bytes:
     """A wal-index record, the entries of one commit transaction, all in the WAL object
     `object_key`: `[object key, [[topic id hex, [[partition:06d, base offset, last offset, start,
     size, max timestamp], ...]], ...]]`. The partition is a string, so that a topic's id and it
@@ -152,7 +152,7 @@ def _encode_wal_index(object_key: str, entries: Mapping[tuple[uuid.UUID, int], l
     return f"[{json.dumps(object_key)},[{topics}]]".encode()
 
 
-def _decode_wal_index(raw: bytes) -> tuple[str, list[tuple[str, IndexEntry]]]:
+def decode_wal_index(raw: bytes) -> tuple[str, list[tuple[str, IndexEntry]]]:
     """The object key and the (partition path, entry) pairs of a wal-index record."""
     key, topics = orjson.loads(raw)
     wal = ObjectType.WAL
@@ -526,7 +526,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         return (found[1] if found is not None else None), int(base)
 
     def _apply_wal_index(self, raw: bytes) -> None:
-        _, entries = _decode_wal_index(raw)
+        _, entries = decode_wal_index(raw)
         by_path = self._by_path
         for path, entry in entries:
             found = by_path.get(path)
@@ -777,7 +777,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 put.key, put.value = head_keys[tp], value
             if seq.entries:
                 put = success().request_put
-                put.key, put.value = record_key, _encode_wal_index(sub.object_key, seq.entries)
+                put.key, put.value = record_key, encode_wal_index(sub.object_key, seq.entries)
             failure = request.failure.add
             for tp in heads:
                 failure().request_range.key = head_keys[tp]

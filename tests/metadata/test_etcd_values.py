@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from metadata.etcd import EtcdMetadataStore, _decode_entry, _decode_wal_index, _encode_wal_index, _Keys
+from metadata.etcd import EtcdMetadataStore, _decode_entry, _Keys, decode_wal_index, encode_wal_index
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.sequencer import BatchSequence, ProducerState
 
@@ -25,7 +25,7 @@ def test_a_wal_index_record_decodes_to_the_entries_encoded(key):
     b = IndexEntry(9, 2**62, key, ObjectType.WAL, 6_212, 100, 1_700_000_000_124)
     c = IndexEntry(7, 7, key, ObjectType.WAL, 6_312, 80, -1)
     d = IndexEntry(0, 0, key, ObjectType.WAL, 6_392, 70, 0)
-    decoded = _decode_wal_index(_encode_wal_index(key, {(t, 0): [a, b], (u, 1_234_567): [c], (t, 123_456): [d]}))
+    decoded = decode_wal_index(encode_wal_index(key, {(t, 0): [a, b], (u, 1_234_567): [c], (t, 123_456): [d]}))
     path = _Keys.partition_path
     assert decoded == (key, [(path(t, 0), a), (path(t, 0), b), (path(t, 123_456), d), (path(u, 1_234_567), c)])
 
@@ -36,7 +36,7 @@ def test_a_wal_index_record_fills_the_partitions_a_store_knows():
     store._adopt_topic(TopicInfo("t", tid, 2))
     a = IndexEntry(0, 4, "wal/x", ObjectType.WAL, 12, 100, 5)
     b = IndexEntry(3, 3, "wal/x", ObjectType.WAL, 112, 50, 6)
-    store._apply_wal_index(_encode_wal_index("wal/x", {(tid, 1): [a], (gone, 0): [a], (tid, 0): [b]}))
+    store._apply_wal_index(encode_wal_index("wal/x", {(tid, 1): [a], (gone, 0): [a], (tid, 0): [b]}))
     assert store.entries(tid, 0, 0) == [b] and store.entries(tid, 1, 0) == [a]  # a deleted topic's entry is passed over
 
 
