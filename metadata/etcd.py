@@ -103,6 +103,8 @@ class _Keys:
         return f"/{self.root}/heads/{topic_id.hex}/{partition:06d}".encode()
 
     def index(self, topic_id: uuid.UUID, partition: int, base_offset: int) -> bytes:
+        """A per-entry index key, as versions before wal-index records wrote them (still read and
+        deleted with their topic; nothing writes them now but tests of that reading)."""
         return f"/{self.root}/index/{topic_id.hex}/{partition:06d}/{base_offset:020d}".encode()
 
     def wal_index(self, object_key: str, group: int) -> bytes:
