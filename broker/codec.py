@@ -86,16 +86,18 @@ def _encode(api_key: int, version: int, correlation_id: int, body: Any) -> bytes
 # librdkafka sends one partition per ProduceRequest, so a producer writing to many partitions
 # has thousands of them answered a second. Building kio's three entities for each took about 4 µs
 # and encoding them 10. The Produce handler answers such a request with a OnePartitionProduce, the
-# values that vary; answers that differ only in their offsets (and correlation id) have the same
-# bytes elsewhere, so kio encodes one per shape with sentinel offsets, the sentinels' positions are
-# found in its bytes, and each answer is that frame with its own offsets written in. A shape whose
-# sentinels are not found exactly once is encoded by kio every time.
+# values that vary; answers that differ only in their partition and offsets (and correlation id)
+# have the same bytes elsewhere, so kio encodes one per shape (topic, error) with a sentinel
+# partition and offsets, the sentinels' positions are found in its bytes, and each answer is that
+# frame with its own partition and offsets written in. A shape whose sentinels are not found
+# exactly once is encoded by kio every time.
 
 PRODUCE = 0
 NO_THROTTLE = datetime.timedelta(0)
 _SENTINELS = (0x0102030405060708, 0x1112131415161718)  # base offset, log start offset
+_INDEX_SENTINEL = 0x21222324  # partition index (int32)
 _MAX_TEMPLATES = 65_536
-_templates: dict[tuple, tuple[bytes, int, int] | None] = {}
+_templates: dict[tuple, tuple[bytes, int, int, int] | None] = {}
 
 
 @dataclass(slots=True)
@@ -110,12 +112,13 @@ class OnePartitionProduce:
     log_start_offset: int
     error_message: str | None
 
-    def entity(self, version: int, base_offset: int | None = None, log_start_offset: int | None = None) -> Any:
-        """The same answer as kio's ProduceResponse of `version` (offsets replaced when given)."""
+    def entity(self, version: int, base_offset: int | None = None, log_start_offset: int | None = None, index: int | None = None) -> Any:
+        """The same answer as kio's ProduceResponse of `version` (partition and offsets replaced
+        when given)."""
         r = response_module(PRODUCE, version)
         part = build(
             r.PartitionProduceResponse,
-            index=self.index,
+            index=self.index if index is None else index,
             error_code=self.error_code,
             base_offset=self.base_offset if base_offset is None else base_offset,
             log_append_time=None,
@@ -128,7 +131,7 @@ class OnePartitionProduce:
 
 
 def _encode_one_partition_produce(version: int, correlation_id: int, answer: OnePartitionProduce) -> bytes:
-    key = (version, answer.name, answer.index, answer.error_code, answer.error_message)
+    key = (version, answer.name, answer.error_code, answer.error_message)
     template = _templates.get(key, False)
     if template is False:
         template = _templates[key] = _produce_template(version, answer)
@@ -136,27 +139,30 @@ def _encode_one_partition_produce(version: int, correlation_id: int, answer: One
             _templates.clear()
     if template is None:
         return _encode(PRODUCE, version, correlation_id, answer.entity(version))
-    frame, base_at, start_at = template
+    frame, index_at, base_at, start_at = template
     out = bytearray(frame)
     struct.pack_into(">i", out, 4, correlation_id)
+    struct.pack_into(">i", out, index_at, answer.index)
     struct.pack_into(">q", out, base_at, answer.base_offset)
     if start_at >= 0:
         struct.pack_into(">q", out, start_at, answer.log_start_offset)
     return bytes(out)
 
 
-def _produce_template(version: int, answer: OnePartitionProduce) -> tuple[bytes, int, int] | None:
+def _produce_template(version: int, answer: OnePartitionProduce) -> tuple[bytes, int, int, int] | None:
+    """(frame, where the partition index is, where the base offset is, where the log start offset
+    is or -1), or None if the sentinels are ambiguous in this shape's frame."""
     base, start = _SENTINELS
-    shaped = answer.entity(version, base_offset=base, log_start_offset=start)
+    shaped = answer.entity(version, base_offset=base, log_start_offset=start, index=_INDEX_SENTINEL)
     has_log_start = has_field(shaped.responses[0].partition_responses[0], "log_start_offset")
     frame = _encode(PRODUCE, version, 0, shaped)
+    patterns = [_INDEX_SENTINEL.to_bytes(4, "big"), base.to_bytes(8, "big")] + ([start.to_bytes(8, "big")] if has_log_start else [])
     positions = []
-    for sentinel in (base, start) if has_log_start else (base,):
-        pattern = sentinel.to_bytes(8, "big")
+    for pattern in patterns:
         if frame.count(pattern) != 1:
             return None
         positions.append(frame.index(pattern))
-    return frame, positions[0], positions[1] if has_log_start else -1
+    return frame, positions[0], positions[1], positions[2] if has_log_start else -1
 
 
 @functools.cache

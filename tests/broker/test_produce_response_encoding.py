@@ -27,7 +27,7 @@ def kio_response(version: int, parts: list[tuple[int, ErrorCode, int, int, str |
 
 
 def template_of(version: int, answer: OnePartitionProduce):
-    return codec._templates[(version, answer.name, answer.index, answer.error_code, answer.error_message)]
+    return codec._templates[(version, answer.name, answer.error_code, answer.error_message)]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
@@ -40,13 +40,25 @@ def test_one_partition_answers_are_byte_for_byte_kios(version):
         (11, (1, ErrorCode.kafka_storage_error, -1, -1, "the object store did not answer"), "orders"),
         (12, (1, ErrorCode.out_of_order_sequence_number, -1, -1, "gap"), "a-topic.with_other-name"),
         (13, (2, ErrorCode.none, 5, 0, None), "\x01\x02\x03\x04\x05\x06\x07\x08"),  # a name holding sentinel bytes
+        (14, (0x21222324, ErrorCode.none, 6, 0, None), "orders"),  # a partition equal to the sentinel
+        (15, (4, ErrorCode.none, 0x21222324, 0, None), "orders"),  # the index sentinel's bytes in an offset
+        (16, (5, ErrorCode.none, 9, 0, None), '!"#$'),  # and in the name
     ]
     for correlation_id, (index, code, base, start, message), topic in cases:
         answer = OnePartitionProduce(topic, index, code, base, start, message)
         kio = codec._encode(0, version, correlation_id, kio_response(version, [(index, code, base, start, message)], topic))
         assert encode_response(0, version, correlation_id, answer) == kio, (version, answer)
-        if "\x01" not in topic:  # (that name holds a sentinel's bytes: kio encodes it, below)
-            assert template_of(version, answer) is not None, "the template was not used"
+        # names holding a sentinel's bytes make the sentinel ambiguous: kio encodes those answers
+        ambiguous = "\x01" in topic or "!" in topic
+        assert (template_of(version, answer) is None) is ambiguous, "the template was not used" if not ambiguous else "an ambiguous template"
+
+
+def test_one_template_serves_every_partition_of_a_topic():
+    codec._templates.clear()
+    for index in range(1000):
+        frame = encode_response(0, 9, index, OnePartitionProduce("orders", index, ErrorCode.none, 10 * index, 0, None))
+        assert frame == codec._encode(0, 9, index, kio_response(9, [(index, ErrorCode.none, 10 * index, 0, None)]))
+    assert list(codec._templates) == [(9, "orders", ErrorCode.none, None)]
 
 
 @pytest.mark.parametrize("version", [3, 9, 11])
