@@ -16,6 +16,7 @@ class BrokerSettings:
     max_frame_bytes: int = 100 * 1024 * 1024
     max_inflight_requests: int = 64  # requests other than Produce; see neve/config.py
     max_inflight_produce_requests: int = 8192
+    produce_read_pause_ms: float = 0.0  # see neve/config.py; the node caps it at a tenth of the WAL linger
     auto_create_topics: bool = False
     default_partitions: int = 1
     max_message_bytes: int = 10 * 1024 * 1024

@@ -18,6 +18,15 @@ faulted in page by page only to be overwritten by the socket read, 11% of the br
 
 Reading pauses while the connection has more than `MAX_QUEUED_BYTES` of frames it has not taken
 (the connection stops taking them while the WAL buffer is full), as the StreamReader's limit did.
+
+It also pauses for `read_pause_s` after a read that emptied the socket and brought only Produce
+requests (whole ones, and perhaps the start of the next). librdkafka sends one ProduceRequest per
+partition, so a producer writing to thousands of partitions sends a stream of small requests, and
+the broker woke up for every one or two of them: at 10,000 partitions 2,150 wake-ups a second,
+each a context switch, an epoll round and a pass through the event loop, for requests whose
+answers wait for the WAL linger (200 ms) anyway. Pausing a few milliseconds lets the next requests
+gather in the socket and be read in one wake-up. Any other request (a Fetch, Metadata, a group's
+heartbeat) is read at once.
 """
 
 from __future__ import annotations
@@ -56,9 +65,12 @@ class FrameSizeError(Exception):
 
 
 class FrameStream(asyncio.BufferedProtocol):
-    def __init__(self, max_frame_bytes: int, on_connected: Callable[[FrameStream], None]) -> None:
+    def __init__(self, max_frame_bytes: int, on_connected: Callable[[FrameStream], None], read_pause_s: float = 0.0) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._on_connected = on_connected
+        self._read_pause_s = read_pause_s
+        self._offered = 0  # bytes the last get_buffer offered the read buffer's reader
+        self._between_reads = False  # paused for read_pause_s (its timer resumes reading)
         self.transport: asyncio.Transport | None = None
         self.peer = None
         self._buf = bytearray(READ_BUFFER_BYTES)
@@ -98,6 +110,7 @@ class FrameStream(asyncio.BufferedProtocol):
             return memoryview(chunk)[self._chunk_filled : end]
         if len(self._buf) - self._end < MIN_FREE_BYTES:
             self._compact()
+        self._offered = len(self._buf) - self._end
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -117,7 +130,12 @@ class FrameStream(asyncio.BufferedProtocol):
                     self._deliver(frame, size)
             return
         self._end += nbytes
-        self._parse()
+        produce_only = self._parse()
+        # The socket is empty (the read took less than it was offered), every request it brought
+        # is a Produce request, and so is the one it began, if any (as far as it shows): wait a
+        # little before reading again.
+        if produce_only and self._read_pause_s and nbytes < self._offered and not self._big_size and self._begun_produce():
+            self._pause_between_reads()
 
     def eof_received(self) -> bool:
         self._finish(asyncio.IncompleteReadError(b"", None))
@@ -153,7 +171,8 @@ class FrameStream(asyncio.BufferedProtocol):
         self._queued_bytes -= held
         if self._reading_paused and self._queued_bytes < MAX_QUEUED_BYTES and self._end_error is None:
             self._reading_paused = False
-            self.transport.resume_reading()
+            if not self._between_reads:  # else the pause's timer resumes
+                self.transport.resume_reading()
         return frame
 
     @staticmethod
@@ -198,17 +217,22 @@ class FrameStream(asyncio.BufferedProtocol):
 
     # -- inside ----------------------------------------------------------------------------------
 
-    def _parse(self) -> None:
+    def _parse(self) -> bool:
+        """Take the whole frames out of the read buffer; True if there were some and all of
+        them were Produce requests (api key 0)."""
         buf = self._buf
+        frames, others = 0, False
         while self._end - self._start >= 4:
             (size,) = _SIZE.unpack_from(buf, self._start)
             if size < 8 or size > self.max_frame_bytes:
                 self._finish(FrameSizeError(size))
                 self._pause_reading()
                 self._start = self._end = 0
-                return
+                return False
             body = self._start + 4
             if self._end - body >= size:
+                frames += 1
+                others = others or buf[body] != 0 or buf[body + 1] != 0
                 with memoryview(buf) as view:
                     frame = bytes(view[body : body + size])
                 self._start = body + size
@@ -227,6 +251,13 @@ class FrameStream(asyncio.BufferedProtocol):
             break
         if self._start == self._end:
             self._start = self._end = 0
+        return frames > 0 and not others
+
+    def _begun_produce(self) -> bool:
+        """The read buffer holds no part of a frame, or the start of one that is not known to
+        be anything but a Produce request (its api key has not arrived, or is 0)."""
+        begun = self._end - self._start
+        return begun < 6 or self._buf[self._start + 4] == 0 and self._buf[self._start + 5] == 0
 
     def _compact(self) -> None:
         """Move the unparsed bytes (part of one frame that fits the buffer) to its start."""
@@ -251,7 +282,20 @@ class FrameStream(asyncio.BufferedProtocol):
     def _pause_reading(self) -> None:
         if not self._reading_paused and not self._lost and self.transport is not None:
             self._reading_paused = True
-            self.transport.pause_reading()
+            if not self._between_reads:
+                self.transport.pause_reading()
+
+    def _pause_between_reads(self) -> None:
+        if self._between_reads or self._reading_paused or self._lost or self._end_error is not None:
+            return
+        self._between_reads = True
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_later(self._read_pause_s, self._end_pause_between_reads)
+
+    def _end_pause_between_reads(self) -> None:
+        self._between_reads = False
+        if not self._reading_paused and not self._lost and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def _wake_reader(self) -> None:
         waiter = self._frame_waiter

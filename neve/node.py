@@ -43,6 +43,7 @@ def broker_settings(config: Config) -> BrokerSettings:
         max_frame_bytes=b.max_frame_bytes,
         max_inflight_requests=b.max_inflight_requests,
         max_inflight_produce_requests=b.max_inflight_produce_requests,
+        produce_read_pause_ms=max(0.0, min(b.produce_read_pause_ms, config.wal.linger_ms / 10)),
         auto_create_topics=b.auto_create_topics,
         default_partitions=b.default_partitions,
         max_message_bytes=b.max_message_bytes,

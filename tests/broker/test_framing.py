@@ -1,7 +1,8 @@
 """broker/framing.py over a real loopback socket: frames come out byte for byte whatever the reads'
 boundaries, large frames included; a bad length ends the stream after the frames before it;
-reading pauses while too many bytes of frames wait; the chunks of large frames are reused once
-their requests are decoded, and nothing decoded still refers to them."""
+reading pauses while too many bytes of frames wait, and for a moment after a read that brought
+only Produce requests and emptied the socket; the chunks of large frames are reused once their
+requests are decoded, and nothing decoded still refers to them."""
 
 from __future__ import annotations
 
@@ -22,13 +23,14 @@ from broker.framing import FrameSizeError, FrameStream
 
 
 class Server:
-    def __init__(self, max_frame: int = 100 * 1024 * 1024) -> None:
+    def __init__(self, max_frame: int = 100 * 1024 * 1024, read_pause_s: float = 0.0) -> None:
         self.max_frame = max_frame
+        self.read_pause_s = read_pause_s
         self.streams: asyncio.Queue[FrameStream] = asyncio.Queue()
 
     async def __aenter__(self):
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: FrameStream(self.max_frame, self.streams.put_nowait), "127.0.0.1", 0)
+        self.server = await loop.create_server(lambda: FrameStream(self.max_frame, self.streams.put_nowait, self.read_pause_s), "127.0.0.1", 0)
         port = self.server.sockets[0].getsockname()[1]
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port)
         self.stream = await asyncio.wait_for(self.streams.get(), 5)
@@ -105,6 +107,88 @@ async def test_reading_pauses_while_frames_wait_and_resumes_when_taken():
             await asyncio.sleep(0.01)
         assert await read(s.stream, count) == [body] * count  # taking them resumes reading
         assert s.stream.transport.is_reading()
+
+
+def request(api_key: int, size: int = 100) -> bytes:
+    """A frame body that starts like a request of `api_key` (the stream looks no further)."""
+    return struct.pack(">hhi", api_key, 9, 7) + os.urandom(size - 8)
+
+
+async def test_reading_pauses_after_produce_requests_that_empty_the_socket():
+    pause = 0.2
+    async with Server(read_pause_s=pause) as s:
+        loop = asyncio.get_running_loop()
+        first = [request(0), request(0, 5000)]
+        written = loop.time()
+        s.writer.write(b"".join(framed(b) for b in first))
+        assert await read(s.stream, 2) == first
+        assert not s.stream.transport.is_reading()  # paused: the next requests wait in the socket
+        second = [request(0, 300), request(0, 40)]
+        for body in second:
+            s.writer.write(framed(body))
+            await s.writer.drain()
+        assert await read(s.stream, 2) == second
+        assert loop.time() - written >= pause - 0.01  # not read before the pause was over
+
+
+@pytest.mark.parametrize(
+    "bodies, read_pause_s",
+    [
+        ([request(0), request(3)], 0.5),  # a Metadata request among them
+        ([request(18)], 0.5),  # no Produce request at all
+        ([request(0)], 0.0),  # pausing turned off
+    ],
+)
+async def test_reading_goes_on_after_other_requests_or_with_no_pause(bodies, read_pause_s):
+    async with Server(read_pause_s=read_pause_s) as s:
+        s.writer.write(b"".join(framed(b) for b in bodies))
+        assert await read(s.stream, len(bodies)) == bodies
+        assert s.stream.transport.is_reading()
+
+
+async def test_reading_goes_on_while_another_request_is_half_read():
+    async with Server(read_pause_s=30.0) as s:  # longer than read()'s timeout
+        whole, half_read = request(0, 200), request(3, 30_000)
+        wire = framed(whole) + framed(half_read)
+        s.writer.write(wire[:300])
+        await s.writer.drain()
+        assert await read(s.stream, 1) == [whole]
+        assert s.stream.transport.is_reading()
+        s.writer.write(wire[300:])
+        assert await read(s.stream, 1) == [half_read]  # not held back by a pause
+
+
+async def test_a_half_read_produce_request_is_read_on_after_the_pause():
+    pause = 0.2
+    async with Server(read_pause_s=pause) as s:
+        loop = asyncio.get_running_loop()
+        whole, half_read = request(0, 200), request(0, 30_000)
+        wire = framed(whole) + framed(half_read)
+        written = loop.time()
+        s.writer.write(wire[:300])
+        await s.writer.drain()
+        assert await read(s.stream, 1) == [whole]
+        assert not s.stream.transport.is_reading()
+        s.writer.write(wire[300:])
+        assert await read(s.stream, 1) == [half_read]
+        assert loop.time() - written >= pause - 0.01
+
+
+async def test_the_pause_after_produce_requests_and_the_queue_limit_both_end():
+    body = request(0, 30_000)
+    count = 2 * framing.MAX_QUEUED_BYTES // len(body) + 4  # twice what may wait
+    async with Server(read_pause_s=0.05) as s:
+        s.writer.write(framed(body) * count)
+        deadline = asyncio.get_running_loop().time() + 10
+        while s.stream.transport.is_reading():  # the connection takes nothing meanwhile
+            assert asyncio.get_running_loop().time() < deadline, "reading never paused"
+            await asyncio.sleep(0.01)
+        assert await read(s.stream, count) == [body] * count
+        s.writer.write(framed(body))
+        assert await read(s.stream, 1) == [body]
+        while not s.stream.transport.is_reading():  # the last pause's timer resumes reading
+            assert asyncio.get_running_loop().time() < deadline, "reading never resumed"
+            await asyncio.sleep(0.01)
 
 
 async def test_a_half_closed_connection_still_gets_its_answers():

@@ -49,3 +49,19 @@ def test_every_option_is_documented_with_its_variable():
     for name in ("NEVE_WAL_LINGER_MS", "NEVE_BROKER_ZONE", "NEVE_METADATA_URL", "NEVE_FAULTS_DROP_PRODUCE_RESPONSE_EVERY", "NEVE_WAL_ORPHAN_GRACE_S"):
         line = next(line for line in text.splitlines() if name in line)
         assert line.split("#", 1)[1].split(":", 1)[1].strip(), f"{name} has no description"
+
+
+@pytest.mark.parametrize(
+    "env, pause_ms",
+    [
+        ({}, 5),  # the default, under a tenth of the default 200 ms linger
+        ({"NEVE_WAL_LINGER_MS": "20"}, 2.0),  # capped at a tenth of the linger
+        ({"NEVE_WAL_LINGER_MS": "0"}, 0.0),  # no linger: no pause
+        ({"NEVE_BROKER_PRODUCE_READ_PAUSE_MS": "0"}, 0),
+        ({"NEVE_BROKER_PRODUCE_READ_PAUSE_MS": "12", "NEVE_WAL_LINGER_MS": "1000"}, 12),
+    ],
+)
+def test_the_broker_pauses_reading_produce_requests_for_at_most_a_tenth_of_the_linger(env, pause_ms):
+    from neve.node import broker_settings
+
+    assert broker_settings(load_config(env=env)).produce_read_pause_ms == pause_ms
