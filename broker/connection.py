@@ -25,6 +25,7 @@ log = logging.getLogger("neve.broker.connection")
 
 API_VERSIONS = 18
 SEND_BATCH_BYTES = 1024 * 1024  # ready responses are written once they add up to this much
+MAX_CONTEXTS = 256  # request contexts kept per connection (see Connection._contexts)
 
 
 class CloseReason(enum.Enum):
@@ -59,6 +60,9 @@ class Connection:
         self._produce_count = 0
         self._closed = asyncio.Event()
         self.close_reason: CloseReason | None = None
+        # A context is the same for every request of one API version from one client id (it is
+        # immutable): made once, not per request (thousands a second at many partitions).
+        self._contexts: dict[tuple[int, int, str | None], RequestContext] = {}
 
     async def serve(self) -> None:
         sender = asyncio.create_task(self._send_replies())
@@ -134,14 +138,19 @@ class Connection:
         except MalformedRequest as e:
             raise _Close(CloseReason.MALFORMED, str(e)) from None
         requests_of(handler.name).inc()
-        ctx = RequestContext(
-            services=self.services,
-            api_key=api_key,
-            api_version=version,
-            client_id=getattr(header, "client_id", None),
-            response=response_module(api_key, version),
-            peer=self.peer,
-        )
+        client_id = getattr(header, "client_id", None)
+        ctx = self._contexts.get((api_key, version, client_id))
+        if ctx is None:
+            if len(self._contexts) >= MAX_CONTEXTS:
+                self._contexts.clear()
+            ctx = self._contexts[(api_key, version, client_id)] = RequestContext(
+                services=self.services,
+                api_key=api_key,
+                api_version=version,
+                client_id=client_id,
+                response=response_module(api_key, version),
+                peer=self.peer,
+            )
         return asyncio.ensure_future(handler.fn(ctx, body)), api_key, version, correlation_id
 
     async def _send_replies(self) -> None:

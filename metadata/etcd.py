@@ -75,15 +75,17 @@ PRODUCER_ID_BLOCK = 1000
 
 
 class _PartitionState(PartitionView):
-    """PartitionView plus what the sequencer and the compare need."""
+    """PartitionView plus what the sequencer and the compare need, and its head's key (made once:
+    a commit names the head of every partition it touches three times)."""
 
-    __slots__ = ("producers", "mod_revision", "producer_used")
+    __slots__ = ("producers", "mod_revision", "producer_used", "head_key")
 
-    def __init__(self) -> None:
+    def __init__(self, head_key: bytes) -> None:
         super().__init__()
         self.producers: dict[int, ProducerState] = {}
         self.producer_used: dict[int, int] = {}
         self.mod_revision = 0
+        self.head_key = head_key
 
 
 @dataclass
@@ -494,7 +496,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         for p in range(info.partitions):
             tp = (info.topic_id, p)
             if tp not in self._partitions:
-                part = self._partitions[tp] = _PartitionState()
+                part = self._partitions[tp] = _PartitionState(self.keys.head(info.topic_id, p))
                 self._by_path[_Keys.partition_path(info.topic_id, p)] = (tp, part)
 
     def _forget_topic(self, info: TopicInfo) -> None:
@@ -751,13 +753,12 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             seq = sequence(sub, heads, producers)
             if not heads:
                 return seq.results
-            head_keys = {tp: self.keys.head(*tp) for tp in heads}
             request = rpc.TxnRequest()
             # Compare every touched head, changed or not: answers computed from a stale cache
             # (a duplicate, a sequence error) must be confirmed too.
             compare = request.compare.add
             for tp, part in heads.items():
-                compare(result=EQUAL, target=MOD, key=head_keys[tp], mod_revision=part.mod_revision)
+                compare(result=EQUAL, target=MOD, key=part.head_key, mod_revision=part.mod_revision)
             compare(result=EQUAL, target=CREATE, key=fence_key, create_revision=0)  # the sweeper has not fenced the object off
             compare(result=EQUAL, target=CREATE, key=record_key, create_revision=0)  # never overwrite another commit's entries
             changed_by_tp: dict[tuple[uuid.UUID, int], dict[int, ProducerState]] = {}
@@ -776,13 +777,13 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 value, kept, used = self._encode_head(part, next_offset, changed_producers, now_ms)
                 new_heads[tp] = (next_offset, kept, used)
                 put = success().request_put
-                put.key, put.value = head_keys[tp], value
+                put.key, put.value = part.head_key, value
             if seq.entries:
                 put = success().request_put
                 put.key, put.value = record_key, encode_wal_index(sub.object_key, seq.entries)
             failure = request.failure.add
-            for tp in heads:
-                failure().request_range.key = head_keys[tp]
+            for part in heads.values():
+                failure().request_range.key = part.head_key
             failure().request_range.key = fence_key
             failure().request_range.key = record_key
             in_flight = asyncio.get_running_loop().create_future()  # the watch waits for it (`_follow`)
