@@ -151,7 +151,12 @@ class Connection:
                 response=response_module(api_key, version),
                 peer=self.peer,
             )
-        return asyncio.ensure_future(handler.fn(ctx, body)), api_key, version, correlation_id
+        try:
+            answer = asyncio.ensure_future(handler.fn(ctx, body))  # a task, or Produce's own future
+        except Exception as e:  # a handler that is not a coroutine failed at once: as if its task had
+            answer = asyncio.get_running_loop().create_future()
+            answer.set_exception(e)
+        return answer, api_key, version, correlation_id
 
     async def _send_replies(self) -> None:
         """Answer the requests in order. Responses that are ready together (a WAL commit answers

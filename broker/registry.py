@@ -14,15 +14,16 @@ class Handler:
     name: str
     min_version: int
     max_version: int
-    fn: Callable[[Any, Any], Awaitable[Any]]
+    fn: Callable[[Any, Any], Awaitable[Any]]  # a coroutine function, or returns a future
 
 
 HANDLERS: dict[int, Handler] = {}
 
 
 def handles(api_key: int, name: str, min_version: int, max_version: int):
-    """Register `async def fn(ctx, request) -> response | None` for these versions. A handler
-    returns None only when the protocol wants no response (Produce with acks=0)."""
+    """Register `async def fn(ctx, request) -> response | None` for these versions, or a plain
+    `fn` returning an asyncio future of the response (Produce: no task per request). A handler
+    answers None only when the protocol wants no response (Produce with acks=0)."""
 
     def register(fn):
         if api_key in HANDLERS:

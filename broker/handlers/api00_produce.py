@@ -9,12 +9,15 @@ topic's max.message.bytes, by default the broker's), OUT_OF_ORDER_SEQUENCE_NUMBE
 INVALID_PRODUCER_EPOCH, and the retriable KAFKA_STORAGE_ERROR / REQUEST_TIMED_OUT when the object
 store or the metadata store fails.
 
-Ordering contract with the connection: this handler submits every chunk before its first await,
-so a connection's requests enter the WAL buffer in the order they arrived.
+The handler is not a coroutine: it submits every chunk at once and returns a future that its
+WAL appends' callbacks answer, so a produce request costs no task (librdkafka sends one request
+per partition, thousands a second). That is also the ordering contract with the connection: a
+connection's requests enter the WAL buffer in the order they arrived.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from kio.schema.errors import ErrorCode
@@ -28,13 +31,14 @@ from ..codec import NO_THROTTLE, OnePartitionProduce, build, error
 from ..metrics import PRODUCE_BYTES
 from ..registry import handles
 from ..topic_configs import max_message_bytes
-from ..waiting import wait_all
+from ..waiting import call_when_done
 
 log = logging.getLogger("neve.broker.produce")
 
 
 @handles(0, "Produce", 3, 11)
-async def produce(ctx, request):
+def produce(ctx, request) -> asyncio.Future:
+    """Submit the request's records; the future's result is its response (None for acks=0)."""
     s = ctx.services
     topics = s.metadata.topics()
     max_bytes = s.settings.max_message_bytes
@@ -69,14 +73,29 @@ async def produce(ctx, request):
             parts.append((p.index, fut, ErrorCode.none, None, len(chunk.data)))
         plan.append((topic.name, parts))
 
+    answer = asyncio.get_running_loop().create_future()
     if request.acks == 0:
-        return None
+        answer.set_result(None)
+        return answer
+
+    def respond() -> None:
+        if answer.done():  # cancelled: the connection closed
+            return
+        try:
+            answer.set_result(_response(ctx, plan))
+        except Exception as e:  # a bug: the connection logs it and closes
+            answer.set_exception(e)
 
     futures = [fut for _, parts in plan for _, fut, _, _, _ in parts if fut is not None]
-    if futures:
-        timeout = min(request.timeout.total_seconds(), s.settings.produce_timeout_ms / 1000) if request.timeout.total_seconds() > 0 else s.settings.produce_timeout_ms / 1000
-        await wait_all(futures, max(timeout, 0.001))
+    longest = s.settings.produce_timeout_ms / 1000
+    asked = request.timeout.total_seconds()
+    call_when_done(futures, max(min(asked, longest) if asked > 0 else longest, 0.001), respond)
+    return answer
 
+
+def _response(ctx, plan: list):
+    """The response to a request planned and submitted by `produce`, once its appends are done
+    (or its time is up)."""
     if len(plan) == 1 and len(plan[0][1]) == 1:  # librdkafka's requests: one partition each
         name, [(index, fut, code, message, size)] = plan[0]
         code, base_offset, log_start, message = _outcome(fut, code, message)
