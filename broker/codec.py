@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import functools
-import io
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: common to every header
+_SIZE = struct.Struct(">i")  # a frame's length prefix
 
 
 class MalformedRequest(Exception):
@@ -62,24 +62,58 @@ def decode_request(frame: bytes | memoryview, api_key: int, version: int) -> tup
     return header, body
 
 
-def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
-    """A whole response frame, length prefix included."""
+def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> list[bytes | bytearray]:
+    """A whole response frame, length prefix included, as the pieces to write in order (see
+    `_FramePieces`)."""
     if type(body) is OnePartitionProduce:
-        return _encode_one_partition_produce(version, correlation_id, body)
+        return [_encode_one_partition_produce(version, correlation_id, body)]
     return _encode(api_key, version, correlation_id, body)
 
 
-def _encode(api_key: int, version: int, correlation_id: int, body: Any) -> bytes:
+def _encode(api_key: int, version: int, correlation_id: int, body: Any) -> list[bytes | bytearray]:
     write_header, write_body, header_cls, _ = response_codec(api_key, version)
-    buffer = io.BytesIO()
-    buffer.write(b"\0\0\0\0")
-    write_header(buffer, header_cls(correlation_id=correlation_id))
-    write_body(buffer, body)
-    frame = buffer.getbuffer()
-    struct.pack_into(">i", frame, 0, len(frame) - 4)
-    out = bytes(frame)
-    frame.release()
-    return out
+    frame = _FramePieces()
+    write_header(frame, header_cls(correlation_id=correlation_id))
+    write_body(frame, body)
+    return frame.pieces()
+
+
+LARGE_FIELD_BYTES = 16 * 1024
+
+
+class _FramePieces:
+    """The stream kio writes a response into. Its small writes are gathered into pieces, and a
+    field of LARGE_FIELD_BYTES or more (a Fetch response's record batches) becomes a piece of
+    its own, the caller's object itself: the records go to the socket without being copied
+    into the frame first. (Writing a 1 MB Fetch response through a BytesIO and out of it as
+    bytes took 0.17-0.47 ms; as pieces, 0.08.) A response without such a field is one piece.
+    The pieces must not be changed once written, which holds for everything kio is given."""
+
+    __slots__ = ("_pieces", "_small", "_size")
+
+    def __init__(self) -> None:
+        self._pieces: list[bytes | bytearray] = []
+        self._small = bytearray(4)  # the frame's length prefix, filled in by `pieces`
+        self._size = 0
+
+    def write(self, data: bytes) -> int:
+        n = len(data)
+        if n >= LARGE_FIELD_BYTES:
+            self._pieces.append(self._small)
+            self._pieces.append(data)
+            self._small = bytearray()
+        else:
+            self._small += data
+        self._size += n
+        return n
+
+    def pieces(self) -> list[bytes | bytearray]:
+        """The frame, length prefix first."""
+        pieces = self._pieces
+        if self._small:
+            pieces.append(self._small)
+        _SIZE.pack_into(pieces[0], 0, self._size)
+        return pieces
 
 
 # -- one-partition ProduceResponses, from kio's own encoding ------------------------------------
@@ -138,7 +172,7 @@ def _encode_one_partition_produce(version: int, correlation_id: int, answer: One
         if len(_templates) > _MAX_TEMPLATES:
             _templates.clear()
     if template is None:
-        return _encode(PRODUCE, version, correlation_id, answer.entity(version))
+        return b"".join(_encode(PRODUCE, version, correlation_id, answer.entity(version)))
     frame, index_at, base_at, start_at = template
     out = bytearray(frame)
     struct.pack_into(">i", out, 4, correlation_id)
@@ -155,7 +189,7 @@ def _produce_template(version: int, answer: OnePartitionProduce) -> tuple[bytes,
     base, start = _SENTINELS
     shaped = answer.entity(version, base_offset=base, log_start_offset=start, index=_INDEX_SENTINEL)
     has_log_start = has_field(shaped.responses[0].partition_responses[0], "log_start_offset")
-    frame = _encode(PRODUCE, version, 0, shaped)
+    frame = b"".join(_encode(PRODUCE, version, 0, shaped))
     patterns = [_INDEX_SENTINEL.to_bytes(4, "big"), base.to_bytes(8, "big")] + ([start.to_bytes(8, "big")] if has_log_start else [])
     positions = []
     for pattern in patterns:

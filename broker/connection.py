@@ -200,15 +200,15 @@ class Connection:
                     self._abort()
                     return
             try:
-                frame = encode_response(api_key, version, correlation_id, response)
+                pieces = encode_response(api_key, version, correlation_id, response)
             except Exception as e:
                 log.exception("response_encoding_failed", extra={"api_key": api_key, "api_version": version})
                 self._send(ready)
                 self._note_close(CloseReason.HANDLER_FAILED, repr(e))
                 self._abort()
                 return
-            ready.append(frame)
-            ready_bytes += len(frame)
+            ready += pieces
+            ready_bytes += sum(map(len, pieces))
             if ready_bytes >= SEND_BATCH_BYTES:
                 await self._flush(ready)
                 ready_bytes = 0

@@ -189,7 +189,7 @@ class FrameStream(asyncio.BufferedProtocol):
         self.transport.write(data)
 
     def writelines(self, frames: list[bytes]) -> None:
-        """Several frames in one write (one system call where the transport can)."""
+        """Frames, or the pieces of frames, in one write (one system call where the transport can)."""
         self.transport.writelines(frames)
 
     def write_buffer_size(self) -> int:

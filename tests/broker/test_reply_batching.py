@@ -45,7 +45,8 @@ def answered() -> asyncio.Future:
 
 
 def frame(correlation_id: int) -> bytes:
-    return encode_response(API_VERSIONS, 0, correlation_id, unsupported_version_response())
+    (piece,) = encode_response(API_VERSIONS, 0, correlation_id, unsupported_version_response())  # small: one piece
+    return bytes(piece)
 
 
 def correlation_ids(frames: list[bytes]) -> list[int]:
