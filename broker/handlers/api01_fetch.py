@@ -26,7 +26,7 @@ NO_THROTTLE = datetime.timedelta(0)
 ENTRIES_PER_PARTITION = 32  # index entries looked up per partition and fetch
 
 
-async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool, prefetched=None) -> tuple[bytes | None, bool]:
+async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool, prefetched=None) -> tuple[bytearray | None, bool]:
     """Stored batches of one index entry from the batch holding `fetch_offset`, within
     `byte_budget` bytes (at least one batch when `first`), with offsets injected; and whether the
     entry was read to its end (if not, nothing after it may be added, or offsets would skip).
@@ -51,7 +51,9 @@ async def read_range(services, entry, fetch_offset: int, byte_budget: int, first
         base = last + 1
     if cut_start is None or cut_end <= cut_start:
         return None, complete
-    return bytes(inject_offsets(memoryview(data)[cut_start:cut_end], first_base)), complete
+    # inject_offsets' copy is handed on as it is (nothing changes it after): the response
+    # writes it to the socket without copying it again (broker/codec.py, _FramePieces)
+    return inject_offsets(memoryview(data)[cut_start:cut_end], first_base), complete
 
 
 def _resolve(services, version, topic):
@@ -155,7 +157,7 @@ def _plan_reads(store, resolved, max_bytes: int):
     return planned, ranges
 
 
-async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched) -> bytes | None:
+async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched) -> bytes | bytearray | None:
     if not entries:
         return None
     pieces = []
