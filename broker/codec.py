@@ -66,7 +66,7 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Any) 
     """A whole response frame, length prefix included, as the pieces to write in order (see
     `_FramePieces`)."""
     if type(body) is OnePartitionProduce:
-        return [_encode_one_partition_produce(version, correlation_id, body)]
+        return _encode_one_partition_produce(version, correlation_id, body)
     return _encode(api_key, version, correlation_id, body)
 
 
@@ -164,7 +164,7 @@ class OnePartitionProduce:
         return build(r.ProduceResponse, responses=(topic,), throttle_time=NO_THROTTLE)
 
 
-def _encode_one_partition_produce(version: int, correlation_id: int, answer: OnePartitionProduce) -> bytes:
+def _encode_one_partition_produce(version: int, correlation_id: int, answer: OnePartitionProduce) -> list[bytes | bytearray]:
     key = (version, answer.name, answer.error_code, answer.error_message)
     template = _templates.get(key, False)
     if template is False:
@@ -172,7 +172,7 @@ def _encode_one_partition_produce(version: int, correlation_id: int, answer: One
         if len(_templates) > _MAX_TEMPLATES:
             _templates.clear()
     if template is None:
-        return b"".join(_encode(PRODUCE, version, correlation_id, answer.entity(version)))
+        return _encode(PRODUCE, version, correlation_id, answer.entity(version))
     frame, index_at, base_at, start_at = template
     out = bytearray(frame)
     struct.pack_into(">i", out, 4, correlation_id)
@@ -180,7 +180,7 @@ def _encode_one_partition_produce(version: int, correlation_id: int, answer: One
     struct.pack_into(">q", out, base_at, answer.base_offset)
     if start_at >= 0:
         struct.pack_into(">q", out, start_at, answer.log_start_offset)
-    return bytes(out)
+    return [out]
 
 
 def _produce_template(version: int, answer: OnePartitionProduce) -> tuple[bytes, int, int, int] | None:
