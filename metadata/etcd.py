@@ -429,6 +429,15 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         finally:
             self._revision_waiters = [(t, f) for t, f in self._revision_waiters if f is not fut]
 
+    async def _view_settles(self, revision: int) -> None:
+        """After a topic change: wait until the watch has applied it. The change is applied to
+        the view at once as well, and a watch event older than it, still on its way, would undo
+        that (a topic's creation arriving after its deletion), so the caller waits for the watch
+        to pass the change's revision first; if the watch lags past the timeout, the change is
+        applied regardless and the next reload puts the view right."""
+        if not await self._view_reaches(revision, self.settings.timeout):
+            log.warning("etcd_topic_view_behind", extra={"revision": revision, "view_revision": self._revision})
+
     async def _reload(self) -> int:
         """After a broken watch: rebuild the view from scratch, then wake every waiter (whatever
         changed meanwhile is now visible)."""
@@ -590,9 +599,10 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         tx = self._client.transactions
         key = self.keys.topic(name)
         value = json.dumps({"id": info.topic_id.hex, "partitions": partitions, "configs": info.configs}).encode()
-        ok, _ = await self._txn([tx.create(key) == 0], [tx.put(key, value)])
+        ok, responses = await self._txn([tx.create(key) == 0], [tx.put(key, value)])
         if not ok:
             raise TopicAlreadyExists(name)
+        await self._view_settles(responses[0].response_put.header.revision)
         if name not in self._topics:
             self._adopt_topic(info)
         return self._topics[name]
@@ -612,8 +622,9 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             merged = {k: v for k, v in {**info.configs, **(configs or {})}.items() if v is not None}
             updated = TopicInfo(name, info.topic_id, count, merged)
             value = json.dumps({"id": info.topic_id.hex, "partitions": count, "configs": merged}).encode()
-            ok, _ = await self._txn([tx.mod(key) == got.mod_revision], [tx.put(key, value)])
+            ok, responses = await self._txn([tx.mod(key) == got.mod_revision], [tx.put(key, value)])
             if ok:
+                await self._view_settles(responses[0].response_put.header.revision)
                 self._adopt_topic(updated)
                 return updated
         raise MetadataUnavailable(f"update of topic {name} kept conflicting")
@@ -648,12 +659,13 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         tx = self._client.transactions
         heads = self.keys.prefix(f"heads/{info.topic_id.hex}/")
         index = self.keys.prefix(f"index/{info.topic_id.hex}/")
-        ok, _ = await self._txn(
+        ok, responses = await self._txn(
             [tx.create(self.keys.topic(name)) > 0],
             [tx.delete(self.keys.topic(name)), tx.delete(heads, _prefix_end(heads)), tx.delete(index, _prefix_end(index))],
         )
         if not ok:
             raise UnknownTopic(name)
+        await self._view_settles(responses[0].response_delete_range.header.revision)
         if self._topics.get(name) is info:
             del self._topics[name]
             self._forget_topic(info)

@@ -91,6 +91,20 @@ async def test_delete_topic(store):
     assert results == [refused(UNKNOWN_TOPIC_OR_PARTITION), ok(2)]
 
 
+async def test_topic_changes_are_seen_at_once_and_kept(store):
+    # Each change is in the view when its call returns, and no older change, still on its way
+    # to a watching store, undoes it afterwards (a creation arriving after the deletion).
+    for round_ in range(20):
+        created = await store.create_topic("churn", 1 + round_ % 3)
+        assert dict(store.topics()) == {"churn": created}
+        grown = await store.update_topic("churn", partitions=4)
+        assert dict(store.topics()) == {"churn": grown}
+        assert await store.delete_topic("churn") == grown
+        assert dict(store.topics()) == {}
+        assert store.topic_by_id(created.topic_id) is None
+    assert dict(store.topics()) == {}
+
+
 async def test_delete_unknown_topic(store):
     with pytest.raises(UnknownTopic) as e:
         await store.delete_topic("never")

@@ -156,6 +156,52 @@ async def test_a_fence_waits_for_the_view_and_a_lagging_view_deletes_nothing(etc
 
 
 @pytest.mark.integration
+async def test_a_topic_change_is_answered_once_the_watch_has_applied_it(etcd_server):
+    """A topic's creation, growth or deletion shows in the view when its call returns, and must
+    stay: a watch event older than the change, still on its way (the creation of a topic just
+    deleted), would otherwise undo it (CI once saw a deleted topic listed again). So each call
+    returns only once the store's watch has passed the change's revision. Here the watch is held
+    until the test lets it go."""
+    store = EtcdMetadataStore("127.0.0.1", etcd_server.ports["client"], root="topic-settles")
+    flowing, answered = asyncio.Event(), asyncio.Event()
+    flowing.set()
+    real_watch, real_txn = store._watch, store._txn
+
+    async def held_watch(start_revision):
+        async for response in real_watch(start_revision):
+            if response.events:
+                await flowing.wait()
+            yield response
+
+    async def noted_txn(*args, **kwargs):
+        result = await real_txn(*args, **kwargs)
+        answered.set()
+        return result
+
+    store._watch, store._txn = held_watch, noted_txn
+    await store.start()
+    try:
+        for change in (
+            lambda: store.create_topic("t", 2),
+            lambda: store.update_topic("t", partitions=3),
+            lambda: store.delete_topic("t"),
+        ):
+            flowing.clear()
+            answered.clear()
+            call = asyncio.create_task(change())
+            await asyncio.wait_for(answered.wait(), 30)
+            # etcd has answered and the call has run on to its next wait: it must be the watch's
+            assert not call.done()
+            flowing.set()
+            await asyncio.wait_for(call, 30)
+        assert dict(store.topics()) == {}
+        created = await store.create_topic("t", 1)
+        assert dict(store.topics()) == {"t": created}
+    finally:
+        await store.close()
+
+
+@pytest.mark.integration
 async def test_a_commit_from_a_stale_view_is_sequenced_again_on_the_heads_etcd_returns(etcd_server):
     """Two brokers append to the same partitions. One's view has stopped following etcd, so its
     commit's compare fails; the transaction's failure branch returns the current heads in the same
