@@ -430,11 +430,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             self._revision_waiters = [(t, f) for t, f in self._revision_waiters if f is not fut]
 
     async def _view_settles(self, revision: int) -> None:
-        """After a topic change: wait until the watch has applied it. The change is applied to
-        the view at once as well, and a watch event older than it, still on its way, would undo
-        that (a topic's creation arriving after its deletion), so the caller waits for the watch
-        to pass the change's revision first; if the watch lags past the timeout, the change is
-        applied regardless and the next reload puts the view right."""
+        """After a topic change etcd has accepted: wait until the watch has applied it. The
+        call then applies the change to the view itself, which is a no-op unless the watch lagged
+        past the timeout. Applying it before the watch got there would let an older event still
+        on its way undo it (a topic's creation arriving after its deletion); after the timeout
+        it is applied regardless, and the next reload puts the view right."""
         if not await self._view_reaches(revision, self.settings.timeout):
             log.warning("etcd_topic_view_behind", extra={"revision": revision, "view_revision": self._revision})
 
