@@ -27,6 +27,11 @@ each a context switch, an epoll round and a pass through the event loop, for req
 answers wait for the WAL linger (200 ms) anyway. Pausing a few milliseconds lets the next requests
 gather in the socket and be read in one wake-up. Any other request (a Fetch, Metadata, a group's
 heartbeat) is read at once.
+
+A pause never runs past the sealing of the WAL object being filled (`seal_at`, the writer's
+linger deadline): it ends a quarter of a pause before it, so the requests it held back still
+join that object, and within that margin of the seal reading does not pause at all. A request
+held back past the seal would wait a whole linger more for the next object.
 """
 
 from __future__ import annotations
@@ -65,10 +70,17 @@ class FrameSizeError(Exception):
 
 
 class FrameStream(asyncio.BufferedProtocol):
-    def __init__(self, max_frame_bytes: int, on_connected: Callable[[FrameStream], None], read_pause_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        max_frame_bytes: int,
+        on_connected: Callable[[FrameStream], None],
+        read_pause_s: float = 0.0,
+        seal_at: Callable[[], float | None] | None = None,
+    ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._on_connected = on_connected
         self._read_pause_s = read_pause_s
+        self._seal_at = seal_at  # loop time of the open WAL object's sealing, None if none is open
         self._offered = 0  # bytes the last get_buffer offered the read buffer's reader
         self._between_reads = False  # paused for read_pause_s (its timer resumes reading)
         self.transport: asyncio.Transport | None = None
@@ -288,9 +300,17 @@ class FrameStream(asyncio.BufferedProtocol):
     def _pause_between_reads(self) -> None:
         if self._between_reads or self._reading_paused or self._lost or self._end_error is not None:
             return
+        loop = asyncio.get_running_loop()
+        pause = self._read_pause_s
+        seal = self._seal_at() if self._seal_at is not None else None
+        if seal is not None:
+            # Read what gathered a quarter of a pause before the seal, in time to join the object.
+            pause = min(pause, seal - pause / 4 - loop.time())
+            if pause <= 0:  # the seal is that near: read on
+                return
         self._between_reads = True
         self.transport.pause_reading()
-        asyncio.get_running_loop().call_later(self._read_pause_s, self._end_pause_between_reads)
+        loop.call_later(pause, self._end_pause_between_reads)
 
     def _end_pause_between_reads(self) -> None:
         self._between_reads = False

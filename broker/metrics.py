@@ -2,13 +2,44 @@
 
 from __future__ import annotations
 
-import functools
-
 from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily
 
-REQUESTS = Counter("neve_requests_total", "Kafka requests decoded and handed to their handler", ["api"])
-PRODUCE_BYTES = Counter("neve_produce_bytes_total", "Record batch bytes Produce answered as stored (acks=0 requests, never answered, are not counted)")
+
+class LoopCounter:
+    """A counter bumped from the event loop's thread only, on every request: a plain int, read at
+    scrape time by `LoopCounters`. prometheus_client's Counter takes a lock and checks its amount
+    on every `inc`, about 2% of the broker's CPU at 10,000 partitions (a request per partition)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0
+
+    def inc(self, amount: int = 1) -> None:
+        self.value += amount
+
+
+class LoopCounters:
+    """Exports the per-request counters: `neve_requests_total{api}` and `neve_produce_bytes_total`."""
+
+    def __init__(self) -> None:
+        self.requests: dict[str, LoopCounter] = {}
+        self.produce_bytes = LoopCounter()
+
+    def collect(self):
+        requests = CounterMetricFamily("neve_requests", "Kafka requests decoded and handed to their handler", labels=["api"])
+        for api, counter in list(self.requests.items()):
+            requests.add_metric([api], counter.value)
+        yield requests
+        yield CounterMetricFamily(
+            "neve_produce_bytes", "Record batch bytes Produce answered as stored (acks=0 requests, never answered, are not counted)", value=self.produce_bytes.value
+        )
+
+
+LOOP_COUNTERS = LoopCounters()
+REGISTRY.register(LOOP_COUNTERS)
+PRODUCE_BYTES = LOOP_COUNTERS.produce_bytes
 FETCH_BYTES = Counter("neve_fetch_bytes_total", "Record batch bytes returned by Fetch")
 OBJECT_GETS = Counter("neve_object_gets_total", "Object-store GETs made to serve fetches (reads from the recent-objects cache excluded)")
 OBJECT_GET_BYTES = Counter("neve_object_get_bytes_total", "Bytes read from the object store to serve fetches")
@@ -27,10 +58,12 @@ WAL_COMMIT_SECONDS = Histogram(
 )
 
 
-@functools.cache
-def requests_of(api: str):
-    """The labelled request counter of one API, resolved once (the connection counts every request)."""
-    return REQUESTS.labels(api)
+def requests_of(api: str) -> LoopCounter:
+    """The request counter of one API (the connection counts every request)."""
+    counter = LOOP_COUNTERS.requests.get(api)
+    if counter is None:
+        counter = LOOP_COUNTERS.requests[api] = LoopCounter()
+    return counter
 
 
 class WalMetrics:

@@ -23,7 +23,8 @@ class KafkaServer:
     async def start(self) -> None:
         s = self.services.settings
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: FrameStream(s.max_frame_bytes, self._accept, s.produce_read_pause_ms / 1000), s.host, s.port, reuse_address=True)
+        pause, seal_at = s.produce_read_pause_ms / 1000, self.services.wal.seal_at
+        self._server = await loop.create_server(lambda: FrameStream(s.max_frame_bytes, self._accept, pause, seal_at), s.host, s.port, reuse_address=True)
 
     @property
     def port(self) -> int:

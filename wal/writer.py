@@ -125,6 +125,12 @@ class WalWriter:
             self._timer = asyncio.get_running_loop().call_later(self.linger, self._flush)
         return fut
 
+    def seal_at(self) -> float | None:
+        """The event loop time at which the object being filled is sealed by its linger; None
+        while no object is open (the next chunk opens one, sealed a linger later). An object can
+        be sealed sooner, when it reaches `flush_bytes`."""
+        return self._timer.when() if self._timer is not None else None
+
     def _hold(self, size: int) -> None:
         self._held_bytes += size
         if self._held_bytes >= self.buffer_bytes:

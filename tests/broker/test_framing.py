@@ -23,14 +23,15 @@ from broker.framing import FrameSizeError, FrameStream
 
 
 class Server:
-    def __init__(self, max_frame: int = 100 * 1024 * 1024, read_pause_s: float = 0.0) -> None:
+    def __init__(self, max_frame: int = 100 * 1024 * 1024, read_pause_s: float = 0.0, seal_at=None) -> None:
         self.max_frame = max_frame
         self.read_pause_s = read_pause_s
+        self.seal_at = seal_at
         self.streams: asyncio.Queue[FrameStream] = asyncio.Queue()
 
     async def __aenter__(self):
         loop = asyncio.get_running_loop()
-        self.server = await loop.create_server(lambda: FrameStream(self.max_frame, self.streams.put_nowait, self.read_pause_s), "127.0.0.1", 0)
+        self.server = await loop.create_server(lambda: FrameStream(self.max_frame, self.streams.put_nowait, self.read_pause_s, self.seal_at), "127.0.0.1", 0)
         port = self.server.sockets[0].getsockname()[1]
         self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port)
         self.stream = await asyncio.wait_for(self.streams.get(), 5)
@@ -114,9 +115,10 @@ def request(api_key: int, size: int = 100) -> bytes:
     return struct.pack(">hhi", api_key, 9, 7) + os.urandom(size - 8)
 
 
-async def test_reading_pauses_after_produce_requests_that_empty_the_socket():
+@pytest.mark.parametrize("seal_at", [None, lambda: None], ids=["no-wal", "no-object-open"])
+async def test_reading_pauses_after_produce_requests_that_empty_the_socket(seal_at):
     pause = 0.2
-    async with Server(read_pause_s=pause) as s:
+    async with Server(read_pause_s=pause, seal_at=seal_at) as s:
         loop = asyncio.get_running_loop()
         first = [request(0), request(0, 5000)]
         written = loop.time()
@@ -129,6 +131,35 @@ async def test_reading_pauses_after_produce_requests_that_empty_the_socket():
             await s.writer.drain()
         assert await read(s.stream, 2) == second
         assert loop.time() - written >= pause - 0.01  # not read before the pause was over
+
+
+async def test_a_pause_ends_a_quarter_pause_before_the_wal_object_is_sealed():
+    pause, seal_in = 4.0, 2.0  # the pause alone would end at 4 s; the object is sealed at 2 s
+    seal = []
+    async with Server(read_pause_s=pause, seal_at=lambda: seal[0]) as s:
+        loop = asyncio.get_running_loop()
+        written = loop.time()
+        seal.append(written + seal_in)
+        first = [request(0), request(0, 5000)]
+        s.writer.write(b"".join(framed(b) for b in first))
+        assert await read(s.stream, 2) == first
+        assert not s.stream.transport.is_reading()
+        second = request(0, 300)
+        s.writer.write(framed(second))
+        await s.writer.drain()
+        assert await read(s.stream, 1) == [second]
+        waited = loop.time() - written
+        assert seal_in - pause / 4 - 0.01 <= waited < pause - 0.5  # at 1.5 s: before the seal, not at the pause's end
+
+
+async def test_reading_does_not_pause_within_a_quarter_pause_of_the_seal():
+    async with Server(read_pause_s=30.0, seal_at=lambda: asyncio.get_running_loop().time() + 7.0) as s:
+        first, second = request(0), request(0, 40)
+        s.writer.write(framed(first))
+        assert await read(s.stream, 1) == [first]
+        assert s.stream.transport.is_reading()
+        s.writer.write(framed(second))
+        assert await read(s.stream, 1) == [second]  # within read()'s 10 s: no 30 s pause
 
 
 @pytest.mark.parametrize(

@@ -54,7 +54,7 @@ def test_every_option_is_documented_with_its_variable():
 @pytest.mark.parametrize(
     "env, pause_ms",
     [
-        ({}, 5),  # the default, under a tenth of the default 200 ms linger
+        ({}, 20),  # the default, a tenth of the default 200 ms linger
         ({"NEVE_WAL_LINGER_MS": "20"}, 2.0),  # capped at a tenth of the linger
         ({"NEVE_WAL_LINGER_MS": "0"}, 0.0),  # no linger: no pause
         ({"NEVE_BROKER_PRODUCE_READ_PAUSE_MS": "0"}, 0),

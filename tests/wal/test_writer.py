@@ -61,6 +61,24 @@ async def test_linger_seals_one_object_with_every_chunk_in_submit_order():
     await writer.close()
 
 
+async def test_seal_at_is_the_open_objects_linger_deadline():
+    store, commits = MemoryObjectStore(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=5_000, flush_bytes=100)
+    loop = asyncio.get_running_loop()
+    assert writer.seal_at() is None  # nothing open
+    before = loop.time()
+    first = writer.submit(chunk(0, b"x" * 40))
+    assert before + 5.0 <= writer.seal_at() <= loop.time() + 5.0
+    opened = writer.seal_at()
+    writer.submit(chunk(1, b"y" * 40))
+    assert writer.seal_at() == opened  # the same object: its deadline stands
+    last = writer.submit(chunk(2, b"z" * 40))  # 120 bytes: sealed by size
+    assert writer.seal_at() is None
+    await asyncio.gather(first, last)
+    assert [datas for _, datas, _ in commits.commits] == [[b"x" * 40, b"y" * 40, b"z" * 40]]
+    await writer.close()
+
+
 async def test_commits_follow_upload_start_order_even_when_a_later_upload_finishes_first():
     store, commits = GatedStore(), Recorder()
     writer = WalWriter(store, commits, linger_ms=10_000, flush_bytes=4, max_inflight_uploads=4)
