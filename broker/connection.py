@@ -101,6 +101,7 @@ class Connection:
                 item[0].cancel()
 
     async def _read_requests(self) -> None:
+        wal, replies = self.services.wal, self._replies
         while True:
             try:
                 frame = await self.stream.read_frame()
@@ -110,13 +111,18 @@ class Connection:
                 raise _Close(CloseReason.FRAME_TOO_LARGE, f"{e.size} > {self.stream.max_frame_bytes}") from None
             produce = frame[:2] == b"\x00\x00"
             if produce:  # wait while the WAL buffer is full
-                await self.services.wal.room()
+                if not wal.has_room():
+                    await wal.room()
             else:  # a slot, given back when the handler is done (see _send_replies)
                 await self._other_slots.acquire()
             task = self._dispatch(frame)
             self.stream.recycle(frame)  # decoded: kio copied out everything the handler uses
             if task is not None:
-                await self._replies.put(task)
+                # no coroutine per request (thousands a second) unless the queue is full
+                if replies.full():
+                    await replies.put(task)
+                else:
+                    replies.put_nowait(task)
             elif not produce:
                 self._other_slots.release()
 
@@ -152,7 +158,9 @@ class Connection:
                 peer=self.peer,
             )
         try:
-            answer = asyncio.ensure_future(handler.fn(ctx, body))  # a task, or Produce's own future
+            answer = handler.fn(ctx, body)  # a coroutine, made a task; or Produce's own future
+            if not isinstance(answer, asyncio.Future):
+                answer = asyncio.ensure_future(answer)
         except Exception as e:  # a handler that is not a coroutine failed at once: as if its task had
             answer = asyncio.get_running_loop().create_future()
             answer.set_exception(e)

@@ -90,7 +90,8 @@ class EncodedObject:
 
 def encode(chunks: list[Chunk]) -> EncodedObject:
     """Build one object from chunks given in arrival order (sorted stably into sections)."""
-    order = sorted(range(len(chunks)), key=lambda i: (chunks[i].topic_id.bytes, chunks[i].partition))
+    # A UUID's 16 big-endian bytes order as its int does; `.bytes` is computed on every access.
+    order = sorted(range(len(chunks)), key=lambda i: (chunks[i].topic_id.int, chunks[i].partition))
     parts: list[bytes] = [_HEADER.pack(MAGIC, VERSION, 0)]
     chunk_starts = [0] * len(chunks)
     sections: list[Section] = []
@@ -112,31 +113,31 @@ def encode(chunks: list[Chunk]) -> EncodedObject:
         pos += len(chunk.data)
     if run:
         sections.append(_section(run, start, pos - start, crc))
-    footer = b"".join([_COUNT.pack(len(sections)), *(_entry(s) for s in sections)])
+    id_bytes: dict[uuid.UUID, bytes] = {}  # an object's sections share a few topics
+    for s in sections:
+        if s.topic_id not in id_bytes:
+            id_bytes[s.topic_id] = s.topic_id.bytes
+    pack = _ENTRY.pack
+    footer = b"".join(
+        [_COUNT.pack(len(sections)), *(pack(id_bytes[s.topic_id], s.partition, s.start, s.length, s.batch_count, s.record_count, s.max_timestamp, s.crc) for s in sections)]
+    )
     parts.append(footer)
     parts.append(_TRAILER.pack(len(footer), crc32c(footer), VERSION, 0, MAGIC))
     return EncodedObject(parts=parts, size=pos + len(footer) + TRAILER_SIZE, sections=sections, chunk_starts=chunk_starts)
 
 
 def _section(run: list[Chunk], start: int, length: int, crc: int) -> Section:
-    section = Section(
-        topic_id=run[0].topic_id,
-        partition=run[0].partition,
-        start=start,
-        length=length,
-        batch_count=sum(c.batch_count for c in run),
-        record_count=sum(c.record_count for c in run),
-        max_timestamp=max(c.max_timestamp for c in run),
-        crc=crc,
-    )
+    first = run[0]
+    if len(run) == 1:  # the common case with many partitions: a produce request's one chunk
+        batches, records, max_timestamp = first.batch_count, first.record_count, first.max_timestamp
+    else:
+        batches = sum(c.batch_count for c in run)
+        records = sum(c.record_count for c in run)
+        max_timestamp = max(c.max_timestamp for c in run)
     # The footer stores these as u32; a flush is far smaller, so overflowing is a caller's bug.
-    if max(section.length, section.batch_count, section.record_count) > _MAX_U32:
-        raise ValueError(f"section {section.topic_id}/{section.partition} overflows a u32 field of the footer")
-    return section
-
-
-def _entry(s: Section) -> bytes:
-    return _ENTRY.pack(s.topic_id.bytes, s.partition, s.start, s.length, s.batch_count, s.record_count, s.max_timestamp, s.crc)
+    if length > _MAX_U32 or batches > _MAX_U32 or records > _MAX_U32:
+        raise ValueError(f"section {first.topic_id}/{first.partition} overflows a u32 field of the footer")
+    return Section(first.topic_id, first.partition, start, length, batches, records, max_timestamp, crc)
 
 
 def decode_footer(data: bytes | memoryview, object_size: int | None = None) -> list[Section]:

@@ -100,6 +100,10 @@ class WalWriter:
 
     # -- producing side ---------------------------------------------------------------------------
 
+    def has_room(self) -> bool:
+        """Whether the buffer has room now (checked before awaiting `room`, which costs a coroutine)."""
+        return self._room.is_set()
+
     async def room(self) -> None:
         """Wait until the buffer has room (backpressure for produce)."""
         while not self._room.is_set():
