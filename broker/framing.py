@@ -28,10 +28,11 @@ answers wait for the WAL linger (200 ms) anyway. Pausing a few milliseconds lets
 gather in the socket and be read in one wake-up. Any other request (a Fetch, Metadata, a group's
 heartbeat) is read at once.
 
-A pause never runs past the sealing of the WAL object being filled (`seal_at`, the writer's
-linger deadline): it ends a quarter of a pause before it, so the requests it held back still
-join that object, and within that margin of the seal reading does not pause at all. A request
-held back past the seal would wait a whole linger more for the next object.
+A pause never runs past the sealing of the WAL object being filled (`seal_at`: the writer's
+linger deadline, or sooner when the object fills at a rate that reaches its size first): it ends
+a quarter of a pause before it, so the requests it held back still join that object, and within
+that margin of the seal reading does not pause at all. A request held back past a linger seal
+would wait a whole linger more for the next object.
 """
 
 from __future__ import annotations
@@ -75,12 +76,12 @@ class FrameStream(asyncio.BufferedProtocol):
         max_frame_bytes: int,
         on_connected: Callable[[FrameStream], None],
         read_pause_s: float = 0.0,
-        seal_at: Callable[[], float | None] | None = None,
+        seal_at: Callable[[float], float | None] | None = None,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._on_connected = on_connected
         self._read_pause_s = read_pause_s
-        self._seal_at = seal_at  # loop time of the open WAL object's sealing, None if none is open
+        self._seal_at = seal_at  # (loop time now) -> when the open WAL object is sealed, None if none is open
         self._offered = 0  # bytes the last get_buffer offered the read buffer's reader
         self._between_reads = False  # paused for read_pause_s (its timer resumes reading)
         self.transport: asyncio.Transport | None = None
@@ -302,10 +303,9 @@ class FrameStream(asyncio.BufferedProtocol):
             return
         loop = asyncio.get_running_loop()
         pause = self._read_pause_s
-        seal = self._seal_at() if self._seal_at is not None else None
-        if seal is not None:
+        if self._seal_at is not None and (seal := self._seal_at(now := loop.time())) is not None:
             # Read what gathered a quarter of a pause before the seal, in time to join the object.
-            pause = min(pause, seal - pause / 4 - loop.time())
+            pause = min(pause, seal - pause / 4 - now)
             if pause <= 0:  # the seal is that near: read on
                 return
         self._between_reads = True

@@ -129,11 +129,18 @@ class WalWriter:
             self._timer = asyncio.get_running_loop().call_later(self.linger, self._flush)
         return fut
 
-    def seal_at(self) -> float | None:
-        """The event loop time at which the object being filled is sealed by its linger; None
-        while no object is open (the next chunk opens one, sealed a linger later). An object can
-        be sealed sooner, when it reaches `flush_bytes`."""
-        return self._timer.when() if self._timer is not None else None
+    def seal_at(self, now: float) -> float | None:
+        """When (event loop time) the object being filled is expected to be sealed, seen at loop
+        time `now`: at its linger deadline, or sooner if the bytes it has gathered since it was
+        opened, at the same rate, reach `flush_bytes` first. None while no object is open (the
+        next chunk opens one, sealed at most a linger later)."""
+        if self._timer is None:
+            return None
+        deadline = self._timer.when()
+        opened = deadline - self.linger
+        if self._pending_bytes <= 0 or now <= opened:
+            return deadline
+        return min(deadline, opened + (now - opened) * self.flush_bytes / self._pending_bytes)
 
     def _hold(self, size: int) -> None:
         self._held_bytes += size

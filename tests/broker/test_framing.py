@@ -115,7 +115,7 @@ def request(api_key: int, size: int = 100) -> bytes:
     return struct.pack(">hhi", api_key, 9, 7) + os.urandom(size - 8)
 
 
-@pytest.mark.parametrize("seal_at", [None, lambda: None], ids=["no-wal", "no-object-open"])
+@pytest.mark.parametrize("seal_at", [None, lambda now: None], ids=["no-wal", "no-object-open"])
 async def test_reading_pauses_after_produce_requests_that_empty_the_socket(seal_at):
     pause = 0.2
     async with Server(read_pause_s=pause, seal_at=seal_at) as s:
@@ -136,7 +136,7 @@ async def test_reading_pauses_after_produce_requests_that_empty_the_socket(seal_
 async def test_a_pause_ends_a_quarter_pause_before_the_wal_object_is_sealed():
     pause, seal_in = 4.0, 2.0  # the pause alone would end at 4 s; the object is sealed at 2 s
     seal = []
-    async with Server(read_pause_s=pause, seal_at=lambda: seal[0]) as s:
+    async with Server(read_pause_s=pause, seal_at=lambda now: seal[0]) as s:
         loop = asyncio.get_running_loop()
         written = loop.time()
         seal.append(written + seal_in)
@@ -153,7 +153,7 @@ async def test_a_pause_ends_a_quarter_pause_before_the_wal_object_is_sealed():
 
 
 async def test_reading_does_not_pause_within_a_quarter_pause_of_the_seal():
-    async with Server(read_pause_s=30.0, seal_at=lambda: asyncio.get_running_loop().time() + 7.0) as s:
+    async with Server(read_pause_s=30.0, seal_at=lambda now: now + 7.0) as s:
         first, second = request(0), request(0, 40)
         s.writer.write(framed(first))
         assert await read(s.stream, 1) == [first]

@@ -61,19 +61,25 @@ async def test_linger_seals_one_object_with_every_chunk_in_submit_order():
     await writer.close()
 
 
-async def test_seal_at_is_the_open_objects_linger_deadline():
+async def test_seal_at_is_the_linger_deadline_or_sooner_when_the_object_fills_faster():
     store, commits = MemoryObjectStore(), Recorder()
     writer = WalWriter(store, commits, linger_ms=5_000, flush_bytes=100)
     loop = asyncio.get_running_loop()
-    assert writer.seal_at() is None  # nothing open
+    assert writer.seal_at(loop.time()) is None  # nothing open
     before = loop.time()
     first = writer.submit(chunk(0, b"x" * 40))
-    assert before + 5.0 <= writer.seal_at() <= loop.time() + 5.0
-    opened = writer.seal_at()
+    opened_by = loop.time()
+    # Seen long after it opened, 40 bytes would take past the linger to reach 100: the deadline.
+    deadline = writer.seal_at(opened_by + 4.0)
+    assert before + 5.0 <= deadline <= opened_by + 5.0
     writer.submit(chunk(1, b"y" * 40))
-    assert writer.seal_at() == opened  # the same object: its deadline stands
+    assert writer.seal_at(opened_by + 4.0) == deadline  # the same object: its deadline stands
+    # 80 bytes 0.1 s after it opened: 100 at this rate 0.125 s after it opened.
+    opened = deadline - 5.0
+    assert writer.seal_at(opened + 0.1) == pytest.approx(opened + 0.125)
+    assert writer.seal_at(opened + 0.2) == pytest.approx(opened + 0.25)
     last = writer.submit(chunk(2, b"z" * 40))  # 120 bytes: sealed by size
-    assert writer.seal_at() is None
+    assert writer.seal_at(loop.time()) is None
     await asyncio.gather(first, last)
     assert [datas for _, datas, _ in commits.commits] == [[b"x" * 40, b"y" * 40, b"z" * 40]]
     await writer.close()
