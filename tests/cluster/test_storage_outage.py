@@ -1,8 +1,9 @@
 """The object store or the metadata store goes away during production and comes back.
 
 (a) SeaweedFS stopped for 13 s: producers see retriable errors or delays and no fatal error; a
-record acknowledged while S3 is down lives in an object S3 stored before the outage (its commit
-may wait, in upload-start order, for an earlier upload that is failing); each broker's memory stays under a bound derived from its
+record acknowledged while S3 is down lives in an object S3 stored before it went down (an upload
+in flight at the stop may still complete while SeaweedFS shuts down; its commit may wait, in
+upload-start order, for an earlier upload that is failing); each broker's memory stays under a bound derived from its
 WAL buffer (backpressure, not growth); after S3 returns (same ports, same data dir) production
 resumes without restarting anything and everything acknowledged is readable from every broker.
 (b) etcd stopped and started again (same ports, same data dir): the same guarantees, and no
@@ -49,8 +50,9 @@ ENV = {
 
 
 def produce_through_outage(cluster, artifacts_dir, stop_store, start_store, what: str) -> tuple[str, float, dict[tuple[int, int], float]]:
-    """Returns the topic, the wall-clock time the store began stopping, and the ack time
-    (monotonic) of every record acknowledged while it was down, by (partition, offset)."""
+    """Returns the topic, the wall-clock time the store had stopped (its process had exited),
+    and the ack time (monotonic) of every record acknowledged while it was down, by (partition,
+    offset)."""
     topic = create_topic(cluster.bootstrap, PARTITIONS)
     producers = start_producers(
         six_producers(), cluster.bootstrap, topic, count=RATE * 120, partitions=PARTITIONS, log_dir=artifacts_dir, rate=RATE, value_bytes=VALUE_BYTES, config=CLIENT
@@ -61,8 +63,8 @@ def produce_through_outage(cluster, artifacts_dir, stop_store, start_store, what
         baseline = [rss_bytes(n) for n in cluster.nodes]
         monitor = RssMonitor(cluster.nodes).start()
 
-        stopping_wall = time.time()
         stop_store()
+        stopped_wall = time.time()
         down_at = time.monotonic()
         sent_at_stop = sum(p.sent for p in producers)
         time.sleep(OUTAGE_S)  # the outage itself: a duration, not an event
@@ -103,20 +105,21 @@ def produce_through_outage(cluster, artifacts_dir, stop_store, start_store, what
     result = check_log(log, producers, exact=lambda p: p.spec.idempotent, ordered=lambda p: p.spec.idempotent)
     print(f"{what} outage: {result.records} records; duplicates {result.duplicates}; stored but unacknowledged {result.unacked_present}")
     assert result.records == sum(p.sent for p in producers) + sum(result.duplicates.values())
-    return topic, stopping_wall, acked_while_down
+    return topic, stopped_wall, acked_while_down
 
 
 @pytest.mark.integration
 def test_s3_outage(cluster_factory, private_seaweedfs, artifacts_dir):
     cluster = cluster_factory(zones=ZONES, env=ENV, s3=private_seaweedfs)
-    topic, stopping_wall, acked_while_down = produce_through_outage(cluster, artifacts_dir, private_seaweedfs.stop, private_seaweedfs.start, "S3")
+    topic, stopped_wall, acked_while_down = produce_through_outage(cluster, artifacts_dir, private_seaweedfs.stop, private_seaweedfs.start, "S3")
     # Whatever was acknowledged during the outage had been stored before it: the object holding each
-    # such record was last modified before the stop began (S3 times have whole seconds).
+    # such record was last modified before SeaweedFS had stopped. That can be after the stop began:
+    # SeaweedFS finishes a PUT in flight while it shuts down (S3 times are whole seconds, rounded down).
     holders = objects_holding(cluster.metadata_url, topic, set(acked_while_down))
     s3 = s3_client(cluster)
     for key in set(holders.values()):
         stored = s3.head_object(Bucket=cluster.s3.bucket, Key=f"{cluster.prefix}/{key}")["LastModified"].timestamp()
-        assert stored <= stopping_wall, f"{key} stored {stored - stopping_wall:.1f}s after S3 began stopping, yet records in it were acknowledged during the outage"
+        assert stored <= stopped_wall, f"{key} stored {stored - stopped_wall:.1f}s after S3 had stopped, yet records in it were acknowledged during the outage"
     print(f"S3 outage: {len(acked_while_down)} records in {len(set(holders.values()))} objects stored before it were acknowledged during it")
 
 
