@@ -632,11 +632,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
     async def advance_log_start(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
         tp = (topic_id, partition)
         tx = self._client.transactions
-        key = self.keys.head(topic_id, partition)
         for _ in range(self.settings.commit_attempts):
             part = self._partitions.get(tp)
             if part is None:
                 raise UnknownTopic(f"{topic_id}/{partition}")
+            key = part.head_key
             target = min(max(offset, part.log_start_offset), part.next_offset)
             if target == part.log_start_offset:
                 return target
