@@ -64,15 +64,28 @@ def decode_request(frame: bytes | memoryview, api_key: int, version: int) -> tup
 
 def encode_response(api_key: int, version: int, correlation_id: int, body: Any) -> list[bytes | bytearray]:
     """A whole response frame, length prefix included, as the pieces to write in order (see
-    `_FramePieces`)."""
+    `FramePieces`)."""
     if type(body) is OnePartitionProduce:
         return _encode_one_partition_produce(version, correlation_id, body)
+    if isinstance(body, OwnFrame):
+        return body.frame(version, correlation_id)
     return _encode(api_key, version, correlation_id, body)
+
+
+class OwnFrame:
+    """A response a handler answers with instead of kio's entities, that writes its own frame
+    (broker/fetch_response.py): for responses whose entities cost too much to build and encode."""
+
+    __slots__ = ()
+
+    def frame(self, version: int, correlation_id: int) -> list[bytes | bytearray]:
+        """The whole frame, length prefix included, as the pieces to write in order (FramePieces)."""
+        raise NotImplementedError
 
 
 def _encode(api_key: int, version: int, correlation_id: int, body: Any) -> list[bytes | bytearray]:
     write_header, write_body, header_cls, _ = response_codec(api_key, version)
-    frame = _FramePieces()
+    frame = FramePieces()
     write_header(frame, header_cls(correlation_id=correlation_id))
     write_body(frame, body)
     return frame.pieces()
@@ -81,7 +94,7 @@ def _encode(api_key: int, version: int, correlation_id: int, body: Any) -> list[
 LARGE_FIELD_BYTES = 16 * 1024
 
 
-class _FramePieces:
+class FramePieces:
     """The stream kio writes a response into. Its small writes are gathered into pieces, and a
     field of LARGE_FIELD_BYTES or more (a Fetch response's record batches) becomes a piece of
     its own, the caller's object itself: the records go to the socket without being copied

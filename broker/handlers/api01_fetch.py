@@ -10,19 +10,19 @@ and session_id is 0, which clients accept."""
 
 from __future__ import annotations
 
-import asyncio
-import datetime
 import time
 
 from kio.schema.errors import ErrorCode
 
 from wal.batch import inject_offsets, iter_headers
 
-from ..codec import build, has_field
+from ..codec import has_field
+from ..fetch_response import FIRST_BY_ID, FetchAnswer
 from ..metrics import FETCH_BYTES
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
+NONE, OUT_OF_RANGE = int(ErrorCode.none), int(ErrorCode.offset_out_of_range)
+UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_id), int(ErrorCode.unknown_topic_or_partition)
 ENTRIES_PER_PARTITION = 32  # index entries looked up per partition and fetch
 
 
@@ -52,7 +52,7 @@ async def read_range(services, entry, fetch_offset: int, byte_budget: int, first
     if cut_start is None or cut_end <= cut_start:
         return None, complete
     # inject_offsets' copy is handed on as it is (nothing changes it after): the response
-    # writes it to the socket without copying it again (broker/codec.py, _FramePieces)
+    # writes it to the socket without copying it again (broker/codec.py, FramePieces)
     return inject_offsets(memoryview(data)[cut_start:cut_end], first_base), complete
 
 
@@ -67,8 +67,9 @@ def _resolve(services, version, topic):
 async def fetch(ctx, request):
     s = ctx.services
     store = s.metadata
-    r = ctx.response
-    by_id = has_field(r.FetchableTopicResponse, "topic_id")
+    by_id = ctx.api_version >= FIRST_BY_ID
+    unknown_topic = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
+    high_watermark, log_start_offset = store.high_watermark, store.log_start_offset
     deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0)
     max_bytes = min(request.max_bytes if request.max_bytes > 0 else s.settings.fetch_max_bytes, s.settings.fetch_max_bytes)
     watched = []
@@ -77,53 +78,48 @@ async def fetch(ctx, request):
         if info is not None:
             watched.extend((info.topic_id, p.partition) for p in topic.partitions)
 
+    read_committed = request.isolation_level == 1
     while True:
         resolved = [(topic, _resolve(s, ctx.api_version, topic)) for topic in request.topics]
         # Every range the loop below will read, read at once: concurrently, and one GET for the
         # close ranges of one object (many partitions' slices of one WAL object).
         planned, ranges = _plan_reads(store, resolved, max_bytes)
-        prefetched = await s.reader.read_many(ranges)
+        prefetched = await s.reader.read_many(ranges) if ranges else None
         total = 0
         topics_out = []
         for topic, info in resolved:
             parts_out = []
-            for p in topic.partitions:
-                hw = lso = 0
-                records = None
-                if info is None or not 0 <= p.partition < info.partitions:
-                    code = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
-                else:
-                    hw = store.high_watermark(info.topic_id, p.partition)
-                    lso = store.log_start_offset(info.topic_id, p.partition)
-                    code = ErrorCode.none
-                    if p.fetch_offset < lso or p.fetch_offset > hw:
-                        code = ErrorCode.offset_out_of_range
-                    elif p.fetch_offset < hw and total < max_bytes:
-                        entries = planned.get((info.topic_id, p.partition))
-                        if entries is None:  # readable only since the plan (a commit landed meanwhile)
-                            entries = store.entries(info.topic_id, p.partition, p.fetch_offset, max_entries=ENTRIES_PER_PARTITION)
-                        records = await _partition_records(s, entries, p.fetch_offset, min(p.partition_max_bytes, max_bytes - total), total == 0, prefetched)
-                        total += len(records) if records else 0
-                parts_out.append(
-                    build(
-                        r.PartitionData,
-                        partition_index=p.partition,
-                        error_code=code,
-                        high_watermark=hw,
-                        last_stable_offset=hw,
-                        log_start_offset=lso,
-                        # Kafka answers null unless read_committed; no transactions here, so none aborted.
-                        aborted_transactions=() if request.isolation_level == 1 else None,
-                        preferred_read_replica=-1,
-                        records=records or b"",  # empty, never null: some clients require bytes
-                    )
-                )
-            topic_key = {"topic_id": topic.topic_id} if by_id else {"topic": topic.topic}
-            topics_out.append(build(r.FetchableTopicResponse, partitions=tuple(parts_out), **topic_key))
+            if info is None:
+                code = unknown_topic
+                parts_out = [(p.partition, code, 0, 0, 0, b"") for p in topic.partitions]
+            else:
+                topic_id, count = info.topic_id, info.partitions
+                for p in topic.partitions:
+                    index, fetch_offset = p.partition, p.fetch_offset
+                    if not 0 <= index < count:
+                        parts_out.append((index, unknown_topic, 0, 0, 0, b""))
+                        continue
+                    hw = high_watermark(topic_id, index)
+                    lso = log_start_offset(topic_id, index)
+                    records = None
+                    if fetch_offset < lso or fetch_offset > hw:
+                        code = OUT_OF_RANGE
+                    else:
+                        code = NONE
+                        if fetch_offset < hw and total < max_bytes:
+                            entries = planned.get((topic_id, index))
+                            if entries is None:  # readable only since the plan (a commit landed meanwhile)
+                                entries = store.entries(topic_id, index, fetch_offset, max_entries=ENTRIES_PER_PARTITION)
+                            records = await _partition_records(s, entries, fetch_offset, min(p.partition_max_bytes, max_bytes - total), total == 0, prefetched)
+                            total += len(records) if records else 0
+                    # records empty, never null: some clients require bytes
+                    parts_out.append((index, code, hw, hw, lso, records or b""))
+            topics_out.append((topic.topic_id if by_id else topic.topic, parts_out))
         remaining = deadline - time.monotonic()
         if total >= max(request.min_bytes, 1) or remaining <= 0 or not watched:
             FETCH_BYTES.inc(total)
-            return build(r.FetchResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, session_id=0, responses=tuple(topics_out))
+            # No transactions here, so none aborted: Kafka answers null unless read_committed.
+            return FetchAnswer(topics_out, read_committed=read_committed)
         await store.wait_for_commit(watched, remaining)
 
 
