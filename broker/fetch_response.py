@@ -55,16 +55,22 @@ class FetchAnswer(OwnFrame):
         for key, partitions in self.topics:
             write_key(out, key)
             array_length(out, len(partitions))
+            # Runs of partitions without records are joined before they are written: one write
+            # for thousands of them.
+            run = []
             for index, code, high_watermark, last_stable, log_start, records in partitions:
                 if records is not None and not records:
-                    write(pack(index, code, high_watermark, last_stable, log_start) + empty_tail)
-                else:
-                    write(pack(index, code, high_watermark, last_stable, log_start) + tail)
-                    write_records(out, records)
-                    if flexible:
-                        write(b"\x00")  # the partition's tagged fields: none
+                    run.append(pack(index, code, high_watermark, last_stable, log_start) + empty_tail)
+                    continue
+                run.append(pack(index, code, high_watermark, last_stable, log_start) + tail)
+                write(b"".join(run))
+                run.clear()
+                write_records(out, records)
+                if flexible:
+                    run.append(b"\x00")  # the partition's tagged fields: none
             if flexible:
-                write(b"\x00")  # the topic's tagged fields
+                run.append(b"\x00")  # the topic's tagged fields
+            write(b"".join(run))
         if flexible:
             write(b"\x00")  # the response's tagged fields
         return out.pieces()

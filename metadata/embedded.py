@@ -81,6 +81,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         self._topics_view: Mapping[str, TopicInfo] = MappingProxyType({})  # replaced, never mutated
         self._by_id: dict[uuid.UUID, TopicInfo] = {}
         self._partitions: dict[TopicPartition, PartitionView] = {}
+        self._topic_views = {}
         self._producers: dict[ProducerKey, ProducerState] = {}
         self._producer_epochs: dict[int, int] = {}
         self._next_producer_id = 0
@@ -141,7 +142,9 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             self._by_id[info.topic_id] = info
         self._topics_view = MappingProxyType(dict(self._topics))
         for tid, p, next_offset, log_start in partitions:
-            self._partitions[(uuid.UUID(hex=tid), p)] = PartitionView(next_offset, log_start)
+            topic_id = uuid.UUID(hex=tid)
+            view = self._partitions[(topic_id, p)] = PartitionView(next_offset, log_start)
+            self._view_added(topic_id, p, view)
         for tid, p, base, last, key, otype, start, size, max_ts in entries:
             self._partitions[(uuid.UUID(hex=tid), p)].add(IndexEntry(base, last, key, ObjectType(otype), start, size, max_ts))
         for pid, tid, p, epoch, batches in producers:
@@ -211,7 +214,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         self._by_id[info.topic_id] = info
         self._topics_view = MappingProxyType(dict(self._topics))
         for p in range(partitions):
-            self._partitions[(info.topic_id, p)] = PartitionView()
+            view = self._partitions[(info.topic_id, p)] = PartitionView()
+            self._view_added(info.topic_id, p, view)
         return info
 
     async def delete_topic(self, name: str) -> TopicInfo:
@@ -230,6 +234,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         self._topics_view = MappingProxyType(dict(self._topics))
         for p in range(info.partitions):
             del self._partitions[(info.topic_id, p)]
+        self._views_dropped(info.topic_id)
         # A scan, but deletes are rare and it keeps the commit path's lookups flat.
         for key in [k for k in self._producers if k[1] == info.topic_id]:
             del self._producers[key]
@@ -342,7 +347,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         self._by_id[info.topic_id] = updated
         self._topics_view = MappingProxyType(dict(self._topics))
         for p in range(info.partitions, count):
-            self._partitions[(info.topic_id, p)] = PartitionView()
+            view = self._partitions[(info.topic_id, p)] = PartitionView()
+            self._view_added(info.topic_id, p, view)
         return updated
 
     async def advance_log_start(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:

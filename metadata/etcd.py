@@ -197,6 +197,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._topics: dict[str, TopicInfo] = {}
         self._topics_by_id: dict[uuid.UUID, TopicInfo] = {}
         self._partitions: dict[tuple[uuid.UUID, int], _PartitionState] = {}
+        self._topic_views = {}
         self._tasks: list[asyncio.Task] = []
         self._lease = None
         self._registration: BrokerRegistration | None = None
@@ -291,6 +292,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._topics = topics
         self._topics_by_id = {t.topic_id: t for t in topics.values()}
         self._partitions = partitions
+        self._topic_views = {}
         self._by_path = {}
         # Our commits recorded so far were applied to the view just replaced; one that landed after
         # this range read is missing from the new view, so its watch events must not be skipped.
@@ -507,12 +509,14 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             if tp not in self._partitions:
                 part = self._partitions[tp] = _PartitionState(self.keys.head(info.topic_id, p))
                 self._by_path[_Keys.partition_path(info.topic_id, p)] = (tp, part)
+                self._view_added(info.topic_id, p, part)
 
     def _forget_topic(self, info: TopicInfo) -> None:
         self._topics_by_id.pop(info.topic_id, None)
         for p in range(info.partitions):
             self._partitions.pop((info.topic_id, p), None)
             self._by_path.pop(_Keys.partition_path(info.topic_id, p), None)
+        self._views_dropped(info.topic_id)
 
     def _apply_head(self, path: str, raw: bytes, mod_revision: int) -> tuple[uuid.UUID, int] | None:
         """Take a head's value if it is newer than the view's; returns its partition if it was."""
@@ -699,7 +703,13 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
     async def _commit(self, commit: ObjectCommit) -> list[AppendResult]:
         groups = self._groups(commit)
         results: list[AppendResult | None] = [None] * len(commit.appends)
-        outcomes = await asyncio.gather(*(self._commit_group(commit, idx, n) for n, idx in enumerate(groups)), return_exceptions=True)
+        # The partitions the groups' transactions grew, announced once they all returned: a
+        # long-poll Fetch of many partitions answers once per object, not once per group.
+        touched: list[tuple[uuid.UUID, int]] = []
+        try:
+            outcomes = await asyncio.gather(*(self._commit_group(commit, idx, n, touched) for n, idx in enumerate(groups)), return_exceptions=True)
+        finally:
+            self.notifier.notify(touched)
         failure = None
         for idx, outcome in zip(groups, outcomes, strict=True):
             if isinstance(outcome, BaseException):
@@ -747,7 +757,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             groups.append(current)
         return groups
 
-    async def _commit_group(self, commit: ObjectCommit, idx: list[int], group: int) -> list[AppendResult]:
+    async def _commit_group(self, commit: ObjectCommit, idx: list[int], group: int, touched: list[tuple[uuid.UUID, int]]) -> list[AppendResult]:
+        """One transaction's appends; the partitions it grew are added to `touched`."""
         from aetcd import rpc
 
         EQUAL, MOD, CREATE = rpc.Compare.EQUAL, rpc.Compare.MOD, rpc.Compare.CREATE
@@ -812,7 +823,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 self._commits_in_flight.discard(in_flight)
                 in_flight.set_result(None)
             if response.succeeded:
-                self._apply_commit(seq, new_heads, revision)
+                touched += self._apply_commit(seq, new_heads, revision)
                 return seq.results
             *head_responses, fence, record = response.responses
             if fence.response_range.kvs:
@@ -848,7 +859,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         producers = {str(pid): [state.epoch, [list(b) for b in state.batches], used[pid]] for pid, state in kept.items()}
         return orjson.dumps({"n": next_offset, "s": start, "p": producers}), kept, used
 
-    def _apply_commit(self, seq, new_heads, revision: int) -> None:
+    def _apply_commit(self, seq, new_heads, revision: int) -> list[tuple[uuid.UUID, int]]:
+        """Take a successful transaction into the view; returns the partitions whose head it moved."""
         touched = []
         for tp, entries in seq.entries.items():
             part = self._partitions.get(tp)
@@ -861,7 +873,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 part.next_offset, part.mod_revision = next_offset, revision
                 part.producers, part.producer_used = kept, used
                 touched.append(tp)
-        self.notifier.notify(touched)
+        return touched
 
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
         part = self._partitions.get((topic_id, partition))

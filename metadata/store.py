@@ -12,10 +12,11 @@ from __future__ import annotations
 import abc
 import asyncio
 import uuid
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 
 from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, TopicInfo
 from .sequencer import ProducerState
+from .view import PartitionView
 
 
 class MetadataError(Exception):
@@ -61,32 +62,45 @@ async def resolved_within(fut: asyncio.Future, timeout: float) -> bool:
 
 class CommitNotifier:
     """Wakes coroutines waiting for any of a set of partitions to grow. Backends call `notify`
-    after applying a commit to their in-memory view."""
+    after applying a commit to their in-memory view. Waiters are kept by topic, each with the set
+    of its partitions: a Fetch of 10,000 partitions registers once, not 10,000 times."""
 
     def __init__(self) -> None:
-        self._waiters: dict[TopicPartition, set[asyncio.Future]] = {}
+        self._waiters: dict[uuid.UUID, list[tuple[asyncio.Future, Container[int]]]] = {}
 
     def notify(self, partitions: Iterable[TopicPartition]) -> None:
-        for tp in partitions:
-            for fut in self._waiters.pop(tp, ()):
-                if not fut.done():
-                    fut.set_result(tp)
+        waiters = self._waiters
+        if not waiters:
+            return
+        for topic_id, partition in partitions:
+            for fut, watched in waiters.get(topic_id, ()):
+                if partition in watched and not fut.done():
+                    fut.set_result((topic_id, partition))
 
     async def wait(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
         """True if one of `partitions` was committed to before `timeout` seconds passed."""
+        by_topic: dict[uuid.UUID, set[int]] = {}
+        for topic_id, partition in partitions:
+            by_topic.setdefault(topic_id, set()).add(partition)
+        return await self.wait_in(by_topic.items(), timeout)
+
+    async def wait_in(self, topics: Iterable[tuple[uuid.UUID, Collection[int]]], timeout: float) -> bool:
+        """`wait`, for partitions given by topic: (topic id, its partitions)."""
         fut = asyncio.get_running_loop().create_future()
-        keys = list(partitions)
-        for tp in keys:
-            self._waiters.setdefault(tp, set()).add(fut)
+        registered = []
+        for topic_id, partitions in topics:
+            entry = (fut, partitions if isinstance(partitions, (set, frozenset, range)) else frozenset(partitions))
+            self._waiters.setdefault(topic_id, []).append(entry)
+            registered.append((topic_id, entry))
         try:
             return await resolved_within(fut, timeout)
         finally:
-            for tp in keys:
-                waiters = self._waiters.get(tp)
+            for topic_id, entry in registered:
+                waiters = self._waiters.get(topic_id)
                 if waiters is not None:
-                    waiters.discard(fut)
+                    waiters.remove(entry)
                     if not waiters:
-                        del self._waiters[tp]
+                        del self._waiters[topic_id]
 
 
 class MetadataStore(abc.ABC):
@@ -157,6 +171,12 @@ class MetadataStore(abc.ABC):
         after it), at most `max_entries`."""
 
     @abc.abstractmethod
+    def topic_views(self, topic_id: uuid.UUID) -> Sequence[PartitionView | None]:
+        """The live views of a topic's partitions by partition index, empty for an unknown topic:
+        the reads above for many partitions of one topic at once (a Fetch of all of them).
+        Read them, never change them."""
+
+    @abc.abstractmethod
     async def advance_log_start(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
         """DeleteRecords and retention: move the log start offset forward to `offset` (clamped to
         the high watermark; never backward). Returns the new log start offset. The Kafka view
@@ -191,7 +211,13 @@ class MetadataStore(abc.ABC):
         return True
 
     async def wait_for_commit(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
+        """True if one of `partitions` grew before `timeout` seconds passed."""
         return await self.notifier.wait(partitions, timeout)
+
+    async def wait_for_commit_in(self, topics: Iterable[tuple[uuid.UUID, Collection[int]]], timeout: float) -> bool:
+        """`wait_for_commit` for partitions given by topic, (topic id, its partitions): a long-poll
+        Fetch of many partitions."""
+        return await self.notifier.wait_in(topics, timeout)
 
     # -- consumer groups ------------------------------------------------------------------------
     # Committed offsets are durable facts; group membership is an opaque blob the coordinator

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import uuid
+from collections.abc import Sequence
 
 from .model import IndexEntry
 
@@ -67,9 +68,27 @@ class PartitionView:
 
 
 class IndexReads:
-    """The synchronous index reads of MetadataStore, over `self._partitions`."""
+    """The synchronous index reads of MetadataStore, over `self._partitions`, and by topic over
+    `self._topic_views` (the same views, a list per topic indexed by partition: a Fetch of 10,000
+    partitions looks its topic up once, not a (topic id, partition) key per partition). Backends
+    call `_view_added` and `_views_dropped` wherever they add or drop a partition's view."""
 
     _partitions: dict[TopicPartition, PartitionView]
+    _topic_views: dict[uuid.UUID, list[PartitionView | None]]
+
+    def _view_added(self, topic_id: uuid.UUID, partition: int, view: PartitionView) -> None:
+        views = self._topic_views.setdefault(topic_id, [])
+        if len(views) <= partition:
+            views.extend([None] * (partition + 1 - len(views)))
+        views[partition] = view
+
+    def _views_dropped(self, topic_id: uuid.UUID) -> None:
+        self._topic_views.pop(topic_id, None)
+
+    def topic_views(self, topic_id: uuid.UUID) -> Sequence[PartitionView | None]:
+        """The views of a topic's partitions, by partition index (empty for an unknown topic). They
+        are live: read them, never change them."""
+        return self._topic_views.get(topic_id, ())
 
     def high_watermark(self, topic_id: uuid.UUID, partition: int) -> int:
         part = self._partitions.get((topic_id, partition))

@@ -69,47 +69,55 @@ async def fetch(ctx, request):
     store = s.metadata
     by_id = ctx.api_version >= FIRST_BY_ID
     unknown_topic = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
-    high_watermark, log_start_offset = store.high_watermark, store.log_start_offset
     deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0)
     max_bytes = min(request.max_bytes if request.max_bytes > 0 else s.settings.fetch_max_bytes, s.settings.fetch_max_bytes)
     watched = []
     for topic in request.topics:
         info = _resolve(s, ctx.api_version, topic)
         if info is not None:
-            watched.extend((info.topic_id, p.partition) for p in topic.partitions)
+            watched.append((info.topic_id, frozenset(p.partition for p in topic.partitions)))
 
     read_committed = request.isolation_level == 1
     while True:
-        resolved = [(topic, _resolve(s, ctx.api_version, topic)) for topic in request.topics]
+        resolved = []
+        for topic in request.topics:
+            info = _resolve(s, ctx.api_version, topic)
+            resolved.append((topic, info, store.topic_views(info.topic_id) if info is not None else ()))
         # Every range the loop below will read, read at once: concurrently, and one GET for the
         # close ranges of one object (many partitions' slices of one WAL object).
-        planned, ranges = _plan_reads(store, resolved, max_bytes)
+        planned, ranges = _plan_reads(resolved, max_bytes)
+        if not planned and watched:
+            # Nothing to read yet: sleep before building an answer (10,000 partitions of a
+            # tailing consumer take milliseconds to answer, and this one would be thrown away).
+            remaining = deadline - time.monotonic()
+            if remaining > 0:
+                await store.wait_for_commit_in(watched, remaining)
+                continue
         prefetched = await s.reader.read_many(ranges) if ranges else None
         total = 0
         topics_out = []
-        for topic, info in resolved:
+        for topic, info, views in resolved:
             parts_out = []
             if info is None:
-                code = unknown_topic
-                parts_out = [(p.partition, code, 0, 0, 0, b"") for p in topic.partitions]
+                parts_out = [(p.partition, unknown_topic, 0, 0, 0, b"") for p in topic.partitions]
             else:
-                topic_id, count = info.topic_id, info.partitions
+                count, known = info.partitions, len(views)
                 for p in topic.partitions:
                     index, fetch_offset = p.partition, p.fetch_offset
                     if not 0 <= index < count:
                         parts_out.append((index, unknown_topic, 0, 0, 0, b""))
                         continue
-                    hw = high_watermark(topic_id, index)
-                    lso = log_start_offset(topic_id, index)
+                    view = views[index] if index < known else None
+                    hw, lso = (view.next_offset, view.log_start_offset) if view is not None else (0, 0)
                     records = None
                     if fetch_offset < lso or fetch_offset > hw:
                         code = OUT_OF_RANGE
                     else:
                         code = NONE
                         if fetch_offset < hw and total < max_bytes:
-                            entries = planned.get((topic_id, index))
+                            entries = planned.get((info.topic_id, index))
                             if entries is None:  # readable only since the plan (a commit landed meanwhile)
-                                entries = store.entries(topic_id, index, fetch_offset, max_entries=ENTRIES_PER_PARTITION)
+                                entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
                             records = await _partition_records(s, entries, fetch_offset, min(p.partition_max_bytes, max_bytes - total), total == 0, prefetched)
                             total += len(records) if records else 0
                     # records empty, never null: some clients require bytes
@@ -120,28 +128,31 @@ async def fetch(ctx, request):
             FETCH_BYTES.inc(total)
             # No transactions here, so none aborted: Kafka answers null unless read_committed.
             return FetchAnswer(topics_out, read_committed=read_committed)
-        await store.wait_for_commit(watched, remaining)
+        await store.wait_for_commit_in(watched, remaining)
 
 
-def _plan_reads(store, resolved, max_bytes: int):
+def _plan_reads(resolved, max_bytes: int):
     """For each readable partition of the fetch, the index entries from its fetch offset; and the
     (object key, start, size) of those the fetch loop will read, in its order and within its byte
     budgets. Whole entries are counted, so the ranges may stop before the loop does: the loop
     reads whatever is missing itself."""
     planned, ranges = {}, []
     total = 0
-    for topic, info in resolved:
+    for topic, info, views in resolved:
         if info is None:
             continue
+        count = min(info.partitions, len(views))
         for p in topic.partitions:
+            index, fetch_offset = p.partition, p.fetch_offset
+            if not 0 <= index < count:
+                continue
+            view = views[index]
+            if view is None or not view.log_start_offset <= fetch_offset < view.next_offset:
+                continue
             if total >= max_bytes:
                 return planned, ranges
-            if not 0 <= p.partition < info.partitions:
-                continue
-            if not store.log_start_offset(info.topic_id, p.partition) <= p.fetch_offset < store.high_watermark(info.topic_id, p.partition):
-                continue
-            entries = store.entries(info.topic_id, p.partition, p.fetch_offset, max_entries=ENTRIES_PER_PARTITION)
-            planned[(info.topic_id, p.partition)] = entries
+            entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
+            planned[(info.topic_id, index)] = entries
             budget = min(p.partition_max_bytes, max_bytes - total)
             used = 0
             for entry in entries:

@@ -87,10 +87,12 @@ def test_large_records_are_pieces_of_their_own(version):
 
 
 def test_ten_thousand_partitions_in_one_frame():
-    """The answer to a consumer of 10,000 partitions without a fetch session: one small piece."""
+    """The answer to a consumer of 10,000 partitions without a fetch session: the partitions are
+    joined into one piece, not written one by one."""
     tid = uuid.uuid4()
     partitions = [(p, 0, 1000 + p, 1000 + p, 0, b"") for p in range(10_000)]
     answer = FetchAnswer([(tid, partitions)])
     pieces = codec.encode_response(1, 15, 3, answer)
-    assert len(pieces) == 1
-    assert pieces[0] == kio_frame(15, 3, answer.entity(15))
+    # the head (length, header, throttle, error, session, topic count, topic id, partition count)
+    assert [len(p) for p in pieces] == [4 + 4 + 1 + 4 + 2 + 4 + 1 + 16 + 2, 10_000 * 37 + 1, 1]  # a partition: 37 bytes; the topic's tagged fields; the response's
+    assert b"".join(pieces) == kio_frame(15, 3, answer.entity(15))

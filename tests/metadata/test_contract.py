@@ -105,6 +105,31 @@ async def test_topic_changes_are_seen_at_once_and_kept(store):
     assert dict(store.topics()) == {}
 
 
+async def test_topic_views_follow_creation_growth_commits_and_deletion(store):
+    def heads(topic_id):
+        return [(v.next_offset, v.log_start_offset) for v in store.topic_views(topic_id)]
+
+    t = await store.create_topic("views", 2)
+    other = await store.create_topic("other", 1)
+    assert heads(t.topic_id) == [(0, 0), (0, 0)]
+    await store.commit(commit(append(t.topic_id, 1, 0, 10, 3), append(other.topic_id, 0, 10, 10, 1)))
+    assert heads(t.topic_id) == [(0, 0), (3, 0)]
+    grown = await store.update_topic("views", partitions=4)
+    assert grown.partitions == 4 and heads(t.topic_id) == [(0, 0), (3, 0), (0, 0), (0, 0)]
+    await store.commit(commit(append(t.topic_id, 3, 0, 10, 2)))
+    # the same views as the per-partition reads, entries included
+    views = store.topic_views(t.topic_id)
+    for p in range(4):
+        assert (views[p].next_offset, views[p].log_start_offset) == (store.high_watermark(t.topic_id, p), store.log_start_offset(t.topic_id, p))
+        assert views[p].from_offset(0, 64) == store.entries(t.topic_id, p, 0)
+    assert [e.last_offset for e in views[3].from_offset(0, 64)] == [1]
+    await store.delete_topic("views")
+    assert list(store.topic_views(t.topic_id)) == [] and list(store.topic_views(uuid.uuid4())) == []
+    assert heads(other.topic_id) == [(1, 0)]
+    again = await store.create_topic("views", 1)
+    assert heads(again.topic_id) == [(0, 0)]
+
+
 async def test_delete_unknown_topic(store):
     with pytest.raises(UnknownTopic) as e:
         await store.delete_topic("never")
@@ -490,6 +515,8 @@ async def test_everything_survives_a_restart(open_store):
     assert store.entries(o, 1, 0) == [IndexEntry(0, 1, "w1", WAL, 10, 10, 20)]
     assert store.entry_for_timestamp(o, 0, 25) == IndexEntry(0, 2, "w1", WAL, 0, 10, 30)
     assert store.entries(gone.topic_id, 0, 0) == []
+    assert [(v.next_offset, v.from_offset(0, 64)) for v in store.topic_views(o)] == [(5, store.entries(o, 0, 0)), (2, store.entries(o, 1, 0))]
+    assert list(store.topic_views(gone.topic_id)) == []
     # Producer state: both remembered batches are duplicates, the sequence and epoch carry on.
     results = await store.commit(
         commit(
