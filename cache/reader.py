@@ -8,6 +8,7 @@ ranged GET, and the GETs run concurrently instead of one after another."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Iterable
 
 from wal.store import ObjectStore
@@ -15,6 +16,8 @@ from wal.store import ObjectStore
 from .recent import RecentObjects
 
 Range = tuple[str, int, int]  # object key, start, size
+
+log = logging.getLogger("neve.cache.reader")
 
 MERGE_GAP_BYTES = 256 * 1024
 """Ranges of one object at most this far apart are read with one GET: the gap's bytes cost less
@@ -53,14 +56,23 @@ class ObjectReader:
             del self._inflight[slot]
 
     async def read_many(self, ranges: Iterable[Range]) -> dict[Range, bytes | memoryview]:
-        """The bytes of every range that could be read, by range. Ranges in the recent-objects
-        cache are left to `read`; the others are merged per object (see MERGE_GAP_BYTES) and read
-        concurrently. A range whose GET failed is left out: its caller's own `read` of it then
-        fails (or succeeds) as it would have without this call."""
+        """The bytes of every range that could be read, by range. Ranges of objects in the
+        recent-objects cache are taken from it now (so that the object leaving the cache while
+        the caller works does not cost it a GET per range later); the others are merged per object
+        (see MERGE_GAP_BYTES) and read concurrently. A range whose GET failed is left out: its
+        caller's own `read` of it then fails (or succeeds) as it would have without this call."""
         by_key: dict[str, list[tuple[int, int]]] = {}
+        out: dict[Range, bytes | memoryview] = {}
+        recent = self.recent
         for key, start, size in ranges:
-            if size > 0 and not self.recent.has(key):
-                by_key.setdefault(key, []).append((start, size))
+            if size <= 0:
+                continue
+            if recent.has(key):
+                cached = recent.get(key, start, start + size)
+                if cached is not None:
+                    out[(key, start, size)] = cached
+                    continue
+            by_key.setdefault(key, []).append((start, size))
         spans: list[tuple[str, int, int, list[tuple[int, int]]]] = []  # key, start, end, wanted
         for key, wanted in by_key.items():
             wanted.sort()
@@ -73,13 +85,13 @@ class ObjectReader:
                 members.append((start, size))
             spans.append((key, span_start, span_end, members))
         if not spans:
-            return {}
+            return out
         results = await asyncio.gather(*(self.read(key, start, end - start) for key, start, end, _ in spans), return_exceptions=True)
-        out: dict[Range, bytes | memoryview] = {}
         for (key, span_start, _, members), data in zip(spans, results, strict=True):
             if isinstance(data, BaseException):
                 if isinstance(data, asyncio.CancelledError):
                     raise data
+                log.warning("merged_get_failed", extra={"key": key, "start": span_start, "ranges": len(members), "error": repr(data)})
                 continue
             view = memoryview(data)
             for start, size in members:

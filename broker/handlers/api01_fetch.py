@@ -93,16 +93,17 @@ async def fetch(ctx, request):
             if remaining > 0:
                 await store.wait_for_commit_in(watched, remaining)
                 continue
-        prefetched = await s.reader.read_many(ranges) if ranges else None
+        prefetched = await s.reader.read_many(ranges) if ranges else {}
         total = 0
+        full = False
         topics_out = []
-        for topic, info, views in resolved:
+        for ti, (topic, info, views) in enumerate(resolved):
             parts_out = []
             if info is None:
                 parts_out = [(p.partition, unknown_topic, 0, 0, 0, b"") for p in topic.partitions]
             else:
                 count, known = info.partitions, len(views)
-                for p in topic.partitions:
+                for pi, p in enumerate(topic.partitions):
                     index, fetch_offset = p.partition, p.fetch_offset
                     if not 0 <= index < count:
                         parts_out.append((index, unknown_topic, 0, 0, 0, b""))
@@ -114,12 +115,26 @@ async def fetch(ctx, request):
                         code = OUT_OF_RANGE
                     else:
                         code = NONE
-                        if fetch_offset < hw and total < max_bytes:
+                        if fetch_offset < hw and not full:
                             entries = planned.get((info.topic_id, index))
-                            if entries is None:  # readable only since the plan (a commit landed meanwhile)
-                                entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
-                            records = await _partition_records(s, entries, fetch_offset, min(p.partition_max_bytes, max_bytes - total), total == 0, prefetched)
+                            if entries is None:
+                                # Beyond the plan (it counts whole entries, so it may stop short of
+                                # the byte budget), or readable only since it was made: plan and
+                                # read the rest of the request the same way, not entry by entry.
+                                more, more_ranges = _plan_reads(resolved, max_bytes - total, start=(ti, pi))
+                                planned.update(more)
+                                if more_ranges:
+                                    prefetched.update(await s.reader.read_many(more_ranges))
+                                entries = planned.get((info.topic_id, index))
+                                if entries is None:
+                                    entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
+                            budget = min(p.partition_max_bytes, max_bytes - total)
+                            records, cut = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched)
                             total += len(records) if records else 0
+                            # The response's budget ran out within this partition: stop reading.
+                            # Another partition's first batch might fit the bytes left, but finding
+                            # out costs a read (a GET, for a backlog) per partition.
+                            full = total >= max_bytes or (cut and budget < p.partition_max_bytes)
                     # records empty, never null: some clients require bytes
                     parts_out.append((index, code, hw, hw, lso, records or b""))
             topics_out.append((topic.topic_id if by_id else topic.topic, parts_out))
@@ -131,18 +146,22 @@ async def fetch(ctx, request):
         await store.wait_for_commit_in(watched, remaining)
 
 
-def _plan_reads(resolved, max_bytes: int):
-    """For each readable partition of the fetch, the index entries from its fetch offset; and the
-    (object key, start, size) of those the fetch loop will read, in its order and within its byte
-    budgets. Whole entries are counted, so the ranges may stop before the loop does: the loop
-    reads whatever is missing itself."""
+def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0)):
+    """For each readable partition of the fetch from `start` (topic and partition position in the
+    request) on, the index entries from its fetch offset; and the (object key, start, size) of
+    those the fetch loop will read, in its order and within its byte budgets. Whole entries are
+    counted, so the ranges may stop before the loop does: the loop plans the rest again from
+    where this plan stopped."""
     planned, ranges = {}, []
     total = 0
-    for topic, info, views in resolved:
+    first_topic, first_partition = start
+    for ti in range(first_topic, len(resolved)):
+        topic, info, views = resolved[ti]
         if info is None:
             continue
         count = min(info.partitions, len(views))
-        for p in topic.partitions:
+        partitions = topic.partitions if ti != first_topic or not first_partition else topic.partitions[first_partition:]
+        for p in partitions:
             index, fetch_offset = p.partition, p.fetch_offset
             if not 0 <= index < count:
                 continue
@@ -164,20 +183,28 @@ def _plan_reads(resolved, max_bytes: int):
     return planned, ranges
 
 
-async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched) -> bytes | bytearray | None:
+async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched) -> tuple[bytes | bytearray | None, bool]:
+    """The partition's records from `fetch_offset` within `budget` bytes, and whether the budget
+    cut them short (more of the entries were there to read)."""
     if not entries:
-        return None
+        return None, False
     pieces = []
     used = 0
     for entry in entries:
         if used and used >= budget:
-            break
+            return _joined(pieces), True
         piece, complete = await read_range(s, entry, fetch_offset, budget - used, first and not pieces, prefetched)
         if piece is not None:
             pieces.append(piece)
             used += len(piece)
-        if piece is None or not complete:
+        if not complete:
+            return _joined(pieces), True
+        if piece is None:
             break
+    return _joined(pieces), False
+
+
+def _joined(pieces: list) -> bytes | bytearray | None:
     if not pieces:
         return None
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)

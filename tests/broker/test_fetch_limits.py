@@ -56,3 +56,34 @@ def check_limits(raw: Raw, topic: str) -> None:
     assert fetch(raw, topic, 1, 1500) == [1, 2]  # entry read to its end: the next one may follow
     assert fetch(raw, topic, 0, 100_000) == [0, 1, 2]
     assert fetch(raw, topic, 2, 10) == [2]  # the first batch is returned even if over the limit
+
+
+def fetch_partitions(raw: Raw, topic: str, partitions: list[int], max_bytes: int) -> list[tuple[int, int, list[int]]]:
+    """(partition, high watermark, offsets returned) of each partition, in the request's order."""
+    request = FetchRequest(
+        cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=100), min_bytes=1, max_bytes=max_bytes,
+        isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+        topics=(FetchTopic(topic=topic, partitions=tuple(FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1_000_000) for p in partitions)),),
+        forgotten_topics_data=(),
+    )  # fmt: skip
+    cid = raw.request(request)
+    return [(p.partition_index, p.high_watermark, offsets_in(p.records)) for p in raw.response(1, 12, cid).responses[0].partitions]
+
+
+def test_a_full_response_stops_reading_partitions(neve_node):
+    """Once the response's max_bytes runs out within a partition, the partitions after it are
+    answered without records (their high watermarks still current), though a small batch of
+    theirs might have fitted: finding out would cost a read per partition. The client's next
+    Fetch, which starts elsewhere in its list, gets them."""
+    topic = create_topic(neve_node.bootstrap, 4, prefix="fetch-full")
+    raw = Raw(neve_node.port)
+    try:
+        sizes = {0: 1000, 1: 1000, 2: 1000, 3: 10}  # one batch each, offset 0
+        cid = raw.request(produce_v9(topic, {p: make_batch([(b"k", b"x" * n, [], 1000)]) for p, n in sizes.items()}))
+        assert sorted(p.error_code for t in raw.response(0, 9, cid).responses for p in t.partition_responses) == [0, 0, 0, 0]
+        # room for two ~1 KB batches: partition 2's does not fit, and partition 3 is not read
+        assert fetch_partitions(raw, topic, [0, 1, 2, 3], 2500) == [(0, 1, [0]), (1, 1, [0]), (2, 1, []), (3, 1, [])]
+        assert fetch_partitions(raw, topic, [3, 2, 1, 0], 2500) == [(3, 1, [0]), (2, 1, [0]), (1, 1, [0]), (0, 1, [])]
+        assert fetch_partitions(raw, topic, [0, 1, 2, 3], 10_000) == [(0, 1, [0]), (1, 1, [0]), (2, 1, [0]), (3, 1, [0])]
+    finally:
+        raw.close()
