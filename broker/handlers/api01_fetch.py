@@ -4,9 +4,11 @@ For each partition the offset index gives the entries from the fetch offset on; 
 from the recent-objects cache or the object store, batches wholly before the fetch offset are cut
 off, and each batch's base offset is injected on the way out. Limits follow Kafka: the first batch
 of the response is returned even if it exceeds max_bytes / partition_max_bytes (KIP-74), the rest
-must fit. With fewer than min_bytes available the request sleeps until a commit touches one of its
-partitions or max_wait passes (long poll). Sessions (KIP-227) are not kept: every response is full
-and session_id is 0, which clients accept."""
+must fit; once max_bytes runs out inside a partition, the partitions after it are not read. With
+fewer than min_bytes available the request sleeps until a commit touches one of its partitions or
+max_wait passes (long poll); min_bytes 0 is answered at once. Sessions (KIP-227) are not kept:
+every response is full and session_id is 0, which clients accept (broker/fetch_response.py writes
+such responses of many partitions)."""
 
 from __future__ import annotations
 
@@ -86,7 +88,7 @@ async def fetch(ctx, request):
         # Every range the loop below will read, read at once: concurrently, and one GET for the
         # close ranges of one object (many partitions' slices of one WAL object).
         planned, ranges = _plan_reads(resolved, max_bytes)
-        if not planned and watched:
+        if not planned and watched and request.min_bytes > 0:
             # Nothing to read yet: sleep before building an answer (10,000 partitions of a
             # tailing consumer take milliseconds to answer, and this one would be thrown away).
             remaining = deadline - time.monotonic()
@@ -139,7 +141,8 @@ async def fetch(ctx, request):
                     parts_out.append((index, code, hw, hw, lso, records or b""))
             topics_out.append((topic.topic_id if by_id else topic.topic, parts_out))
         remaining = deadline - time.monotonic()
-        if total >= max(request.min_bytes, 1) or remaining <= 0 or not watched:
+        # min_bytes 0 (or less) asks for no data: answered at once, as Kafka does
+        if total >= max(request.min_bytes, 0) or remaining <= 0 or not watched:
             FETCH_BYTES.inc(total)
             # No transactions here, so none aborted: Kafka answers null unless read_committed.
             return FetchAnswer(topics_out, read_committed=read_committed)

@@ -87,3 +87,25 @@ def test_a_full_response_stops_reading_partitions(neve_node):
         assert fetch_partitions(raw, topic, [0, 1, 2, 3], 10_000) == [(0, 1, [0]), (1, 1, [0]), (2, 1, [0]), (3, 1, [0])]
     finally:
         raw.close()
+
+
+def test_min_bytes_zero_is_answered_at_once(neve_node):
+    """A Fetch asking for no data is answered without the long poll, data or not (Kafka does so):
+    with max_wait far beyond the client's read timeout, any answer at all shows it did not wait."""
+    topic = create_topic(neve_node.bootstrap, 2, prefix="fetch-min0")
+    raw = Raw(neve_node.port)
+    try:
+        cid = raw.request(produce_v9(topic, {1: make_batch([(b"k", b"v", [], 1000)])}))
+        assert [p.error_code for t in raw.response(0, 9, cid).responses for p in t.partition_responses] == [0]
+        for min_bytes, partitions, expected in [(0, [0], [(0, 0, [])]), (0, [0, 1], [(0, 0, []), (1, 1, [0])])]:
+            request = FetchRequest(
+                cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(seconds=60), min_bytes=min_bytes, max_bytes=1_000_000,
+                isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+                topics=(FetchTopic(topic=topic, partitions=tuple(FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1_000_000) for p in partitions)),),
+                forgotten_topics_data=(),
+            )  # fmt: skip
+            cid = raw.request(request)
+            answer = raw.response(1, 12, cid)  # within the client's 10 s read timeout, not max_wait's 60
+            assert [(p.partition_index, p.high_watermark, offsets_in(p.records)) for p in answer.responses[0].partitions] == expected
+    finally:
+        raw.close()
