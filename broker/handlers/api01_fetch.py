@@ -142,7 +142,7 @@ async def fetch(ctx, request):
             topics_out.append((topic.topic_id if by_id else topic.topic, parts_out))
         remaining = deadline - time.monotonic()
         # min_bytes 0 (or less) asks for no data: answered at once, as Kafka does
-        if total >= max(request.min_bytes, 0) or remaining <= 0 or not watched:
+        if total >= request.min_bytes or remaining <= 0 or not watched:
             FETCH_BYTES.inc(total)
             # No transactions here, so none aborted: Kafka answers null unless read_committed.
             return FetchAnswer(topics_out, read_committed=read_committed)
