@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from . import procstat
@@ -31,6 +32,25 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+PORT_ATTEMPTS = 3  # starts of a server, each on fresh ports, when the ports it was given were taken
+PORT_TAKEN = ("address already in use", "Port allocation failed")  # what the servers say (weed mini checks first)
+
+
+def start_on_free_ports(start: Callable[[], None], stop: Callable[[], None], new_ports: Callable[[], None]) -> None:
+    """`start()` a server on ports `free_port` picked; if another process took one of them before
+    the server bound it (its error says so, PORT_TAKEN), `stop()` it, take `new_ports()` and start
+    again, up to PORT_ATTEMPTS times. Other errors are raised at once."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        try:
+            start()
+            return
+        except (RuntimeError, TimeoutError) as e:
+            stop()
+            if not any(taken in str(e) for taken in PORT_TAKEN) or attempt == PORT_ATTEMPTS:
+                raise
+            new_ports()
 
 
 def binary(name: str) -> str:
@@ -178,6 +198,12 @@ class Etcd:
         return f"127.0.0.1:{self.client_port}"
 
     def start(self) -> None:
+        start_on_free_ports(self._start, self.stop, self._new_ports)
+
+    def _new_ports(self) -> None:
+        self.client_port, self.peer_port = free_port(), free_port()
+
+    def _start(self) -> None:
         client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{self.peer_port}"
         # etcd's defaults otherwise (fsync per commit, 128 ops per txn, 1.5 MiB requests): the
         # figures are those of a stock etcd on this machine's disk.
@@ -253,6 +279,12 @@ class SeaweedFS:
         return {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_REGION": S3_REGION}
 
     def start(self) -> None:
+        start_on_free_ports(self._start, self.stop, self._new_ports)
+
+    def _new_ports(self) -> None:
+        self.ports = {flag: free_port() for flag in self.PORT_FLAGS}
+
+    def _start(self) -> None:
         data = self.work_dir / "data"
         data.mkdir(parents=True, exist_ok=True)
         args = weed_mini_args(data, self.work_dir, self.ports, self.buckets)

@@ -25,10 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import procstat
-from .servers import NEVE_BUCKET, TANSU_BUCKET, Servers, free_port, scrape, spawn, terminate, wait_listening, wait_log_line
+from .servers import NEVE_BUCKET, TANSU_BUCKET, Servers, free_port, scrape, spawn, start_on_free_ports, terminate, wait_listening, wait_log_line
 
 READY_TIMEOUT_S = 60.0
-PORT_ATTEMPTS = 3  # broker starts, each on fresh ports, when the ports it was given were taken
 NULL_STORE = "null://"
 
 class SystemError_(RuntimeError):
@@ -160,25 +159,26 @@ class _Neve(System):
         return self.env
 
     def start(self) -> None:
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            env = {"PYTHONUNBUFFERED": "1", **self._env()}
-            offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-            self.process = spawn([sys.executable, "-m", "neve", *self._command()], self.log_path, env=env)
-            try:
-                # Its own "listening" line, not just an open port: a free port picked here may have
-                # been taken by another process (parallel tests) before the broker could bind it.
-                wait_log_line(self.log_path, offset, f"neve listening on 127.0.0.1:{self.port};", self.process, self.name, READY_TIMEOUT_S)
-                # the broker serves metrics before Kafka; a scrape right after start must see its counters
-                wait_listening(self.metrics_port, self.process, self.log_path, f"{self.name} metrics", READY_TIMEOUT_S)
-                return
-            except (RuntimeError, TimeoutError) as e:
-                self.stop()
-                if "address already in use" not in str(e) or attempt == PORT_ATTEMPTS:
-                    raise SystemError_(str(e)) from None
-                self.port = free_port()
-                if self.env.get("NEVE_BROKER_METRICS_PORT") == str(self.metrics_port):  # ours, not the caller's
-                    self.metrics_port = free_port()
-                    self.env["NEVE_BROKER_METRICS_PORT"] = str(self.metrics_port)
+        try:
+            start_on_free_ports(self._start, self.stop, self._new_ports)
+        except (RuntimeError, TimeoutError) as e:
+            raise SystemError_(str(e)) from None
+
+    def _start(self) -> None:
+        env = {"PYTHONUNBUFFERED": "1", **self._env()}
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.process = spawn([sys.executable, "-m", "neve", *self._command()], self.log_path, env=env)
+        # Its own "listening" line, not just an open port: a free port picked here may have been
+        # taken by another process (parallel tests) before the broker could bind it.
+        wait_log_line(self.log_path, offset, f"neve listening on 127.0.0.1:{self.port};", self.process, self.name, READY_TIMEOUT_S)
+        # the broker serves metrics before Kafka; a scrape right after start must see its counters
+        wait_listening(self.metrics_port, self.process, self.log_path, f"{self.name} metrics", READY_TIMEOUT_S)
+
+    def _new_ports(self) -> None:
+        self.port = free_port()
+        if self.env.get("NEVE_BROKER_METRICS_PORT") == str(self.metrics_port):  # ours, not the caller's
+            self.metrics_port = free_port()
+            self.env["NEVE_BROKER_METRICS_PORT"] = str(self.metrics_port)
 
     def check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:

