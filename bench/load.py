@@ -83,6 +83,7 @@ STEP_KEYS = (
     "slow_wal_puts",
     "slow_wal_commits",
     "hedged_wal_puts",
+    "produce_requests",
     "objects_put",
     "object_bytes_put",
     "mean_object_bytes",
@@ -326,6 +327,8 @@ def _edge(system: System, pids: list[int]) -> _Edge:
     return _Edge(system.cpu_seconds(), client_cpu, system.servers.cpu_seconds(), procstat.machine_busy_seconds(), metrics, stored, requests, time.monotonic())
 
 
+PRODUCE_REQUESTS = 'neve_requests_total{api="Produce"}'  # the broker's counter (broker/metrics.py)
+
 # Slow WAL steps in a window, from the broker's histograms (neve only): PUTs over 0.5 s and
 # commits over 0.25 s, the two places an acknowledgement can wait.
 SLOW = {"slow_wal_puts": ("neve_wal_put_seconds", "0.5"), "slow_wal_commits": ("neve_wal_commit_seconds", "0.25")}
@@ -421,6 +424,9 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
         **{key: _slow(edge0, edge1, metric, le) for key, (metric, le) in SLOW.items()},
         # second PUTs raced against slow ones (wal/writer.py), counted in store_puts too
         "hedged_wal_puts": _counter_delta(edge0, edge1, "neve_wal_put_hedges_total"),
+        # Produce requests the broker read in the window (neve only): librdkafka sends one per
+        # partition, so at many partitions their count, not the bytes, sets the broker's CPU
+        "produce_requests": _counter_delta(edge0, edge1, PRODUCE_REQUESTS),
         "objects_put": puts,
         "object_bytes_put": put_bytes,
         "mean_object_bytes": round(put_bytes / puts) if puts else None,

@@ -38,13 +38,27 @@ def _cores(step: dict) -> list[str]:
     return ["–" if cpu is None or window <= 0 else f"{cpu / window:.2f}" for cpu in used]
 
 
+def _requests(step: dict) -> list[str]:
+    """Produce requests a second over the step's window, records per request, and broker CPU per
+    request (the broker does nothing else in this scenario): librdkafka sends a request per
+    partition, so at many partitions requests carry few records and their count sets the CPU.
+    Dashes where the broker does not count them (the peer)."""
+    requests, window = step.get("produce_requests"), step.get("window_s") or 0
+    if not requests or window <= 0:
+        return ["–", "–", "–"]
+    records = step["records_per_s"] * window
+    cpu = step.get("broker_cpu_s")
+    return [f"{requests / window:,.0f}", f"{records / requests:.1f}", "–" if cpu is None else f"{cpu / requests * 1e6:.0f}"]
+
+
 def _scaling(r, steps: list[dict], title: str) -> tuple[dict, dict]:
     base = next((s for s in steps if s["partitions"] == 10), steps[0])
     rows = []
     for s in steps:
         rel = ratio(s["mb_per_s"], base["mb_per_s"])
-        rows.append([str(s["partitions"]), f"{s['mb_per_s']:.2f}", "–" if rel is None else f"{rel:.2f}", str(s["ack_latency_ms"]["p99"]), str(s["broker_cpu_s_per_gib_produced"]), *_cores(s)])
-    headers = ["partitions", "MB/s", f"x {base['partitions']} partitions", "ack p99 ms", "CPU-s/GiB", "broker cores", "client cores", "etcd cores", "store cores"]
+        rows.append([str(s["partitions"]), f"{s['mb_per_s']:.2f}", "–" if rel is None else f"{rel:.2f}", str(s["ack_latency_ms"]["p99"]), str(s["broker_cpu_s_per_gib_produced"]), *_requests(s), *_cores(s)])
+    headers = ["partitions", "MB/s", f"x {base['partitions']} partitions", "ack p99 ms", "CPU-s/GiB", "Produce requests/s", "records per request", "broker µs per request"]
+    headers += ["broker cores", "client cores", "etcd cores", "store cores"]
     r.derived.setdefault("tables", {})[title] = {"headers": headers, "rows": rows}
     return base, {str(s["partitions"]): ratio(s["mb_per_s"], base["mb_per_s"]) for s in steps}
 

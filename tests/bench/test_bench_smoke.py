@@ -23,7 +23,7 @@ STEP_KEYS = {
     "name", "system", "topic", "partitions", "record_bytes", "producers", "consumers", "mode", "offered_records_per_s", "warmup_s", "window_s",
     "produced", "acked", "failed", "unacknowledged", "records_per_s", "mb_per_s", "ack_latency_ms", "backlog_records", "consumed_per_consumer",
     "consumer_offset_anomalies", "consume_mb_per_s", "e2e_latency_ms", "broker_cpu_s", "broker_cpu_s_per_gib_produced",
-    "broker_cpu_s_per_gib_consumed", "client_cpu_s", "servers_cpu_s", "machine_busy_cores", "slow_wal_puts", "slow_wal_commits", "hedged_wal_puts", "objects_put", "object_bytes_put", "mean_object_bytes", "store_puts", "store_gets",
+    "broker_cpu_s_per_gib_consumed", "client_cpu_s", "servers_cpu_s", "machine_busy_cores", "slow_wal_puts", "slow_wal_commits", "hedged_wal_puts", "produce_requests", "objects_put", "object_bytes_put", "mean_object_bytes", "store_puts", "store_gets",
     "step_objects_put", "step_store_puts", "step_hedged_wal_puts", "puts_per_gib",
     "stored_bytes_per_gib", "ratio_to_put_ceiling", "errors", "timeline",
 }  # fmt: skip
@@ -72,6 +72,9 @@ def check_step(step: dict, stores: bool = True) -> None:
         assert step["objects_put"] > 0 and step["object_bytes_put"] > 0
     else:
         assert step["objects_put"] is None and step["puts_per_gib"] is None
+    # Produce requests the broker counted in the window: neve's counter, none from the peer
+    requests = step["produce_requests"]
+    assert requests > 0 if step["system"].startswith("neve") else requests is None
 
 
 def is_sink(step: dict) -> bool:
@@ -205,6 +208,8 @@ def test_partitions_quick_with_sink_keyless(tmp_path):
     cores = [dict(zip(scaling["headers"], row, strict=True)) for row in scaling["rows"]]
     assert [c["partitions"] for c in cores] == ["10", "100"]
     assert all(float(c["broker cores"]) > 0 and float(c["client cores"]) > 0 for c in cores)  # what each process used, to see which one sets the rate
+    # the broker's own request counter: keyless batches carry many records per request
+    assert all(float(c["Produce requests/s"].replace(",", "")) > 0 and float(c["records per request"]) > 1 and float(c["broker µs per request"]) > 0 for c in cores)
     assert set(doc["derived"]["ratio_to_sink"]) == {"10", "100"} and all(v > 0 for v in doc["derived"]["ratio_to_sink"].values())
     assert (out / "throughput_vs_partitions.png").stat().st_size > 0
     assert "sticky partitioner" in (out / "results.md").read_text()
