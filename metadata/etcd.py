@@ -201,6 +201,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._tasks: list[asyncio.Task] = []
         self._lease = None
         self._registration: BrokerRegistration | None = None
+        # The etcd revision of each broker registration in the view: a watch event older than it
+        # is dropped. A broker that registers again after losing its lease puts its registration
+        # in the view at once, while the old key's deletion (the lease's expiry, an earlier
+        # revision) may still be on its way through the watch: it must not remove the new one.
+        self._broker_revisions: dict[int, int] = {}
         self._pid_next = 0
         self._pid_end = 0
         self._pid_lock = asyncio.Lock()
@@ -273,6 +278,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         topics: dict[str, TopicInfo] = {}
         partitions: dict[tuple[uuid.UUID, int], _PartitionState] = {}
         brokers: dict[int, BrokerRegistration] = {}
+        broker_revisions: dict[int, int] = {}
         heads, entries, wal_indexes = [], [], []
         for kv in result:
             revision = max(revision, kv.mod_revision)
@@ -289,6 +295,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             elif kind == "brokers":
                 b = json.loads(kv.value)
                 brokers[int(rest)] = BrokerRegistration(int(rest), b["host"], b["port"], b.get("zone"))
+                broker_revisions[int(rest)] = kv.mod_revision
+        own = self._registration
+        if own is not None and self._broker_revisions.get(own.node_id, 0) > revision:
+            # registered again after this range read: the watch from it brings the put, keep it meanwhile
+            brokers[own.node_id], broker_revisions[own.node_id] = own, self._broker_revisions[own.node_id]
         self._topics = topics
         self._topics_by_id = {t.topic_id: t for t in topics.values()}
         self._partitions = partitions
@@ -305,7 +316,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             self._apply_wal_index(raw)
         for rest, kv in entries:
             self._apply_entry(rest, kv.value)
-        self._brokers = brokers
+        self._brokers, self._broker_revisions = brokers, broker_revisions
         self._loaded.set()
         log.info("etcd_view_loaded", extra={"revision": revision, "topics": len(topics), "brokers": sorted(brokers)})
         return revision
@@ -481,13 +492,17 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 self._adopt_topic(self._decode_topic(rest, event.kv.value))
         elif kind == "brokers":  # membership changes are rare and worth a line each
             node_id = int(rest)
+            if kv.mod_revision < self._broker_revisions.get(node_id, 0):
+                return None  # older than the registration in the view (see _broker_revisions)
             if deleted:
+                self._broker_revisions.pop(node_id, None)
                 if self._brokers.pop(node_id, None) is not None:
                     log.info("broker_left", extra={"node_id": node_id, "revision": kv.mod_revision})
             else:
                 b = json.loads(event.kv.value)
                 joined = node_id not in self._brokers
                 self._brokers[node_id] = BrokerRegistration(node_id, b["host"], b["port"], b.get("zone"))
+                self._broker_revisions[node_id] = kv.mod_revision
                 if joined:
                     log.info("broker_joined", extra={"node_id": node_id, "revision": kv.mod_revision, "zone": b.get("zone")})
         return None
@@ -993,16 +1008,17 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
     # -- brokers ------------------------------------------------------------------------------
 
     async def register_broker(self, broker: BrokerRegistration) -> None:
-        self._registration = broker
         await self._register(broker)
         self._tasks.append(asyncio.create_task(self._keep_alive()))
 
     async def _register(self, broker: BrokerRegistration) -> None:
+        self._registration = broker
         self._lease = await self._client.lease(self.settings.lease_ttl)
         value = json.dumps({"host": broker.host, "port": broker.port, "zone": broker.zone}).encode()
-        await self._client.put(self.keys.broker(broker.node_id), value, lease=self._lease)
+        put = await self._client.put(self.keys.broker(broker.node_id), value, lease=self._lease)
         self.ops += 2
         self._brokers[broker.node_id] = broker
+        self._broker_revisions[broker.node_id] = put.header.revision
 
     async def _keep_alive(self) -> None:
         interval = self.settings.lease_ttl / 3

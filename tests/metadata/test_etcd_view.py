@@ -381,3 +381,104 @@ async def test_a_follower_logs_brokers_joining_and_leaving(etcd_server, caplog):
         assert events == [("broker_joined", 7), ("broker_left", 7)]
     finally:
         await follower.close()
+
+
+def _store_noting_broker_events(etcd, root: str, node_id: int):
+    """A store (not started) whose watch can be held (clear the event it returns), and the list it
+    fills with broker `node_id`'s watch events as it applies them: (a deletion, revision, the
+    broker listed after it)."""
+    store = EtcdMetadataStore("127.0.0.1", etcd.ports["client"], root=root)
+    flowing = asyncio.Event()
+    flowing.set()
+    real_watch, real_apply = store._watch, store._apply_event
+    key = store.keys.broker(node_id)
+    noted: list[tuple[bool, int, bool]] = []
+
+    async def held_watch(start_revision):
+        async for response in real_watch(start_revision):
+            if response.events:
+                await flowing.wait()
+            yield response
+
+    def noted_apply(event):
+        moved = real_apply(event)
+        if event.kv.key == key:
+            noted.append((event.type == store._delete_type, event.kv.mod_revision, node_id in [b.node_id for b in store.live_brokers()]))
+        return moved
+
+    store._watch, store._apply_event = held_watch, noted_apply
+    return store, flowing, noted
+
+
+@pytest.mark.integration
+async def test_a_broker_registered_again_is_not_removed_by_its_old_registrations_expiry(etcd_server):
+    """A broker whose lease expired registers again (`_keep_alive`): the new registration is in its
+    view at once, while the old key's deletion, at an earlier revision, may still be on its way
+    through the watch. Applying that deletion would drop the live broker from its own Metadata
+    answers until the new put's event arrived. Here the watch is held while the lease is revoked
+    and the broker registers again, then let go: the broker must stay listed throughout."""
+    store, flowing, noted = _store_noting_broker_events(etcd_server, "re-register", 4)
+    key = store.keys.broker(4)
+    await store.start()
+    try:
+        registration = BrokerRegistration(4, "127.0.0.1", 9094, "a")
+        await store._register(registration)  # as register_broker does, without its keep-alive task
+        first = (await store._client.get(key)).mod_revision
+        assert await store._view_reaches(first, 30)
+        flowing.clear()
+        await store._lease.revoke()  # the lease is gone: etcd deletes the registration
+        await store._register(registration)  # what _keep_alive does once its refresh fails
+        again = (await store._client.get(key)).mod_revision
+        assert again > first and store.live_brokers() == [registration]
+        flowing.set()
+        assert await store._view_reaches(again, 30)
+        # the watch brought the first put, the deletion between the two puts, and the new put;
+        # the broker stayed listed after each
+        assert [deleted for deleted, _, _ in noted] == [False, True, False], noted
+        put1, deletion, put2 = (revision for _, revision, _ in noted)
+        assert put1 == first and first < deletion < again and put2 == again
+        assert all(listed for _, _, listed in noted), noted
+        assert store.live_brokers() == [registration]
+    finally:
+        await store.close()
+
+
+@pytest.mark.integration
+async def test_a_reload_read_before_a_broker_registered_again_keeps_the_new_registration(etcd_server):
+    """The same, with a reload of the view in between: its range read, taken before the broker
+    registered again, still holds the old registration, so the deletion that followed it must not
+    remove the new one when the watch brings it."""
+    store, flowing, noted = _store_noting_broker_events(etcd_server, "re-register-reload", 5)
+    key = store.keys.broker(5)
+    await store.start()
+    try:
+        registration = BrokerRegistration(5, "127.0.0.1", 9095, None)
+        await store._register(registration)
+        first = (await store._client.get(key)).mod_revision
+        assert await store._view_reaches(first, 30)
+        flowing.clear()
+        range_read, release = asyncio.Event(), asyncio.Event()
+        real_get_prefix = store._client.get_prefix
+
+        async def held_get_prefix(*args, **kwargs):
+            result = await real_get_prefix(*args, **kwargs)
+            range_read.set()
+            await release.wait()
+            return result
+
+        store._client.get_prefix = held_get_prefix
+        reload = asyncio.create_task(store._load())
+        await asyncio.wait_for(range_read.wait(), 30)  # it read the old registration
+        await store._lease.revoke()
+        await store._register(registration)
+        again = (await store._client.get(key)).mod_revision
+        release.set()
+        await asyncio.wait_for(reload, 30)
+        assert store.live_brokers() == [registration]
+        flowing.set()
+        assert await store._view_reaches(again, 30)
+        assert [deleted for deleted, _, _ in noted] == [False, True, False], noted
+        assert all(listed for _, _, listed in noted), noted
+        assert store.live_brokers() == [registration]
+    finally:
+        await store.close()
