@@ -26,7 +26,7 @@ import enum
 import logging
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .assignors import ASSIGNORS, DEFAULT, Assignment
@@ -481,6 +481,22 @@ class ConsumerGroup:
         if member_epoch != member.epoch:
             return STALE_MEMBER_EPOCH
         return NONE
+
+    def not_held(self, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]]) -> set[tuple[uuid.UUID, int]]:
+        """The partitions a member's commit names but the member does not hold (neither assigned
+        nor still revoking): their commits are refused with STALE_MEMBER_EPOCH, as KIP-1251 does.
+
+        The epoch alone does not fence them: a member that acknowledged a revocation moves to the
+        new epoch at once, and a client can still commit, with that epoch, records it read from a
+        partition it has just given up (librdkafka hands back records fetched before the revocation
+        and the application commits them after it). Accepting that commit while the new owner has
+        already fetched the older committed offset delivers those records twice with every commit
+        reported successful. A member without a member id (a simple commit) holds nothing to check."""
+        member = self.members.get(member_id)
+        if member is None:
+            return set()
+        held = _union(member.assigned, member.revoking)
+        return {(t, p) for t, p in partitions if p not in held.get(t, frozenset())}
 
     def validate_fetch(self, member_id: str | None, member_epoch: int) -> int:
         if member_id is None or (member_epoch < 0 and not member_id):

@@ -238,19 +238,28 @@ class GroupCoordinator:
 
     # -- offsets ----------------------------------------------------------------------------------------
 
-    async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None, offsets: Mapping[TopicPartition, CommittedOffset]) -> int:
+    async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None, offsets: Mapping[TopicPartition, CommittedOffset]) -> dict[TopicPartition, int]:
+        """Each partition's answer: the group's (the member and its generation or epoch), or, in a
+        KIP-848 group, STALE_MEMBER_EPOCH for a partition the member no longer holds."""
         group = await self.group(group_id)
         if group is not None:
             code = group.validate_commit(generation, member_id, instance_id)
         else:
             code = UNKNOWN_MEMBER_ID if (generation >= 0 or member_id or instance_id is not None) else NONE
-        if code == NONE and offsets:
+        codes = dict.fromkeys(offsets, code)
+        if code == NONE and isinstance(group, ConsumerGroup):
+            refused = group.not_held(member_id, offsets)
+            if refused:
+                log.info("offset_commit_refused", extra={"group": group_id, "member": member_id, "partitions": len(refused), "reason": "not held by the member"})
+            codes.update(dict.fromkeys(refused, consumer_group.STALE_MEMBER_EPOCH))
+        accepted = {tp: offset for tp, offset in offsets.items() if codes[tp] == NONE}
+        if accepted:
             try:
-                await self.metadata.commit_offsets(group_id, offsets)
+                await self.metadata.commit_offsets(group_id, accepted)
             except MetadataError as e:
                 log.warning("offset_commit_failed", extra={"group": group_id, "error": str(e)})
-                return COORDINATOR_NOT_AVAILABLE
-        return code
+                codes.update(dict.fromkeys(accepted, COORDINATOR_NOT_AVAILABLE))
+        return codes
 
     async def fetch_offsets(self, group_id: str, member_id: str | None = None, member_epoch: int = -1) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets; a member of a consumer-protocol group naming itself (OffsetFetch v9)

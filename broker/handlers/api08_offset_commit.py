@@ -7,8 +7,10 @@ while the group waits for the leader's assignments get REBALANCE_IN_PROGRESS). "
 as Kafka does. Each partition gets its own answer: UNKNOWN_TOPIC_OR_PARTITION for partitions that
 do not exist, OFFSET_METADATA_TOO_LARGE over 4096 bytes of metadata. Offsets are durable in the
 metadata store before the answer. In a KIP-848 consumer group generation_id_or_member_epoch is
-the member epoch: an old one gets STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID. retention_time (v2-v4) is accepted and ignored: offsets are kept
-until the group or the topic is deleted."""
+the member epoch: an old one gets STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID; a
+partition the member no longer holds gets STALE_MEMBER_EPOCH too (KIP-1251), the others are
+committed. retention_time (v2-v4) is accepted and ignored: offsets are kept until the group or the
+topic is deleted."""
 
 from __future__ import annotations
 
@@ -46,16 +48,17 @@ async def offset_commit(ctx, request):
                 offsets[(info.topic_id, p.partition_index)] = CommittedOffset(p.committed_offset, epoch, p.committed_metadata, now)
                 codes[(t.name, p.partition_index)] = 0
     try:
-        group_code = await ctx.services.coordinator.commit_offsets(
+        answers = await ctx.services.coordinator.commit_offsets(
             request.group_id, request.generation_id_or_member_epoch, request.member_id, getattr(request, "group_instance_id", None), offsets
         )
     except GroupError as e:
-        group_code = e.code
+        answers = dict.fromkeys(offsets, e.code)
     out = []
     for t in request.topics:
+        info = topics.get(t.name)
         partitions = []
         for p in t.partitions:
-            code = codes[(t.name, p.partition_index)] or group_code
+            code = codes[(t.name, p.partition_index)] or answers[(info.topic_id, p.partition_index)]
             partitions.append(build(r.OffsetCommitResponsePartition, partition_index=p.partition_index, error_code=error(code)))
         out.append(build(r.OffsetCommitResponseTopic, name=t.name, partitions=tuple(partitions)))
     return build(r.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(out))

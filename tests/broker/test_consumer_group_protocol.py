@@ -302,10 +302,10 @@ async def test_commits_and_fetches_check_the_member_epoch(coordinator):
     tid = c.metadata.topics()["t"].topic_id
     offsets = {(tid, 0): CommittedOffset(5)}
     await c.consumer_heartbeat("g", hb("a", 0))
-    assert await c.commit_offsets("g", 1, "a", None, offsets) == NONE
-    assert await c.commit_offsets("g", 0, "a", None, offsets) == STALE_MEMBER_EPOCH
-    assert await c.commit_offsets("g", 1, "zz", None, offsets) == UNKNOWN_MEMBER_ID
-    assert await c.commit_offsets("g", -1, "", None, offsets) == UNKNOWN_MEMBER_ID  # the group has members
+    assert await c.commit_offsets("g", 1, "a", None, offsets) == dict.fromkeys(offsets, NONE)
+    assert await c.commit_offsets("g", 0, "a", None, offsets) == dict.fromkeys(offsets, STALE_MEMBER_EPOCH)
+    assert await c.commit_offsets("g", 1, "zz", None, offsets) == dict.fromkeys(offsets, UNKNOWN_MEMBER_ID)
+    assert await c.commit_offsets("g", -1, "", None, offsets) == dict.fromkeys(offsets, UNKNOWN_MEMBER_ID)  # the group has members
     assert (await c.fetch_offsets("g", "a", 1))[(tid, 0)].offset == 5
     with pytest.raises(GroupError) as e:
         await c.fetch_offsets("g", "a", 7)
@@ -313,9 +313,37 @@ async def test_commits_and_fetches_check_the_member_epoch(coordinator):
     assert await c.delete("g") == NON_EMPTY_GROUP
     assert subscribed_topics(await c.group("g")) == {"t"}  # OffsetDelete keeps their offsets
     await c.consumer_heartbeat("g", hb("a", -1))
-    assert await c.commit_offsets("g", -1, "", None, {(tid, 0): CommittedOffset(6)}) == NONE
+    assert await c.commit_offsets("g", -1, "", None, {(tid, 0): CommittedOffset(6)}) == {(tid, 0): NONE}
     assert await c.delete("g") == NONE
     assert await c.metadata.load_group("g") is None
+
+
+async def test_a_partition_given_up_cannot_be_committed_with_the_new_epoch(coordinator):
+    """The KIP-848 churn duplicates: a member acknowledges revoking partition 1 and reaches the new
+    epoch; the new owner fetches the committed offset; then the old member, with its new (current)
+    epoch, commits records of partition 1 it had read before giving it up. Accepted, the new owner
+    re-reads them although every commit succeeded. Refused (STALE_MEMBER_EPOCH for that partition,
+    as KIP-1251 fences it), the client sees the commit fail; its other partitions still commit."""
+    c = coordinator
+    tid = c.metadata.topics()["t"].topic_id
+
+    def parts(*ps: int) -> dict:
+        return {tid: frozenset(ps)}
+
+    assert (await c.consumer_heartbeat("g", hb("a", 0))).assignment == parts(0, 1, 2, 3, 4, 5)
+    assert await c.commit_offsets("g", 1, "a", None, {(tid, 1): CommittedOffset(10)}) == {(tid, 1): NONE}
+    assert (await c.consumer_heartbeat("g", hb("b", 0))).member_epoch == 2
+    assert (await c.consumer_heartbeat("g", hb("a", 1))).assignment == parts(0, 2, 4)  # revoke 1, 3, 5
+    # While revoking, a still holds 1: its last records of it may be committed.
+    assert await c.commit_offsets("g", 1, "a", None, {(tid, 1): CommittedOffset(20)}) == {(tid, 1): NONE}
+    assert (await c.consumer_heartbeat("g", hb("a", 1, owned=parts(0, 2, 4)))).member_epoch == 2
+    assert (await c.consumer_heartbeat("g", hb("b", 2))).assignment == parts(1, 3, 5)
+    assert (await c.fetch_offsets("g", "b", 2))[(tid, 1)].offset == 20  # where b starts reading 1
+    late = {(tid, 1): CommittedOffset(45), (tid, 0): CommittedOffset(7)}
+    assert await c.commit_offsets("g", 2, "a", None, late) == {(tid, 1): STALE_MEMBER_EPOCH, (tid, 0): NONE}
+    committed = await c.fetch_offsets("g")
+    assert (committed[(tid, 1)].offset, committed[(tid, 0)].offset) == (20, 7)
+    assert await c.commit_offsets("g", 2, "b", None, {(tid, 1): CommittedOffset(30)}) == {(tid, 1): NONE}
 
 
 async def test_a_new_coordinator_carries_on_from_the_stored_state(coordinator):

@@ -142,10 +142,10 @@ async def test_generation_and_member_fencing(store):
     assert (await c.sync("g", 2, "ghost", None, None, None, {})).error == UNKNOWN_MEMBER_ID
     assert (await c.sync("g", 2, a.member_id, None, "consumer", "roundrobin", {})).error == INCONSISTENT_GROUP_PROTOCOL
     tp = {(uuid.uuid4(), 0): CommittedOffset(5)}
-    assert await c.commit_offsets("g", 1, a.member_id, None, tp) == ILLEGAL_GENERATION
-    assert await c.commit_offsets("g", 2, "ghost", None, tp) == UNKNOWN_MEMBER_ID
-    assert await c.commit_offsets("g", -1, "", None, tp) == UNKNOWN_MEMBER_ID  # simple commit into a live group
-    assert await c.commit_offsets("g", 2, b.member_id, None, tp) == NONE
+    assert await c.commit_offsets("g", 1, a.member_id, None, tp) == dict.fromkeys(tp, ILLEGAL_GENERATION)
+    assert await c.commit_offsets("g", 2, "ghost", None, tp) == dict.fromkeys(tp, UNKNOWN_MEMBER_ID)
+    assert await c.commit_offsets("g", -1, "", None, tp) == dict.fromkeys(tp, UNKNOWN_MEMBER_ID)  # simple commit into a live group
+    assert await c.commit_offsets("g", 2, b.member_id, None, tp) == dict.fromkeys(tp, NONE)
     assert await c.heartbeat("nobody", 1, "x", None) == UNKNOWN_MEMBER_ID
 
 
@@ -156,17 +156,17 @@ async def test_commits_during_a_rebalance(store):
     tp = {(uuid.uuid4(), 0): CommittedOffset(7)}
     b_join = join(c, "g")
     await asyncio.sleep(0)
-    assert await c.commit_offsets("g", 1, a.member_id, None, tp) == NONE  # preparing: the old generation may still commit
+    assert await c.commit_offsets("g", 1, a.member_id, None, tp) == dict.fromkeys(tp, NONE)  # preparing: the old generation may still commit
     await settle(asyncio.gather(join(c, "g", a.member_id), b_join))
-    assert await c.commit_offsets("g", 2, a.member_id, None, tp) == REBALANCE_IN_PROGRESS  # awaiting the leader's sync
+    assert await c.commit_offsets("g", 2, a.member_id, None, tp) == dict.fromkeys(tp, REBALANCE_IN_PROGRESS)  # awaiting the leader's sync
 
 
 async def test_simple_commits_need_an_empty_group(store):
     c = make(store)
     tp = {(uuid.uuid4(), 3): CommittedOffset(11, 2, "meta", 1)}
-    assert await c.commit_offsets("assign-only", -1, "", None, tp) == NONE
+    assert await c.commit_offsets("assign-only", -1, "", None, tp) == dict.fromkeys(tp, NONE)
     assert await c.fetch_offsets("assign-only") == tp
-    assert await c.commit_offsets("assign-only", 1, "m", None, tp) == UNKNOWN_MEMBER_ID
+    assert await c.commit_offsets("assign-only", 1, "m", None, tp) == dict.fromkeys(tp, UNKNOWN_MEMBER_ID)
 
 
 async def test_join_validation(store):
@@ -249,7 +249,7 @@ async def test_another_broker_takes_over_from_the_stored_state(store):
     assert e.value.code == NOT_COORDINATOR
     a, b = await stable_group(first, group, 2)
     tp = {(uuid.uuid4(), 0): CommittedOffset(42)}
-    assert await first.commit_offsets(group, 2, a.member_id, None, tp) == NONE
+    assert await first.commit_offsets(group, 2, a.member_id, None, tp) == dict.fromkeys(tp, NONE)
     await first.flush()
 
     # broker 0 dies: its lease expires, and broker 1 sees only itself
@@ -258,7 +258,7 @@ async def test_another_broker_takes_over_from_the_stored_state(store):
     assert await second.heartbeat(group, 2, b.member_id, None) == NONE
     assert (await second.sync(group, 2, b.member_id, None, None, None, {})).assignment == b.member_id.encode()
     assert await second.fetch_offsets(group) == tp
-    assert await second.commit_offsets(group, 2, b.member_id, None, tp) == NONE
+    assert await second.commit_offsets(group, 2, b.member_id, None, tp) == dict.fromkeys(tp, NONE)
 
     # broker 0 comes back as seen by itself and by 1: ownership returns to 0, and 1 lets go
     second.live[:] = BROKERS

@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaError, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.scenarios.records import LOG, create_topic
@@ -38,6 +38,43 @@ def test_members_join_and_leave_while_consuming(neve_factory) -> None:
     _confluent_churn(node.bootstrap, topic, group, ledger, configure=consumer_protocol)
     LOG.info("consumer-protocol churn: per member %s, lost commits %d", dict(ledger.by_member), ledger.lost_commits)
     ledger.check({(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}, "abc")
+
+
+def test_a_commit_of_a_partition_given_up_fails(neve_factory) -> None:
+    """What the churn test's duplicates were, made deterministic: member a reads records of both
+    partitions, b joins, a gives partition 1 up (its revoke callback ran, it acknowledged and moved
+    to the new epoch) and b takes it over; only then does a commit, with its current epoch, the
+    records of partition 1 it read before. That commit must fail (STALE_MEMBER_EPOCH): accepted, b
+    would read those records again while every commit reported success."""
+    node = neve_factory(env=ENV)
+    topic = create_topic(node.bootstrap, 2)
+    produce(node.bootstrap, topic, 2, 10)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    config = consumer_protocol(consumer_config(node.bootstrap, group, **{"partition.assignment.strategy": "range", "session.timeout.ms": 10000}))
+    revoked: list[int] = []
+    a = Consumer(config | {"client.id": "a"})
+    a.subscribe([topic], on_revoke=lambda c, ps: revoked.extend(tp.partition for tp in ps))
+    read: dict[int, list[int]] = {0: [], 1: []}
+    wait_for(lambda: all(len(v) >= 3 for v in read.values()), what="a reading both partitions", step=lambda: _record(a.poll(0.1), read))
+    a.pause(a.assignment())  # a reads no further: what it read is what it will commit
+
+    b = Consumer(config | {"client.id": "b"})
+    b.subscribe([topic])
+    wait_for(lambda: revoked and b.assignment(), what="a giving a partition up and b taking it", step=lambda: (a.poll(0.05), b.poll(0.05)))
+    (given_up,) = revoked
+    kept = 1 - given_up
+    assert [tp.partition for tp in b.assignment()] == [given_up]
+    with pytest.raises(KafkaException) as e:
+        a.commit(offsets=[TopicPartition(topic, given_up, len(read[given_up]))], asynchronous=False)
+    assert e.value.args[0].code() == KafkaError.STALE_MEMBER_EPOCH, e.value
+    a.commit(offsets=[TopicPartition(topic, kept, len(read[kept]))], asynchronous=False)  # what a holds still commits
+    assert {tp.partition: tp.offset for tp in b.committed([TopicPartition(topic, p) for p in range(2)], timeout=10)} == {given_up: -1001, kept: len(read[kept])}
+    # b reads the partition a gave up from its start: nothing a read of it was committed.
+    from_b: dict[int, list[int]] = {0: [], 1: []}
+    wait_for(lambda: len(from_b[given_up]) == 10, what="b reading the partition a gave up", step=lambda: _record(b.poll(0.1), from_b))
+    assert from_b[given_up] == list(range(10))
+    a.close()
+    b.close()
 
 
 def test_commit_close_resume_and_describe(neve_factory) -> None:
