@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # kafkajs for the client tests (tests/clients/kafkajs_client.py), pinned by its package-lock.json
 KAFKAJS := tests/clients/kafkajs
 
-.PHONY: dev test lint bench clean
+.PHONY: dev test test-slow lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +32,18 @@ test: $(VENV)/.installed $(KAFKAJS)/node_modules/.installed lint
 	@set +e; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider -q -rfE $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; treating as failure"; exit 1; fi; exit $$rc
 
+# The suite as a slower or busier machine runs it: beside a CPU and fsync load from Debian's
+# stress-ng (installed if missing; apt-get needs root). Run it before landing; a harsher load:
+# `make test-slow SLOW_LOAD="--cpu 4 --hdd 2 --hdd-opts dsync"`.
+SLOW_LOAD ?= --cpu 2 --hdd 1 --hdd-opts dsync --hdd-bytes 64m
+test-slow:
+	@command -v stress-ng >/dev/null || { apt-get update -qq && apt-get install -y -qq stress-ng; }
+	@mkdir -p .stress; stress-ng $(SLOW_LOAD) --temp-path .stress --quiet & load=$$!; \
+	echo "make test-slow: stress-ng $(SLOW_LOAD) running beside the suite"; \
+	$(MAKE) --no-print-directory test; rc=$$?; kill $$load; wait $$load 2>/dev/null; rm -rf .stress; exit $$rc
+
 bench: $(VENV)/.installed
 	$(PY) -m bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) tests/.artifacts bench/results $(KAFKAJS)/node_modules
+	rm -rf $(VENV) tests/.artifacts bench/results $(KAFKAJS)/node_modules .stress
