@@ -4,8 +4,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.fixtures import NeveNode
+
+# No Hypothesis deadlines: they time the machine, not the code (a slower machine ran the WAL
+# format's round trip example in 694 ms against the default 200 ms).
+settings.register_profile("neve", deadline=None)
+settings.load_profile("neve")
 
 ARTIFACTS = Path(__file__).parent / ".artifacts"
 
@@ -79,7 +85,10 @@ def java_client():
 from dataclasses import dataclass, field  # noqa: E402
 import uuid  # noqa: E402
 
+import time  # noqa: E402
+
 from tests.fixtures import Etcd, SeaweedFS  # noqa: E402
+from tests.cluster.workload import brokers_listed_by  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -139,13 +148,25 @@ class Cluster:
     def object_store_url(self) -> str:
         return self.s3.object_store_url(self.prefix)
 
+    def wait_formed(self, timeout: float = 60.0) -> None:
+        """Until every broker's Metadata lists every broker: a broker learns of the others through
+        the etcd watch, some time after it listens (a slow machine's second broker was not yet seen)."""
+        want = list(range(len(self.nodes)))
+        deadline = time.monotonic() + timeout
+        for node in self.nodes:
+            while (seen := sorted(brokers_listed_by(node))) != want:
+                assert time.monotonic() < deadline, f"broker {node.port} lists brokers {seen} after {timeout}s, not {want}"
+                time.sleep(0.05)
+
+
 
 @pytest.fixture
 def cluster_factory(request, artifacts_dir):
     """Start a cluster: `cluster_factory(zones=("a", "b", "c"), env={...}, etcd=..., s3=...)` starts
     one `neve broker` per zone (node ids 0, 1, ...; logs broker<i>.log in the artifacts dir) over the
     session's `etcd_server` and `seaweedfs` unless private servers are given, under a metadata root
-    and an object prefix unique to this call. Every broker is stopped at teardown."""
+    and an object prefix unique to this call, and returns once every broker sees every other.
+    Every broker is stopped at teardown."""
     clusters: list[Cluster] = []
 
     def make(zones=("a", "b", "c"), env: dict[str, str] | None = None, etcd: Etcd | None = None, s3: SeaweedFS | None = None) -> Cluster:
@@ -170,6 +191,7 @@ def cluster_factory(request, artifacts_dir):
             node = NeveNode(data_dir=data_dir, log_path=artifacts_dir / f"broker{n}.log", env=node_env, command="broker")
             cluster.nodes.append(node)
             node.start()
+        cluster.wait_formed()
         return cluster
 
     yield make

@@ -13,7 +13,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-READY_TIMEOUT = 30.0
+# How long a started process may take to listen: an event awaited, so generous (a busy machine's
+# broker took over 30 s to listen beside a test suite's load).
+READY_TIMEOUT = 120.0
 
 
 def free_port() -> int:
@@ -83,7 +85,7 @@ class NeveNode:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGINT)
             try:
-                self.process.wait(20)
+                self.process.wait(60)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(10)
@@ -219,8 +221,8 @@ class SeaweedFS(ServerProcess):
         (self.workdir / "data").mkdir(parents=True, exist_ok=True)
         args = weed_mini_args(self.workdir / "data", self.workdir, self.ports, (self.bucket,), f"-tableBucket={self.table_bucket}")
         self._spawn(args, env={"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET})
-        _wait_http(f"http://127.0.0.1:{self.ports['s3.port']}/{self.bucket}", self.process, self.log_path, timeout=60)
-        wait_bucket(self.endpoint, self.bucket, self.env, self.process, self.log_path, timeout=60)
+        _wait_http(f"http://127.0.0.1:{self.ports['s3.port']}/{self.bucket}", self.process, self.log_path, timeout=READY_TIMEOUT)
+        wait_bucket(self.endpoint, self.bucket, self.env, self.process, self.log_path, timeout=READY_TIMEOUT)
 
     def stop(self) -> None:
         from bench.servers import remove_weed_sockets

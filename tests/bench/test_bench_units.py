@@ -49,3 +49,26 @@ def test_latency_panels_one_per_system_and_one_color_per_step_kind():
 
 def test_minor_ticks_of_the_latency_axis_are_labelled_at_2s_and_5s():
     assert [_twos_and_fives(v, None) for v in (0.2, 0.3, 20, 30, 50, 60, 200, 500, 700, 5000, 0)] == ["0.2", "", "20", "", "50", "", "200", "500", "", "5000", ""]
+
+
+async def test_a_ceiling_window_on_a_slow_store_lasts_until_enough_puts_finished():
+    """A quick window (0.05 s) over a store whose PUT takes 0.1 s: it still measures MIN_PUTS
+    PUTs, over the time they took, instead of reading 0 MB/s."""
+    import asyncio
+    import io
+
+    from bench.ceiling import MIN_PUTS, _measure
+    from bench.progress import Progress
+
+    class SlowStore:
+        puts = 0
+
+        async def put(self, key: str, data: bytes) -> None:
+            await asyncio.sleep(0.1)
+            self.puts += 1
+
+    store = SlowStore()
+    measured = await _measure(store, 1024, 1, 0.0, 0.05, Progress("test", io.StringIO()), dict)
+    assert measured["puts"] == MIN_PUTS == store.puts
+    assert measured["window_s"] >= MIN_PUTS * 0.1
+    assert measured["mb_per_s"] > 0 and measured["errors"] == []

@@ -35,13 +35,18 @@ RECENT_BYTES = 4 * MiB
 # during the outage (over 3 x BUFFER_BYTES, asserted) would hold it at least twice and exceed it.
 GROWTH_BOUND = 4 * BUFFER_BYTES + RECENT_BYTES + 32 * MiB
 VALUE_BYTES = 16 * 1024
-RATE = 150  # records/s per producer; two producers per broker offer ~4.7 MiB/s to each broker,
-# so an outage of 13 s offers each broker about 61 MiB, well over 3 x its buffer (at 10 s the
-# 47 MiB offered sat right at the 48 MiB asserted, and a fresh-clone run fell 0.2 MiB short)
+RATE = 150  # records/s per producer while the store is down; two producers per broker offer
+# ~4.7 MiB/s to each broker, so an outage of 13 s offers each broker about 61 MiB, well over 3 x its
+# buffer (at 10 s the 47 MiB offered sat right at the 48 MiB asserted, and a fresh-clone run fell
+# 0.2 MiB short)
+CALM_RATE = 30  # records/s per producer before and after the outage: 2.8 MiB/s in all, well below
+# what a slow machine stores (at RATE throughout, 14 MiB/s, a machine whose SeaweedFS took 21-42
+# MB/s of PUTs never finished the warm-up, and the outage's backlog never drained in time)
 CLIENT = {"linger.ms": 50}  # fewer, larger batches: fewer index entries to read back
-WARMUP_S = 3.0
+WARMUP_ACKS = 60  # per producer, before the store stops
 OUTAGE_S = 13.0
 AFTER_S = 2.0  # production after the store is back and every producer has been acknowledged again
+DRAIN_S = 300.0  # the outage's backlog (~180 MiB) delivered within this (message.timeout.ms too)
 ACK_MARGIN_S = 2.0  # acks this long after the stop may still be for objects stored before it
 ENV = {
     "NEVE_WAL_BUFFER_BYTES": str(BUFFER_BYTES),
@@ -55,14 +60,16 @@ def produce_through_outage(cluster, artifacts_dir, stop_store, start_store, what
     offset)."""
     topic = create_topic(cluster.bootstrap, PARTITIONS)
     producers = start_producers(
-        six_producers(), cluster.bootstrap, topic, count=RATE * 120, partitions=PARTITIONS, log_dir=artifacts_dir, rate=RATE, value_bytes=VALUE_BYTES, config=CLIENT
+        six_producers(), cluster.bootstrap, topic, count=RATE * 120, partitions=PARTITIONS, log_dir=artifacts_dir, rate=CALM_RATE, value_bytes=VALUE_BYTES, config=CLIENT, flush_timeout=DRAIN_S
     )
     pids = [n.process.pid for n in cluster.nodes]
     try:
-        wait_until(lambda: all(len(p.acks) >= RATE * WARMUP_S * 0.8 for p in producers), timeout=30, what="warm-up acknowledgements")
+        wait_until(lambda: all(len(p.acks) >= WARMUP_ACKS for p in producers), timeout=120, what="warm-up acknowledgements")
         baseline = [rss_bytes(n) for n in cluster.nodes]
         monitor = RssMonitor(cluster.nodes).start()
 
+        for p in producers:
+            p.rate = RATE
         stop_store()
         stopped_wall = time.time()
         down_at = time.monotonic()
@@ -72,19 +79,21 @@ def produce_through_outage(cluster, artifacts_dir, stop_store, start_store, what
         start_store()
         up_at = time.monotonic()
         offered_while_down = (sum(p.sent for p in producers) - sent_at_stop) * VALUE_BYTES // len(cluster.nodes)
+        for p in producers:
+            p.rate = CALM_RATE
 
-        resumed_after = wait_until(lambda: all(max(p.last_ack_at.values()) > up_at for p in producers), timeout=60, what=f"every producer acknowledged again after {what} returned")
+        resumed_after = wait_until(lambda: all(max(p.last_ack_at.values()) > up_at for p in producers), timeout=120, what=f"every producer acknowledged again after {what} returned")
         time.sleep(AFTER_S)  # keep producing for a while with the store back
         for p in producers:
             p.stop_sending()
         for p in producers:
-            p.join(timeout=150)
+            p.join(timeout=DRAIN_S + 30)
         peaks = monitor.stop()
     finally:
         for p in producers:
             p.stop_sending()
 
-    wait_until(lambda: set(metadata_brokers(cluster.bootstrap, log_dir=artifacts_dir)) == {0, 1, 2}, timeout=10, what="Metadata to list the three brokers")
+    wait_until(lambda: set(metadata_brokers(cluster.bootstrap, timeout=30, log_dir=artifacts_dir)) == {0, 1, 2}, timeout=60, what="Metadata to list the three brokers")
     assert [n.process.pid for n in cluster.nodes] == pids and all(n.process.poll() is None for n in cluster.nodes), "a broker restarted or died"
     for p in producers:
         assert not p.fatal_errors, f"{p.spec.name}: fatal errors {p.fatal_errors}"

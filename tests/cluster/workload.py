@@ -92,7 +92,8 @@ class ProducerSpec:
 @dataclass
 class LoadProducer:
     """One librdkafka producer sending `count` records from its own thread, `rate` records per
-    second (None: as fast as the client takes them). Delivery reports are kept per sequence."""
+    second (None: as fast as the client takes them; it may be changed while sending). Delivery
+    reports are kept per sequence."""
 
     spec: ProducerSpec
     bootstrap: str
@@ -157,14 +158,15 @@ class LoadProducer:
 
     def _run(self) -> None:
         try:
-            started = time.monotonic()
+            due = time.monotonic()  # when the next record is due; `rate` may change while sending
             for seq in range(self.count):
                 if self._stop.is_set():
                     break
                 if self.rate is not None:
-                    ahead = started + seq / self.rate - time.monotonic()
+                    ahead = due - time.monotonic()
                     if ahead > 0:
                         self.producer.poll(ahead)
+                    due += 1 / self.rate
                 while True:
                     try:
                         self.producer.produce(self.topic, value=self.value(seq), partition=seq % self.partitions, on_delivery=self._on_delivery)

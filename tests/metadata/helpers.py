@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import uuid
 
-from metadata.etcd import EtcdMetadataStore
+from metadata.etcd import EtcdMetadataStore, EtcdSettings
 from metadata.model import Append, ObjectCommit
 
 _keys = itertools.count()
@@ -21,8 +21,8 @@ def commit(*appends: Append, key: str | None = None) -> ObjectCommit:
     return ObjectCommit(key if key is not None else f"wal/{next(_keys):08d}", size, tuple(appends))
 
 
-async def open_etcd_store(etcd, root: str) -> EtcdMetadataStore:
+async def open_etcd_store(etcd, root: str, settings: EtcdSettings | None = None) -> EtcdMetadataStore:
     """A started etcd metadata store under `root` on the etcd server fixture `etcd`."""
-    store = EtcdMetadataStore("127.0.0.1", etcd.ports["client"], root=root)
+    store = EtcdMetadataStore("127.0.0.1", etcd.ports["client"], root=root, settings=settings)
     await store.start()
     return store
