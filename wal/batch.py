@@ -48,6 +48,7 @@ _MAX_CODEC = 4  # zstd
 
 CORRUPT_MESSAGE = 2
 MESSAGE_TOO_LARGE = 10
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
@@ -56,14 +57,17 @@ INVALID_RECORD = 87
 # minimum-compatible version (i32 each), then blocks of u32 length + raw snappy.
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER_SIZE = 16
+SEQUENCE_MODULUS = 2**31  # producer sequences wrap from Int.MaxValue to 0
 
 
 class InvalidRecords(ValueError):
     """Records that fail validation. `error_code` is the Kafka error to answer with:
     2 CORRUPT_MESSAGE (bad CRC, lengths, truncation), 43 UNSUPPORTED_FOR_MESSAGE_FORMAT (magic != 2),
     87 INVALID_RECORD (well-framed but inconsistent, e.g. record count != lastOffsetDelta + 1, empty,
-    or a control batch sent by a client), 10 MESSAGE_TOO_LARGE (a batch over `max_size`),
-    76 UNSUPPORTED_COMPRESSION_TYPE (a codec id other than 0-4)."""
+    a control batch sent by a client, or batches of more than one producer or epoch),
+    45 OUT_OF_ORDER_SEQUENCE_NUMBER (an idempotent producer's batches whose sequences do not follow
+    one another), 10 MESSAGE_TOO_LARGE (a batch over `max_size`), 76 UNSUPPORTED_COMPRESSION_TYPE
+    (a codec id other than 0-4)."""
 
     def __init__(self, error_code: int, message: str) -> None:
         super().__init__(message)
@@ -110,6 +114,10 @@ def validate(records: bytes | memoryview, max_size: int | None = None) -> Record
     """Validate one or more concatenated v2 batches (the `records` field of a produce partition)
     and summarise them. Raises InvalidRecords. Does not decompress or decode records.
 
+    The batches are one producer's (id and epoch), and an idempotent producer's sequences run on
+    from batch to batch, so the summary's first sequence and record count describe every batch
+    the sequencer checks for duplicates and gaps.
+
     `max_size` bounds each batch (LOG_OVERHEAD + batchLength), as Kafka's max.message.bytes does."""
     view = _bytes_view(records)
     total = len(view)
@@ -152,6 +160,12 @@ def validate(records: bytes | memoryview, max_size: int | None = None) -> Record
             raise InvalidRecords(INVALID_RECORD, f"batch {batch_count} has {count} records but lastOffsetDelta {last_offset_delta}")
         if first is None:
             first = fields
+        elif fields[9] != first[9] or fields[10] != first[10]:
+            # The sequencer checks one producer's sequence range per partition and request: a
+            # second producer's batch would be stored unchecked. No client sends one.
+            raise InvalidRecords(INVALID_RECORD, f"batch {batch_count} is from producer {fields[9]} epoch {fields[10]}, batch 0 from producer {first[9]} epoch {first[10]}")
+        elif first[9] >= 0 and fields[11] != (next_sequence := (first[11] + record_count) % SEQUENCE_MODULUS):
+            raise InvalidRecords(OUT_OF_ORDER_SEQUENCE_NUMBER, f"batch {batch_count} has base sequence {fields[11]}, {next_sequence} follows the batches before it")
         batch_count += 1
         record_count += count
         if fields[8] > max_timestamp:

@@ -93,6 +93,26 @@ def test_validate_summarises_several_batches():
     )
 
 
+def test_an_idempotent_producers_batches_must_follow_one_another():
+    """The review's case: producer 7's sequences 3-5 then 100-102 in one partition's records were
+    both stored, the second unchecked."""
+    first = make_batch(records([1, 2, 3]), producer_id=7, producer_epoch=0, base_sequence=3)
+    expect(45, first + make_batch(records([4, 5, 6]), producer_id=7, producer_epoch=0, base_sequence=100))
+    assert validate(first + make_batch(records([4, 5, 6]), producer_id=7, producer_epoch=0, base_sequence=6)).record_count == 6
+    # sequences wrap from Int.MaxValue to 0
+    last = make_batch(records([1, 2]), producer_id=7, producer_epoch=0, base_sequence=2**31 - 2)
+    assert validate(last + make_batch(records([3]), producer_id=7, producer_epoch=0, base_sequence=0)).batch_count == 2
+
+
+@pytest.mark.parametrize("pid, epoch", [(8, 0), (7, 1), (-1, -1)])
+def test_batches_of_another_producer_or_epoch_are_invalid(pid, epoch):
+    """One partition's records come from one producer: a second one's batch would be stored
+    without its own duplicate and sequence check."""
+    first = make_batch(records([1]), producer_id=7, producer_epoch=0, base_sequence=0)
+    expect(87, first + make_batch(records([2]), producer_id=pid, producer_epoch=epoch, base_sequence=1 if pid >= 0 else -1))
+    expect(87, make_batch(records([2])) + first)  # a plain batch before an idempotent one too
+
+
 def test_validate_accepts_a_memoryview_slice():
     data = b"junk" + make_batch(records([5, 6])) + b"more junk"
     summary = validate(memoryview(data)[4:-9])
