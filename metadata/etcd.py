@@ -196,6 +196,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._client = None
         self._topics: dict[str, TopicInfo] = {}
         self._topics_by_id: dict[uuid.UUID, TopicInfo] = {}
+        self._topic_created: dict[uuid.UUID, int] = {}  # topic id -> its key's create revision
         self._partitions: dict[tuple[uuid.UUID, int], _PartitionState] = {}
         self._topic_views = {}
         self._tasks: list[asyncio.Task] = []
@@ -276,6 +277,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self.ops += 1
         revision = result.header.revision if getattr(result, "header", None) else 0
         topics: dict[str, TopicInfo] = {}
+        created: dict[uuid.UUID, int] = {}
         partitions: dict[tuple[uuid.UUID, int], _PartitionState] = {}
         brokers: dict[int, BrokerRegistration] = {}
         broker_revisions: dict[int, int] = {}
@@ -286,6 +288,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             if kind == "topics":
                 info = self._decode_topic(rest, kv.value)
                 topics[info.name] = info
+                created[info.topic_id] = kv.create_revision
             elif kind == "heads":
                 heads.append((rest, kv))
             elif kind == "wal-index":
@@ -302,6 +305,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             brokers[own.node_id], broker_revisions[own.node_id] = own, self._broker_revisions[own.node_id]
         self._topics = topics
         self._topics_by_id = {t.topic_id: t for t in topics.values()}
+        self._topic_created = created
         self._partitions = partitions
         self._topic_views = {}
         self._by_path = {}
@@ -489,7 +493,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 if info is not None:
                     self._forget_topic(info)
             else:
-                self._adopt_topic(self._decode_topic(rest, event.kv.value))
+                self._adopt_topic(self._decode_topic(rest, event.kv.value), kv.create_revision)
         elif kind == "brokers":  # membership changes are rare and worth a line each
             node_id = int(rest)
             if kv.mod_revision < self._broker_revisions.get(node_id, 0):
@@ -507,13 +511,15 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                     log.info("broker_joined", extra={"node_id": node_id, "revision": kv.mod_revision, "zone": b.get("zone")})
         return None
 
-    def _adopt_topic(self, info: TopicInfo) -> None:
-        """A topic created or changed (more partitions, new configs)."""
+    def _adopt_topic(self, info: TopicInfo, created: int) -> None:
+        """A topic created or changed (more partitions, new configs); `created`: its key's create
+        revision, which every commit to it compares (the topic still exists)."""
         known = self._topics.get(info.name)
         if known is not None and known.topic_id != info.topic_id:
             self._forget_topic(known)
         self._topics[info.name] = info
         self._topics_by_id[info.topic_id] = info
+        self._topic_created[info.topic_id] = created
         self._add_partitions(info)
 
     def _add_partitions(self, info: TopicInfo) -> None:
@@ -526,8 +532,18 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 self._by_path[_Keys.partition_path(info.topic_id, p)] = (tp, part)
                 self._view_added(info.topic_id, p, part)
 
+    def _topic_gone(self, topic_id: uuid.UUID) -> None:
+        """A commit found the topic's key deleted (or made anew): drop it from the view now rather
+        than retry against it until the watch brings the deletion."""
+        info = self._topics_by_id.get(topic_id)
+        if info is not None and self._topics.get(info.name) is info:
+            del self._topics[info.name]
+            self._forget_topic(info)
+            log.info("etcd_topic_gone_at_commit", extra={"topic": info.name, "topic_id": topic_id.hex})
+
     def _forget_topic(self, info: TopicInfo) -> None:
         self._topics_by_id.pop(info.topic_id, None)
+        self._topic_created.pop(info.topic_id, None)
         for p in range(info.partitions):
             self._partitions.pop((info.topic_id, p), None)
             self._by_path.pop(_Keys.partition_path(info.topic_id, p), None)
@@ -621,9 +637,10 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         ok, responses = await self._txn([tx.create(key) == 0], [tx.put(key, value)])
         if not ok:
             raise TopicAlreadyExists(name)
-        await self._view_settles(responses[0].response_put.header.revision)
+        revision = responses[0].response_put.header.revision
+        await self._view_settles(revision)
         if name not in self._topics:
-            self._adopt_topic(info)
+            self._adopt_topic(info, revision)
         return self._topics[name]
 
     async def update_topic(self, name: str, partitions: int | None = None, configs: Mapping[str, str | None] | None = None) -> TopicInfo:
@@ -644,7 +661,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             ok, responses = await self._txn([tx.mod(key) == got.mod_revision], [tx.put(key, value)])
             if ok:
                 await self._view_settles(responses[0].response_put.header.revision)
-                self._adopt_topic(updated)
+                self._adopt_topic(updated, got.create_revision)
                 return updated
         raise MetadataUnavailable(f"update of topic {name} kept conflicting")
 
@@ -751,22 +768,28 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
     def _groups(self, commit: ObjectCommit) -> list[list[int]]:
         """Indices of the appends, grouped so each group's transaction fits etcd's limits; a
         partition's appends always stay in one group. A group's transaction compares the head of
-        each partition, the fence and its wal-index record (absent), and puts the heads and the
-        record: one operation per partition and two per group in each branch."""
+        each partition, each topic's key (it still exists), the fence and its wal-index record
+        (absent), and puts the heads and the record: one operation per partition and per topic, and
+        two per group, in each branch."""
         by_tp: dict[tuple[uuid.UUID, int], list[int]] = {}
         for i, a in enumerate(commit.appends):
             by_tp.setdefault((a.topic_id, a.partition), []).append(i)
         groups: list[list[int]] = []
         current: list[int] = []
+        topics: set[uuid.UUID] = set()
         ops = size = 0
         for tp, idx in by_tp.items():
             part = self._partitions.get(tp)
             need_bytes = 300 + 100 * len(idx) + (120 * len(part.producers) if part is not None else 0)
-            if current and (ops + 1 > PARTITIONS_PER_TXN or size + need_bytes > MAX_TXN_BYTES):
+            need_ops = 1 if tp[0] in topics else 2
+            if current and (ops + need_ops > PARTITIONS_PER_TXN or size + need_bytes > MAX_TXN_BYTES):
                 groups.append(current)
                 current, ops, size = [], 0, 0
+                topics = set()
+                need_ops = 2
             current.extend(idx)
-            ops += 1
+            topics.add(tp[0])
+            ops += need_ops
             size += need_bytes
         if current:
             groups.append(current)
@@ -797,6 +820,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             compare = request.compare.add
             for tp, part in heads.items():
                 compare(result=EQUAL, target=MOD, key=part.head_key, mod_revision=part.mod_revision)
+            # Each topic still exists, as the view knows it: a head compared at revision 0 (never
+            # written) also matches once the topic is deleted, and would be put again for a dead topic.
+            topic_keys = [(tid, self.keys.topic(self._topics_by_id[tid].name), self._topic_created[tid]) for tid in {tid for tid, _ in heads}]
+            for _tid, key, created in topic_keys:
+                compare(result=EQUAL, target=CREATE, key=key, create_revision=created)
             compare(result=EQUAL, target=CREATE, key=fence_key, create_revision=0)  # the sweeper has not fenced the object off
             compare(result=EQUAL, target=CREATE, key=record_key, create_revision=0)  # never overwrite another commit's entries
             changed_by_tp: dict[tuple[uuid.UUID, int], dict[int, ProducerState]] = {}
@@ -824,6 +852,8 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 failure().request_range.key = part.head_key
             failure().request_range.key = fence_key
             failure().request_range.key = record_key
+            for _tid, key, _created in topic_keys:
+                failure().request_range.key = key
             in_flight = asyncio.get_running_loop().create_future()  # the watch waits for it (`_follow`)
             self._commits_in_flight.add(in_flight)
             try:
@@ -840,7 +870,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             if response.succeeded:
                 touched += self._apply_commit(seq, new_heads, revision)
                 return seq.results
-            *head_responses, fence, record = response.responses
+            responses = response.responses
+            head_responses, (fence, record), topic_responses = responses[: len(heads)], responses[len(heads) : len(heads) + 2], responses[len(heads) + 2 :]
+            for (tid, _key, created), got in zip(topic_keys, topic_responses, strict=True):
+                if not any(kv.create_revision == created for kv in got.response_range.kvs):
+                    self._topic_gone(tid)  # its appends are answered UNKNOWN_TOPIC_OR_PARTITION next attempt
             if fence.response_range.kvs:
                 raise ObjectFenced(f"{commit.object_key} was fenced off by the orphan sweeper")
             if record.response_range.kvs:  # one object is committed once: this is a bug, not a race

@@ -33,7 +33,7 @@ def test_a_wal_index_record_decodes_to_the_entries_encoded(key):
 def test_a_wal_index_record_fills_the_partitions_a_store_knows():
     store = EtcdMetadataStore("127.0.0.1", 1)  # never started: only its value formats are used
     tid, gone = uuid.uuid4(), uuid.uuid4()
-    store._adopt_topic(TopicInfo("t", tid, 2))
+    store._adopt_topic(TopicInfo("t", tid, 2), created=1)
     a = IndexEntry(0, 4, "wal/x", ObjectType.WAL, 12, 100, 5)
     b = IndexEntry(3, 3, "wal/x", ObjectType.WAL, 112, 50, 6)
     store._apply_wal_index(encode_wal_index("wal/x", {(tid, 1): [a], (gone, 0): [a], (tid, 0): [b]}))
@@ -53,7 +53,7 @@ def test_an_index_entry_of_its_own_key_decodes(kind, key):
 def test_a_head_decodes_to_the_producers_it_keeps():
     store = EtcdMetadataStore("127.0.0.1", 1)  # never started: only its value formats are used
     tid = uuid.uuid4()
-    store._adopt_topic(TopicInfo("t", tid, 4))
+    store._adopt_topic(TopicInfo("t", tid, 4), created=1)
     part = store._partitions[(tid, 3)]
     state = ProducerState(2, (BatchSequence(0, 4, 10), BatchSequence(5, 9, 15)))
     value, kept, used = store._encode_head(part, 20, {7: state}, now_ms=1_700_000_000_000)

@@ -287,6 +287,47 @@ async def test_a_commit_that_puts_nothing_takes_no_revision_for_its_own(etcd_ser
 
 
 @pytest.mark.integration
+async def test_a_commit_to_a_topic_deleted_meanwhile_recreates_nothing(etcd_server):
+    """Another broker deletes the topic while this store's watch has not told it yet. Partition 0
+    was never written: its head compares at revision 0, which a deleted key matches too, so the
+    commit used to put a head for the dead topic. Partition 1 was written: its compare failed on
+    the deleted head, the retry read nothing new, and the commit conflicted 64 times. Both now
+    answer UNKNOWN_TOPIC_OR_PARTITION at once and leave no key behind."""
+    deleter = await open_etcd_store(etcd_server, "deleted")
+    store = await open_etcd_store(etcd_server, "deleted")
+    try:
+        info = await deleter.create_topic("t", 2)
+        t = info.topic_id
+        deadline = asyncio.get_running_loop().time() + 60
+        while "t" not in store.topics():
+            assert asyncio.get_running_loop().time() < deadline, "the store never saw the topic"
+            await asyncio.sleep(0.02)
+        assert await store.commit(commit(append(t, 1, 0, 10, 3))) == [AppendResult(0, 0, 0)]
+        watch = store._tasks[0]  # hold the watch: the deletion is not seen before the commit
+        watch.cancel()
+        await asyncio.gather(watch, return_exceptions=True)
+        await deleter.delete_topic("t")
+
+        attempts = 0
+        real_txn = store._commit_txn
+
+        async def counted(request):
+            nonlocal attempts
+            attempts += 1
+            return await real_txn(request)
+
+        store._commit_txn = counted
+        results = await asyncio.wait_for(store.commit(commit(append(t, 0, 0, 10, 2), append(t, 1, 10, 10, 2))), 30)
+        assert [r.error_code for r in results] == [3, 3]  # UNKNOWN_TOPIC_OR_PARTITION
+        assert attempts == 1
+        assert "t" not in store.topics()
+        assert [kv.key for kv in await store._client.get_prefix(f"/deleted/heads/{t.hex}/".encode())] == []
+    finally:
+        await deleter.close()
+        await store.close()
+
+
+@pytest.mark.integration
 async def test_own_commit_events_arriving_before_its_answer_are_not_applied_again(etcd_server):
     """A commit's watch events can reach the store before its transaction's answer, which records
     the revision as the store's own (in a benchmark, 44% of them did). The store must still
