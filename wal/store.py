@@ -11,6 +11,7 @@ import abc
 import asyncio
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -99,13 +100,23 @@ class MemoryObjectStore(ObjectStore):
 class FileObjectStore(ObjectStore):
     """The single-node default: one file per object under a root directory.
 
-    A put writes a temporary file, fsyncs it, links it into place (link fails if the name exists,
-    which is what makes objects never-overwritten) and fsyncs the directory, so an acknowledged
-    object survives a power cut. All file work runs on a small thread pool.
+    A put writes a temporary file of its own, fsyncs it, links it into place (link fails if the
+    name exists, which is what makes objects never-overwritten) and fsyncs the directory; every
+    directory the store creates is fsynced in its parent before a name inside it is promised. So
+    an acknowledged object survives a power cut. All file work runs on a small thread pool.
     """
 
     def __init__(self, root: str, threads: int = 8) -> None:
         self.root = os.path.abspath(root)
+        # Directories whose own entry, and every entry above it, is known to be on disk. That is
+        # assumed of the nearest directory that existed before the store (it is the operator's);
+        # what makedirs adds for the root is synced by the first put, so that no fsync runs on
+        # the caller's thread (often the event loop's).
+        existing = self.root
+        while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+            existing = os.path.dirname(existing)
+        self._already_durable = frozenset({existing})
+        self._durable_dirs: set[str] = set(self._already_durable)
         os.makedirs(self.root, exist_ok=True)
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="file-store")
 
@@ -117,31 +128,63 @@ class FileObjectStore(ObjectStore):
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
+    def _make_durable_directory(self, directory: str) -> None:
+        """Create `directory` if needed and fsync the parent of it and of each directory above
+        it, up to one known durable: a name in a directory whose own entry is not on disk is
+        lost with it. Done once per directory and store, so also for directories an earlier
+        process created and may have died before syncing."""
+        if directory in self._durable_dirs:
+            return
+        os.makedirs(directory, exist_ok=True)
+        chain = []
+        while directory not in self._durable_dirs and os.path.dirname(directory) != directory:
+            chain.append(directory)
+            directory = os.path.dirname(directory)
+        for new in chain:
+            _fsync_directory(os.path.dirname(new))
+        # Only now: a concurrent put that finds these here returns without syncing them itself.
+        self._durable_dirs.update(chain)
+
+    def _open_temporary(self, directory: str, tmp: str) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        self._make_durable_directory(directory)
+        try:
+            return os.open(tmp, flags, 0o644)
+        except FileNotFoundError:
+            # The directory went away under a running store (a cleared root): what was known
+            # durable is no longer there, so learn it again.
+            self._durable_dirs = set(self._already_durable)
+            self._make_durable_directory(directory)
+            return os.open(tmp, flags, 0o644)
+
     def _put_sync(self, key: str, parts: Sequence[bytes]) -> None:
         path = self._path(key)
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        tmp = f"{path}.tmp-{os.getpid()}-{id(parts)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        directory = os.path.normpath(os.path.dirname(path))
+        # A temporary name per PUT, never derived from the key or the parts alone: the writer's
+        # hedge puts the same key with the same parts while the first PUT may still be writing.
+        tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+        fd = self._open_temporary(directory, tmp)
         try:
-            for part in parts:
-                view = memoryview(part)
-                while view:
-                    view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise ObjectExists(key) from None
+            try:
+                for part in parts:
+                    view = memoryview(part)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(tmp, path)
+                exists = False
+            except FileExistsError:
+                exists = True
         finally:
             os.unlink(tmp)
-        dfd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        # Also when the name was taken: the put that linked it may not have synced the directory
+        # yet, and a caller told "exists" treats the object as stored (the writer's hedge does).
+        _fsync_directory(directory)
+        if exists:
+            raise ObjectExists(key)
 
     def _get_sync(self, key: str, start: int, end: int | None) -> bytes:
         try:
@@ -199,6 +242,15 @@ class FileObjectStore(ObjectStore):
 
     async def close(self) -> None:
         self._pool.shutdown(wait=True)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make the entries of `directory` (names created, linked or unlinked in it) durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class NullObjectStore(ObjectStore):

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
+import shutil
+import stat
+import threading
 
 import pytest
 
-from wal.store import FileObjectStore, MemoryObjectStore, NullObjectStore, ObjectExists, ObjectNotFound, ObjectStore, load_object_store
+from wal.store import FileObjectStore, MemoryObjectStore, NullObjectStore, ObjectExists, ObjectNotFound, ObjectStore, ObjectStoreError, load_object_store
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -159,3 +164,149 @@ async def test_null_store_acknowledges_puts_and_keeps_nothing():
     await store.delete("wal/0001")
     assert await listing(store) == []
     await store.close()
+
+
+# --- FileObjectStore: concurrent puts of one key (a PUT and its hedge) and durability ---------
+
+
+def is_temporary(name: str) -> bool:
+    return ".tmp-" in name
+
+
+def record_fsyncs(monkeypatch) -> list[tuple[int, int, bool]]:
+    """Every fsync from now on, as (device, inode, is a directory)."""
+    seen: list[tuple[int, int, bool]] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        seen.append((st.st_dev, st.st_ino, stat.S_ISDIR(st.st_mode)))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    return seen
+
+
+def identity(path) -> tuple[int, int, bool]:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, True)
+
+
+async def test_file_store_a_put_and_its_hedge_of_the_same_parts_share_no_temporary_file(tmp_path, monkeypatch):
+    # The writer's hedge passes the very same parts to a second put while the first is still
+    # writing: the first is held after writing its temporary file until the hedge has finished.
+    store = FileObjectStore(str(tmp_path / "objects"))
+    parts = [b"header", os.urandom(100_000), b"footer"]
+    written, release = threading.Event(), threading.Event()
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode) and not written.is_set():
+            written.set()
+            release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    first = asyncio.ensure_future(store.put_parts("wal/obj", parts))
+    try:
+        while not written.is_set():
+            await asyncio.sleep(0.005)
+        assert await listing(store) == []  # an upload in progress is not an object
+        await store.put_parts("wal/obj", parts)  # the hedge
+        assert await listing(store) == [("wal/obj", 100_012)]
+    finally:
+        release.set()
+        with pytest.raises(ObjectExists):
+            await first
+        await store.close()
+    assert (tmp_path / "objects" / "wal" / "obj").read_bytes() == b"".join(parts)
+    assert os.listdir(tmp_path / "objects" / "wal") == ["obj"]
+
+
+async def test_file_store_concurrent_puts_of_one_key_store_exactly_one_of_them_whole(tmp_path):
+    store = FileObjectStore(str(tmp_path / "objects"))
+    try:
+        for round_ in range(40):
+            key = f"wal/{round_:04}"
+            mine, theirs = [os.urandom(64), os.urandom(300_000)], [os.urandom(300_000), os.urandom(64)]
+            outcomes = await asyncio.gather(
+                store.put_parts(key, mine), store.put_parts(key, mine), store.put_parts(key, theirs), store.put(key, b"".join(theirs)), return_exceptions=True
+            )
+            assert [o for o in outcomes if not isinstance(o, ObjectExists)] == [None], outcomes
+            winner = mine if outcomes.index(None) < 2 else theirs
+            assert await store.get(key) == b"".join(winner)
+        names = os.listdir(tmp_path / "objects" / "wal")
+        assert len(names) == 40 and not [n for n in names if is_temporary(n)]
+    finally:
+        await store.close()
+
+
+async def test_file_store_removes_the_temporary_file_of_a_failed_put_and_a_retry_succeeds(tmp_path, monkeypatch):
+    store = FileObjectStore(str(tmp_path / "objects"))
+    parts = [b"payload"]
+    real, failed = os.fsync, []
+
+    def fsync(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode) and not failed:
+            failed.append(fd)
+            raise OSError(errno.EIO, "injected write-back failure")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    try:
+        with pytest.raises(ObjectStoreError, match="injected"):
+            await store.put_parts("wal/obj", parts)
+        assert os.listdir(tmp_path / "objects" / "wal") == []
+        await store.put_parts("wal/obj", parts)  # the writer retries with the same parts
+        assert await store.get("wal/obj") == b"payload"
+        assert os.listdir(tmp_path / "objects" / "wal") == ["obj"]
+    finally:
+        await store.close()
+
+
+async def test_file_store_makes_every_directory_it_creates_durable_in_its_parent(tmp_path, monkeypatch):
+    root = tmp_path / "objects"
+    store = FileObjectStore(str(root))
+    fsyncs = record_fsyncs(monkeypatch)
+    try:
+        await store.put("wal/a/b/obj", b"x")
+        directories = {f for f in fsyncs if f[2]}
+        # wal/a/b holds the new name; wal/a, wal and the root hold new directories; and the
+        # root was itself created by the store, so its parent's entry for it is synced too.
+        for parent in [root / "wal" / "a" / "b", root / "wal" / "a", root / "wal", root, tmp_path]:
+            assert identity(parent) in directories, parent
+        fsyncs.clear()
+        await store.put("wal/a/b/next", b"y")  # a known directory costs one fsync, not a chain
+        assert [f for f in fsyncs if f[2]] == [identity(root / "wal" / "a" / "b")]
+    finally:
+        await store.close()
+
+
+async def test_file_store_object_exists_means_the_existing_object_is_durable(tmp_path, monkeypatch):
+    # A hedge (or a retry) that finds the object in place reports it stored, and the writer then
+    # commits it: the name it found must be durable even if the PUT that linked it has not yet
+    # synced the directory.
+    root = tmp_path / "objects"
+    store = FileObjectStore(str(root))
+    try:
+        await store.put("wal/obj", b"first")
+        fsyncs = record_fsyncs(monkeypatch)
+        with pytest.raises(ObjectExists):
+            await store.put("wal/obj", b"first")
+        assert identity(root / "wal") in fsyncs
+    finally:
+        await store.close()
+
+
+async def test_file_store_recreates_and_syncs_directories_removed_under_it(tmp_path, monkeypatch):
+    root = tmp_path / "objects"
+    store = FileObjectStore(str(root))
+    try:
+        await store.put("wal/first", b"1")
+        shutil.rmtree(root / "wal")  # a cleared root (benchmarks do this between runs)
+        fsyncs = record_fsyncs(monkeypatch)
+        await store.put("wal/second", b"2")
+        assert identity(root) in fsyncs  # the new wal/ is a new entry in the root again
+        assert await listing(store) == [("wal/second", 1)]
+    finally:
+        await store.close()
