@@ -43,6 +43,13 @@ PRODUCE_BYTES = LOOP_COUNTERS.produce_bytes
 FETCH_BYTES = Counter("neve_fetch_bytes_total", "Record batch bytes returned by Fetch")
 OBJECT_GETS = Counter("neve_object_gets_total", "Object-store GETs made to serve fetches (reads from the recent-objects cache excluded)")
 OBJECT_GET_BYTES = Counter("neve_object_get_bytes_total", "Bytes read from the object store to serve fetches")
+OBJECT_READ_FAILURES = Counter(
+    "neve_object_read_failures_total",
+    "Partitions of Fetch and ListOffsets requests answered KAFKA_STORAGE_ERROR (or, in Fetch, with only the records before it) because an object-store read failed",
+    ["api"],
+)
+FETCH_READ_FAILURES = OBJECT_READ_FAILURES.labels(api="Fetch")  # made here: both series are exported from the start, at 0
+LIST_OFFSETS_READ_FAILURES = OBJECT_READ_FAILURES.labels(api="ListOffsets")
 WAL_PUTS = Counter("neve_wal_object_puts_total", "WAL object PUTs to the object store")
 WAL_PUT_BYTES = Counter("neve_wal_object_bytes_total", "Bytes of WAL objects stored")
 WAL_COMMITS = Counter("neve_wal_commits_total", "WAL objects committed to the metadata store")

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Iterable
 
-from wal.store import ObjectStore
+from wal.store import ObjectStore, ObjectStoreError
 
 from .recent import RecentObjects
 
@@ -55,12 +55,15 @@ class ObjectReader:
         finally:
             del self._inflight[slot]
 
-    async def read_many(self, ranges: Iterable[Range]) -> dict[Range, bytes | memoryview]:
+    async def read_many(self, ranges: Iterable[Range], failures: dict[Range, ObjectStoreError] | None = None) -> dict[Range, bytes | memoryview]:
         """The bytes of every range that could be read, by range. Ranges of objects in the
         recent-objects cache are taken from it now (so that the object leaving the cache while
         the caller works does not cost it a GET per range later); the others are merged per object
         (see MERGE_GAP_BYTES) and read concurrently. A range whose GET failed is left out: its
-        caller's own `read` of it then fails (or succeeds) as it would have without this call."""
+        caller's own `read` of it then fails (or succeeds) as it would have without this call.
+        If the object store failed it (ObjectStoreError), the range and its error are also put in
+        `failures` when one is given: a caller answering an error for it need not read it again
+        (during an outage, each read is the store's whole retry schedule again)."""
         by_key: dict[str, list[tuple[int, int]]] = {}
         out: dict[Range, bytes | memoryview] = {}
         recent = self.recent
@@ -92,6 +95,9 @@ class ObjectReader:
                 if isinstance(data, asyncio.CancelledError):
                     raise data
                 log.warning("merged_get_failed", extra={"key": key, "start": span_start, "ranges": len(members), "error": repr(data)})
+                if failures is not None and isinstance(data, ObjectStoreError):
+                    for start, size in members:
+                        failures[(key, start, size)] = data
                 continue
             view = memoryview(data)
             for start, size in members:

@@ -8,31 +8,65 @@ must fit; once max_bytes runs out inside a partition, the partitions after it ar
 fewer than min_bytes available the request sleeps until a commit touches one of its partitions or
 max_wait passes (long poll); min_bytes 0 is answered at once. Sessions (KIP-227) are not kept:
 every response is full and session_id is 0, which clients accept (broker/fetch_response.py writes
-such responses of many partitions)."""
+such responses of many partitions).
+
+Errors, per partition; the request's other partitions are served as usual:
+- OFFSET_OUT_OF_RANGE below the log start offset, and beyond the high watermark when the metadata
+  view is current (`MetadataStore.is_current`: it reflects every durable commit). Clients reset
+  on it (auto.offset.reset), so it is answered only when the offset is known not to be there:
+  a view's log start offset never moves back, so it can only lag behind the real one, and
+  an offset below it is below the real one too.
+- OFFSET_NOT_AVAILABLE beyond the high watermark of a view that may lag (the etcd store's while
+  its watch is broken and it reloads): the offset may exist, handed to the consumer by a broker
+  whose view is ahead. It is Kafka's code for a high watermark that has not caught up
+  (OffsetNotAvailableException), retriable: librdkafka and the Java client refresh metadata and
+  fetch again after a backoff. The store's interface has no read of a partition's durable head,
+  so a lagging view cannot tell a missing offset from one it has not seen yet; the rule chooses
+  a retry, which costs a backoff, over a reset, which loses the consumer's place. Left open: the
+  etcd view counts as current while its watch is connected, though the watch delivers a commit
+  a little after it is durable; an offset asked of this broker within that time still gets
+  OFFSET_OUT_OF_RANGE, unless the long poll sees the commit arrive. Beyond the high watermark
+  the request long-polls before answering either code (unless its other partitions answer it
+  sooner), so a view that catches up within max_wait serves the records.
+- KAFKA_STORAGE_ERROR when an object-store read fails (ObjectStoreError: the S3 backend turns its
+  I/O failures and timeouts into it, after its retries). It is Kafka's own answer when a log
+  read fails (KafkaStorageException), retriable in Kafka, librdkafka (metadata refresh, fetch
+  backoff) and the Java client, and what Produce answers when the object store fails. The
+  records read before the failure, if any, are served instead, without an error; the client's
+  next fetch starts at the failed read. A response with a failure is sent at once, not after
+  the long poll (Kafka's delayed fetch completes on a storage error too), and the failures are
+  logged (one line per response) and counted in neve_object_read_failures_total. Other
+  exceptions are bugs, and still close the connection."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from kio.schema.errors import ErrorCode
 
 from wal.batch import inject_offsets, iter_headers
+from wal.store import ObjectStoreError
 
 from ..codec import has_field
 from ..fetch_response import FIRST_BY_ID, FetchAnswer
-from ..metrics import FETCH_BYTES
+from ..metrics import FETCH_BYTES, FETCH_READ_FAILURES
 from ..registry import handles
 
 NONE, OUT_OF_RANGE = int(ErrorCode.none), int(ErrorCode.offset_out_of_range)
+NOT_AVAILABLE, STORAGE_ERROR = int(ErrorCode.offset_not_available), int(ErrorCode.kafka_storage_error)
 UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_id), int(ErrorCode.unknown_topic_or_partition)
 ENTRIES_PER_PARTITION = 32  # index entries looked up per partition and fetch
+
+log = logging.getLogger("neve.broker.fetch")
 
 
 async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool, prefetched=None) -> tuple[bytearray | None, bool]:
     """Stored batches of one index entry from the batch holding `fetch_offset`, within
     `byte_budget` bytes (at least one batch when `first`), with offsets injected; and whether the
     entry was read to its end (if not, nothing after it may be added, or offsets would skip).
-    `prefetched` holds entries' bytes already read, by (object key, start, size)."""
+    `prefetched` holds entries' bytes already read, by (object key, start, size). Raises
+    ObjectStoreError when the object store fails the read."""
     data = prefetched.get((entry.object_key, entry.start, entry.size)) if prefetched else None
     if data is None:
         data = await services.reader.read(entry.object_key, entry.start, entry.size)
@@ -81,6 +115,7 @@ async def fetch(ctx, request):
 
     read_committed = request.isolation_level == 1
     while True:
+        current = store.is_current()
         resolved = []
         for topic in request.topics:
             info = _resolve(s, ctx.api_version, topic)
@@ -95,7 +130,9 @@ async def fetch(ctx, request):
             if remaining > 0:
                 await store.wait_for_commit_in(watched, remaining)
                 continue
-        prefetched = await s.reader.read_many(ranges) if ranges else {}
+        unread: dict = {}  # ranges the object store failed, with their errors: not read again
+        prefetched = await s.reader.read_many(ranges, unread) if ranges else {}
+        failures = []  # (topic, partition, fetch offset, object key, error)
         total = 0
         full = False
         topics_out = []
@@ -113,8 +150,11 @@ async def fetch(ctx, request):
                     view = views[index] if index < known else None
                     hw, lso = (view.next_offset, view.log_start_offset) if view is not None else (0, 0)
                     records = None
-                    if fetch_offset < lso or fetch_offset > hw:
+                    if fetch_offset < lso:
                         code = OUT_OF_RANGE
+                    elif fetch_offset > hw:
+                        # the rule and its reasons: the module docstring
+                        code = OUT_OF_RANGE if current else NOT_AVAILABLE
                     else:
                         code = NONE
                         if fetch_offset < hw and not full:
@@ -126,12 +166,16 @@ async def fetch(ctx, request):
                                 more, more_ranges = _plan_reads(resolved, max_bytes - total, start=(ti, pi))
                                 planned.update(more)
                                 if more_ranges:
-                                    prefetched.update(await s.reader.read_many(more_ranges))
+                                    prefetched.update(await s.reader.read_many(more_ranges, unread))
                                 entries = planned.get((info.topic_id, index))
                                 if entries is None:
                                     entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
                             budget = min(p.partition_max_bytes, max_bytes - total)
-                            records, cut = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched)
+                            records, cut, failed = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched, unread)
+                            if failed is not None:
+                                failures.append((info.name, index, fetch_offset, *failed))
+                                if records is None:
+                                    code = STORAGE_ERROR
                             total += len(records) if records else 0
                             # The response's budget ran out within this partition: stop reading.
                             # Another partition's first batch might fit the bytes left, but finding
@@ -142,8 +186,10 @@ async def fetch(ctx, request):
             topics_out.append((topic.topic_id if by_id else topic.topic, parts_out))
         remaining = deadline - time.monotonic()
         # min_bytes 0 (or less) asks for no data: answered at once, as Kafka does
-        if total >= request.min_bytes or remaining <= 0 or not watched:
+        if total >= request.min_bytes or failures or remaining <= 0 or not watched:
             FETCH_BYTES.inc(total)
+            if failures:
+                _log_failures(failures)
             # No transactions here, so none aborted: Kafka answers null unless read_committed.
             return FetchAnswer(topics_out, read_committed=read_committed)
         await store.wait_for_commit_in(watched, remaining)
@@ -186,25 +232,45 @@ def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0)):
     return planned, ranges
 
 
-async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched) -> tuple[bytes | bytearray | None, bool]:
-    """The partition's records from `fetch_offset` within `budget` bytes, and whether the budget
-    cut them short (more of the entries were there to read)."""
+async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched, unread) -> tuple[bytes | bytearray | None, bool, tuple | None]:
+    """The partition's records from `fetch_offset` within `budget` bytes, whether the budget
+    cut them short (more of the entries were there to read), and the (object key, error) of an
+    object-store read that failed (the records are then those read before it). `unread` holds
+    the ranges whose read already failed in this request, with their errors."""
     if not entries:
-        return None, False
+        return None, False, None
     pieces = []
     used = 0
     for entry in entries:
         if used and used >= budget:
-            return _joined(pieces), True
-        piece, complete = await read_range(s, entry, fetch_offset, budget - used, first and not pieces, prefetched)
+            return _joined(pieces), True, None
+        error = unread.get((entry.object_key, entry.start, entry.size))
+        if error is None:
+            try:
+                piece, complete = await read_range(s, entry, fetch_offset, budget - used, first and not pieces, prefetched)
+            except ObjectStoreError as e:
+                error = e
+        if error is not None:
+            return _joined(pieces), False, (entry.object_key, error)
         if piece is not None:
             pieces.append(piece)
             used += len(piece)
         if not complete:
-            return _joined(pieces), True
+            return _joined(pieces), True, None
         if piece is None:
             break
-    return _joined(pieces), False
+    return _joined(pieces), False, None
+
+
+def _log_failures(failures: list) -> None:
+    """One line per response, however many partitions failed: in an outage every partition of
+    every consumer fails, and the reader has logged each failed GET already."""
+    FETCH_READ_FAILURES.inc(len(failures))
+    topic, partition, offset, key, error = failures[0]
+    log.warning(
+        "fetch_read_failed",
+        extra={"partitions": len(failures), "topic": topic, "partition": partition, "offset": offset, "object": key, "error": repr(error)},
+    )
 
 
 def _joined(pieces: list) -> bytes | bytearray | None:

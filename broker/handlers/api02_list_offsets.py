@@ -2,18 +2,31 @@
 timestamp: the first offset whose record timestamp is at or after the target, or -1 when none is.
 Every answer follows the log start offset (DeleteRecords, retention): nothing before it is found.
 The offset index narrows the search to one entry by its max timestamp; only that entry's batches
-are read, and only the batch that reaches the target is decoded."""
+are read, and only the batch that reaches the target is decoded.
+
+The two that read objects (by timestamp, max timestamp) answer a partition whose object-store
+read fails (ObjectStoreError: the S3 backend turns its I/O failures and timeouts into it, after
+its retries) with KAFKA_STORAGE_ERROR, offset and timestamp -1, and go on with the request's
+other partitions. It is Kafka's own answer when a log read fails, retriable in Kafka, librdkafka
+and the Java client (they refresh metadata and ask again), and what Fetch and Produce answer
+when the object store fails. Each failure is logged and counted in
+neve_object_read_failures_total; other exceptions are bugs, and still close the connection."""
 
 from __future__ import annotations
 
 import datetime
+import logging
 
 from kio.schema.errors import ErrorCode
 
 from wal.batch import offset_for_timestamp
+from wal.store import ObjectStoreError
 
 from ..codec import build
+from ..metrics import LIST_OFFSETS_READ_FAILURES
 from ..registry import handles
+
+log = logging.getLogger("neve.broker.list_offsets")
 
 NO_THROTTLE = datetime.timedelta(0)
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -83,12 +96,18 @@ async def list_offsets(ctx, request):
                 offset = store.high_watermark(info.topic_id, p.partition_index)
             elif p.timestamp == EARLIEST:
                 offset = store.log_start_offset(info.topic_id, p.partition_index)
-            elif p.timestamp == MAX_TIMESTAMP:
-                offset, ts = await _max_timestamp(s, info.topic_id, p.partition_index)
-            elif p.timestamp < 0:
+            elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:
                 code = ErrorCode.invalid_request
             else:
-                offset, ts = await _by_timestamp(s, info.topic_id, p.partition_index, p.timestamp)
+                try:
+                    if p.timestamp == MAX_TIMESTAMP:
+                        offset, ts = await _max_timestamp(s, info.topic_id, p.partition_index)
+                    else:
+                        offset, ts = await _by_timestamp(s, info.topic_id, p.partition_index, p.timestamp)
+                except ObjectStoreError as e:
+                    code, offset, ts = ErrorCode.kafka_storage_error, -1, -1
+                    LIST_OFFSETS_READ_FAILURES.inc()
+                    log.warning("list_offsets_read_failed", extra={"topic": topic.name, "partition": p.partition_index, "timestamp": p.timestamp, "error": repr(e)})
             parts.append(build(r.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=code, timestamp=ts, offset=offset, leader_epoch=0 if code == ErrorCode.none else -1))
         out.append(build(r.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(parts)))
     return build(r.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(out))

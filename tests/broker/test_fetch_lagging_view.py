@@ -1,0 +1,127 @@
+"""Fetch beyond the high watermark of a metadata view that may lag (the etcd store's while its watch
+is broken) answers the retriable OFFSET_NOT_AVAILABLE, not OFFSET_OUT_OF_RANGE: the offset may
+exist, handed to the consumer by a broker whose view is ahead, and OFFSET_OUT_OF_RANGE would make
+the consumer reset (auto.offset.reset) and skip or re-read records. A view known to be current
+still answers OFFSET_OUT_OF_RANGE there, and any view below the log start offset. The handler runs
+in-process over an embedded store that reports its view as lagging, and an in-memory object store."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+import pytest
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+
+from broker.config import BrokerSettings
+from broker.context import RequestContext, Services
+from broker.handlers.api01_fetch import fetch
+from cache.reader import ObjectReader
+from cache.recent import RecentObjects
+from metadata.embedded import EmbeddedMetadataStore
+from metadata.model import Append, ObjectCommit
+from tests.batches import make_batch
+from tests.broker.test_fetch_limits import offsets_in
+from wal.store import MemoryObjectStore
+
+NONE, OFFSET_OUT_OF_RANGE, OFFSET_NOT_AVAILABLE = 0, 1, 78
+
+
+class LaggingStore(EmbeddedMetadataStore):
+    """An embedded store whose view says whether it is known to be current, as the etcd store's
+    does (False while its watch is broken and it reloads)."""
+
+    current = True
+
+    def is_current(self) -> bool:
+        return self.current
+
+
+class Broker:
+    """The fetch handler over a store and an in-memory object store; `produce` writes a WAL object
+    and commits it, as the WAL writer would."""
+
+    def __init__(self, store: LaggingStore, objects: MemoryObjectStore | None = None) -> None:
+        self.store = store
+        self.objects = objects if objects is not None else MemoryObjectStore()
+        services = Services(settings=BrokerSettings(), metadata=store, wal=None, reader=ObjectReader(self.objects, RecentObjects(0)))  # type: ignore[arg-type]
+        self.ctx = RequestContext(services, api_key=1, api_version=12, client_id="test", response=None)  # type: ignore[arg-type]
+        self.objects_made = 0
+
+    async def produce(self, topic_id, partition: int, count: int) -> str:
+        """The new object's key."""
+        batch = make_batch([(b"k", b"v%d" % i, [], 1_700_000_000_000 + i) for i in range(count)])
+        key = f"wal/{self.objects_made:08d}"
+        self.objects_made += 1
+        await self.objects.put(key, batch)
+        await self.store.commit(ObjectCommit(key, len(batch), (Append(topic_id, partition, 0, len(batch), count, 1_700_000_000_000 + count),)))
+        return key
+
+    async def fetch(self, topic: str, offsets: dict[int, int], max_wait_ms: int = 0) -> list[tuple[int, int, int, int, list[int]]]:
+        """(partition, error code, high watermark, log start offset, offsets returned) of each partition."""
+        request = FetchRequest(
+            cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=10_000_000,
+            isolation_level=0, session_id=0, session_epoch=-1, rack_id="",
+            topics=(FetchTopic(topic=topic, partitions=tuple(FetchPartition(partition=p, current_leader_epoch=-1, fetch_offset=o, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1_000_000) for p, o in offsets.items())),),
+            forgotten_topics_data=(),
+        )  # fmt: skip
+        answer = await fetch(self.ctx, request)
+        ((name, partitions),) = answer.topics
+        assert name == topic
+        return [(index, code, hw, log_start, offsets_in(bytes(records))) for index, code, hw, _, log_start, records in partitions]
+
+
+@pytest.fixture
+async def broker():
+    store = LaggingStore(None)
+    await store.start()
+    try:
+        yield Broker(store)
+    finally:
+        await store.close()
+
+
+async def topic_with_records(broker: Broker) -> str:
+    """A topic whose partition 0 holds offsets 0-2 and partition 1 offsets 0-1."""
+    info = await broker.store.create_topic("lagging", 2)
+    await broker.produce(info.topic_id, 0, 3)
+    await broker.produce(info.topic_id, 1, 2)
+    return info.name
+
+
+async def test_beyond_a_lagging_view_is_not_available_and_the_rest_is_served(broker):
+    topic = await topic_with_records(broker)
+    broker.store.current = False
+    assert await broker.fetch(topic, {0: 5, 1: 0}) == [(0, OFFSET_NOT_AVAILABLE, 3, 0, []), (1, NONE, 2, 0, [0, 1])]
+    # at the view's end: nothing yet, no error; within it: served as always (the batch holding
+    # the offset, whole)
+    assert await broker.fetch(topic, {0: 3, 1: 2}) == [(0, NONE, 3, 0, []), (1, NONE, 2, 0, [])]
+    assert await broker.fetch(topic, {0: 1}) == [(0, NONE, 3, 0, [0, 1, 2])]
+
+
+async def test_a_current_view_still_answers_out_of_range_beyond_its_end(broker):
+    topic = await topic_with_records(broker)
+    assert await broker.fetch(topic, {0: 5, 1: 0}) == [(0, OFFSET_OUT_OF_RANGE, 3, 0, []), (1, NONE, 2, 0, [0, 1])]
+
+
+async def test_below_the_log_start_is_out_of_range_even_in_a_lagging_view(broker):
+    """A view's log start offset lags too, but only behind the real one (it never moves back):
+    an offset below it is below the real one."""
+    topic = await topic_with_records(broker)
+    info = broker.store.topics()[topic]
+    assert await broker.store.advance_log_start(info.topic_id, 0, 2) == 2
+    broker.store.current = False
+    assert await broker.fetch(topic, {0: 1, 1: 0}) == [(0, OFFSET_OUT_OF_RANGE, 3, 2, []), (1, NONE, 2, 0, [0, 1])]
+
+
+async def test_a_long_poll_beyond_a_lagging_view_is_served_once_the_view_catches_up(broker):
+    topic = await topic_with_records(broker)
+    info = broker.store.topics()[topic]
+    broker.store.current = False
+    waiting = asyncio.create_task(broker.fetch(topic, {0: 5}, max_wait_ms=10_000))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    await broker.produce(info.topic_id, 0, 4)  # offsets 3-6 reach the view
+    broker.store.current = True
+    # the entry holding offset 5 starts at 3: its batch is served whole, as Kafka serves batches
+    assert await asyncio.wait_for(waiting, 5) == [(0, NONE, 7, 0, [3, 4, 5, 6])]
