@@ -71,6 +71,15 @@ MAX_OPS = 120  # etcd's default --max-txn-ops is 128 per branch; keep headroom
 PARTITIONS_PER_TXN = MAX_OPS - 2  # a commit transaction's branches: an operation per partition, two more
 MAX_TXN_BYTES = 1024 * 1024  # etcd's default --max-request-bytes is 1.5 MiB
 MAX_EPOCH = 32767
+# Loading the view: only the key families it holds, in pages (etcd has no byte limit on a range
+# read, gRPC has one on a message). The first page of each family is small; later pages hold up to
+# PAGE_BYTES of the largest value seen so far in it; gRPC's limit is set well above that.
+LOADED_KINDS = ("topics/", "brokers/", "heads/", "index/", "wal-index/")
+FIRST_PAGE_KEYS = 16
+MAX_PAGE_KEYS = 4096
+PAGE_BYTES = 4 * 1024 * 1024
+GRPC_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+LOAD_ATTEMPTS = 5
 PRODUCER_ID_BLOCK = 1000
 
 
@@ -235,9 +244,11 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         from aetcd import rpc
 
         self._delete_type = rpc.Event.DELETE
-        self._client = aetcd.Client(host=self.host, port=self.port, timeout=self.settings.timeout)
+        options = {"grpc.max_receive_message_length": GRPC_MAX_MESSAGE_BYTES, "grpc.max_send_message_length": GRPC_MAX_MESSAGE_BYTES}
+        self._client = aetcd.Client(host=self.host, port=self.port, timeout=self.settings.timeout, options=options)
         try:
-            revision = await asyncio.wait_for(self._load(), self.settings.timeout * 2)
+            # each page's read is bounded by the timeout, not the whole load: years of metadata take longer
+            revision = await self._load()
         except Exception as e:
             await self._client.close()
             raise MetadataUnavailable(f"etcd at {self.host}:{self.port} is unreachable: {e!r}") from e
@@ -272,33 +283,89 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
                 f.cancel()
 
     async def _load(self) -> int:
-        """Read everything under the root into the view; returns the revision it reflects."""
-        result = await self._client.get_prefix(self.keys.prefix())
-        self.ops += 1
-        revision = result.header.revision if getattr(result, "header", None) else 0
+        """Read what the view holds into it; returns the revision it reflects. The read is paged
+        (`_read_pages`) at one revision, so its size is bounded by nothing but etcd's own; if that
+        revision is compacted away while the pages are read (a busy cluster, a slow read), the
+        read starts again at the newest revision."""
+        for attempt in range(LOAD_ATTEMPTS):
+            try:
+                return await self._load_at_one_revision()
+            except _RevisionCompacted as e:
+                log.warning("etcd_load_revision_compacted", extra={"attempt": attempt + 1, "error": str(e)})
+        raise MetadataUnavailable(f"etcd's history was compacted under {LOAD_ATTEMPTS} loads in a row")
+
+    async def _read_pages(self, kinds: tuple[str, ...]):
+        """Every key of the given kinds (key families under the root), as etcd KeyValues, read at
+        one revision in pages: the first page's revision, then that one. A page holds at most
+        PAGE_BYTES of values as far as the values seen so far tell, and a page over gRPC's
+        message limit is asked again in smaller pieces. Yields (kind, key-values); the revision
+        read is `self._loading_revision` once the first page is in."""
+        import grpc
+        from aetcd import rpc
+
+        await self._client.connect()
+        revision = 0
+        for kind in kinds:
+            prefix = self.keys.prefix(kind)
+            start, end, limit = prefix, _prefix_end(prefix), FIRST_PAGE_KEYS
+            while True:
+                request = rpc.RangeRequest(key=start, range_end=end, limit=limit, revision=revision)
+                self.ops += 1
+                try:
+                    page = await self._client.kvstub.Range(request, timeout=self.settings.timeout, metadata=self._client.metadata)
+                except grpc.aio.AioRpcError as e:
+                    if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and limit > 1:
+                        limit = max(1, limit // 8)
+                        continue
+                    if e.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in (e.details() or ""):
+                        raise _RevisionCompacted(e.details()) from e
+                    raise MetadataUnavailable(f"etcd range read failed: {e.code().name} {e.details()}") from e
+                if not revision:
+                    revision = self._loading_revision = page.header.revision
+                if page.kvs:
+                    yield kind, page.kvs
+                if not page.more or not page.kvs:
+                    break
+                start = page.kvs[-1].key + b"\0"
+                largest = max(len(kv.value) for kv in page.kvs)
+                limit = max(1, min(MAX_PAGE_KEYS, PAGE_BYTES // max(largest, 1)))
+
+    async def _load_at_one_revision(self) -> int:
+        self._loading_revision = 0
         topics: dict[str, TopicInfo] = {}
         created: dict[uuid.UUID, int] = {}
-        partitions: dict[tuple[uuid.UUID, int], _PartitionState] = {}
         brokers: dict[int, BrokerRegistration] = {}
         broker_revisions: dict[int, int] = {}
         heads, entries, wal_indexes = [], [], []
-        for kv in result:
-            revision = max(revision, kv.mod_revision)
-            kind, rest = self._split(kv.key)
-            if kind == "topics":
-                info = self._decode_topic(rest, kv.value)
-                topics[info.name] = info
-                created[info.topic_id] = kv.create_revision
-            elif kind == "heads":
-                heads.append((rest, kv))
-            elif kind == "wal-index":
-                wal_indexes.append(kv.value)
-            elif kind == "index":
-                entries.append((rest, kv))
-            elif kind == "brokers":
-                b = json.loads(kv.value)
-                brokers[int(rest)] = BrokerRegistration(int(rest), b["host"], b["port"], b.get("zone"))
-                broker_revisions[int(rest)] = kv.mod_revision
+        revision = 0
+        async for _kind, kvs in self._read_pages(LOADED_KINDS):
+            for kv in kvs:
+                revision = max(revision, kv.mod_revision)
+                self._load_one(kv, topics, created, heads, entries, wal_indexes, brokers, broker_revisions)
+        revision = max(revision, self._loading_revision)
+        self._adopt_loaded(revision, topics, created, heads, entries, wal_indexes, brokers, broker_revisions)
+        return revision
+
+    def _load_one(self, kv, topics, created, heads, entries, wal_indexes, brokers, broker_revisions) -> None:
+        """Sort one key-value of a load into the collections `_adopt_loaded` builds the view from."""
+        kind, rest = self._split(kv.key)
+        if kind == "topics":
+            info = self._decode_topic(rest, kv.value)
+            topics[info.name] = info
+            created[info.topic_id] = kv.create_revision
+        elif kind == "heads":
+            heads.append((rest, kv))
+        elif kind == "wal-index":
+            wal_indexes.append(kv.value)
+        elif kind == "index":
+            entries.append((rest, kv))
+        elif kind == "brokers":
+            b = json.loads(kv.value)
+            brokers[int(rest)] = BrokerRegistration(int(rest), b["host"], b["port"], b.get("zone"))
+            broker_revisions[int(rest)] = kv.mod_revision
+
+    def _adopt_loaded(self, revision, topics, created, heads, entries, wal_indexes, brokers, broker_revisions) -> None:
+        """Replace the view by what a load read at `revision`."""
         own = self._registration
         if own is not None and self._broker_revisions.get(own.node_id, 0) > revision:
             # registered again after this range read: the watch from it brings the put, keep it meanwhile
@@ -306,7 +373,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
         self._topics = topics
         self._topics_by_id = {t.topic_id: t for t in topics.values()}
         self._topic_created = created
-        self._partitions = partitions
+        self._partitions = {}
         self._topic_views = {}
         self._by_path = {}
         # Our commits recorded so far were applied to the view just replaced; one that landed after
@@ -322,8 +389,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
             self._apply_entry(rest, kv.value)
         self._brokers, self._broker_revisions = brokers, broker_revisions
         self._loaded.set()
-        log.info("etcd_view_loaded", extra={"revision": revision, "topics": len(topics), "brokers": sorted(brokers)})
-        return revision
+        log.info("etcd_view_loaded", extra={"revision": revision, "topics": len(topics), "brokers": sorted(brokers), "wal_index_records": len(wal_indexes)})
 
     @staticmethod
     def _split(key: bytes) -> tuple[str, str]:
@@ -458,7 +524,7 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
     async def _reload(self) -> int:
         """After a broken watch: rebuild the view from scratch, then wake every waiter (whatever
         changed meanwhile is now visible)."""
-        revision = await asyncio.wait_for(self._load(), self.settings.timeout * 2)
+        revision = await self._load()
         self.notifier.notify(list(self._partitions))
         if self._registration is not None:
             await self._register(self._registration)
@@ -1074,19 +1140,33 @@ class EtcdMetadataStore(IndexReads, MetadataStore):
 
     # -- housekeeping -------------------------------------------------------------------------
 
+    async def _current_revision(self) -> int:
+        """etcd's newest revision, from the header of a one-key read. (aetcd's `status()` carries
+        no header: compacting from it failed on an AttributeError, logged at debug level, so the
+        history was never compacted.)"""
+        from aetcd import rpc
+
+        await self._client.connect()
+        self.ops += 1
+        reply = await self._client.kvstub.Range(rpc.RangeRequest(key=self.keys.producer_ids, limit=1, keys_only=True), timeout=self.settings.timeout, metadata=self._client.metadata)
+        return reply.header.revision
+
     async def _compact_history(self) -> None:
         while not self._closed:
             await asyncio.sleep(self.settings.compact_interval_s)
             try:
-                status = await self._client.status()
-                target = status.header.revision - self.settings.keep_revisions
+                target = await self._current_revision() - self.settings.keep_revisions
                 if target > 0:
                     await self._client.compact(target)
                     log.info("etcd_history_compacted", extra={"revision": target})
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # another broker compacted further already, or etcd is away
-                log.debug("etcd_compact_skipped", extra={"error": repr(e)})
+                log.info("etcd_compact_skipped", extra={"error": repr(e)})
+
+
+class _RevisionCompacted(Exception):
+    """A paged load's revision was compacted away before its last page was read."""
 
 
 def _prefix_end(prefix: bytes) -> bytes:

@@ -32,16 +32,16 @@ async def test_own_commit_racing_a_reload_stays_in_the_view(private_etcd):
             assert await other.wait_for_commit([(t, 0)], timeout=30), "the other store never saw the first commit"
 
         range_read, release = asyncio.Event(), asyncio.Event()
-        real_get_prefix = store._client.get_prefix
+        real_read_pages = store._read_pages
 
-        async def held_get_prefix(*args, **kwargs):
-            result = await real_get_prefix(*args, **kwargs)
-            if not range_read.is_set():
+        async def held_read_pages(kinds):
+            async for page in real_read_pages(kinds):
+                yield page
+            if not range_read.is_set():  # every page read: hold the reload before it adopts them
                 range_read.set()
                 await release.wait()
-            return result
 
-        store._client.get_prefix = held_get_prefix
+        store._read_pages = held_read_pages
         await asyncio.to_thread(private_etcd.stop)
         await asyncio.to_thread(private_etcd.start)
         await asyncio.wait_for(range_read.wait(), 30)  # the reload has read revision X and is held
@@ -501,15 +501,15 @@ async def test_a_reload_read_before_a_broker_registered_again_keeps_the_new_regi
         assert await store._view_reaches(first, 30)
         flowing.clear()
         range_read, release = asyncio.Event(), asyncio.Event()
-        real_get_prefix = store._client.get_prefix
+        real_read_pages = store._read_pages
 
-        async def held_get_prefix(*args, **kwargs):
-            result = await real_get_prefix(*args, **kwargs)
+        async def held_read_pages(kinds):
+            async for page in real_read_pages(kinds):
+                yield page
             range_read.set()
             await release.wait()
-            return result
 
-        store._client.get_prefix = held_get_prefix
+        store._read_pages = held_read_pages
         reload = asyncio.create_task(store._load())
         await asyncio.wait_for(range_read.wait(), 30)  # it read the old registration
         await store._lease.revoke()
