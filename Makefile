@@ -35,7 +35,7 @@ test: $(VENV)/.installed $(KAFKAJS)/node_modules/.installed lint
 # The suite as a slower or busier machine runs it: beside a CPU and fsync load from Debian's
 # stress-ng (installed if missing; apt-get needs root). Run it before landing; a harsher load:
 # `make test-slow SLOW_LOAD="--cpu 4 --hdd 2 --hdd-opts dsync"`.
-SLOW_LOAD ?= --cpu 2 --hdd 1 --hdd-opts dsync --hdd-bytes 64m
+SLOW_LOAD ?= --cpu 8 --hdd 2 --hdd-opts dsync --hdd-bytes 64m
 test-slow:
 	@command -v stress-ng >/dev/null || { apt-get update -qq && apt-get install -y -qq stress-ng; }
 	@mkdir -p .stress; stress-ng $(SLOW_LOAD) --temp-path .stress --quiet & load=$$!; \
