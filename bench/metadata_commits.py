@@ -1,7 +1,7 @@
 """What one WAL object's sequencer commit costs the brokers, per partition it holds, on a real etcd.
 
 Every WAL object commits one head per partition it holds and one index record per commit
-transaction (metadata/etcd.py), and every broker follows every commit through its etcd watch. With many partitions per object (records spread over
+transaction (metadata/etcd/commits.py), and every broker follows every commit through its etcd watch. With many partitions per object (records spread over
 10,000 partitions) that per-partition work is most of a broker's CPU. This measures, against a
 stock etcd started on a free port:
 

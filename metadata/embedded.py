@@ -31,13 +31,12 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 from .model import AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
+from .rules import bumped_epoch, clamped_log_start, merged_configs, partition_count
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
-from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic
+from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic, check_replacement
 from .view import IndexReads, PartitionView
 
 T = TypeVar("T")
-
-MAX_EPOCH = 32767  # producer epochs are int16; past it a producer gets a fresh id
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
@@ -287,6 +286,28 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
                 part.add(e)
         self._producers.update(seq.producers)
 
+    async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry) -> bool:
+        check_replacement(replaced, replacement)
+        return await self._exclusive(self._replace_entries, topic_id, partition, list(replaced), replacement)
+
+    async def _replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: list[IndexEntry], replacement: IndexEntry) -> bool:
+        part = self._partitions.get((topic_id, partition))
+        if part is None:
+            raise UnknownTopic(f"{topic_id}/{partition}")
+        first, last = replaced[0].base_offset, replaced[-1].last_offset
+        if part.covering(first, last) != replaced:
+            return False
+        e = replacement
+        tid = topic_id.hex
+        await self._write(
+            [
+                ("DELETE FROM index_entries WHERE topic_id = ? AND partition = ? AND base_offset BETWEEN ? AND ?", (tid, partition, first, last), False),
+                ("INSERT INTO index_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (tid, partition, e.base_offset, e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp), False),
+            ]
+        )
+        part.replace(replacement)
+        return True
+
     async def fence_objects(self, object_keys: Collection[str]) -> set[str]:
         return await self._exclusive(self._fence_objects, object_keys)
 
@@ -307,9 +328,9 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         """KIP-360: a known (id, current epoch) gets the same id at the next epoch. Anything else
         (no id, an unknown id, a stale epoch, an exhausted epoch) gets a fresh id at epoch 0, as
         Kafka does for producers without a transactional id."""
-        known = self._producer_epochs.get(producer_id) if producer_id >= 0 else None
-        if known is not None and known == producer_epoch and known < MAX_EPOCH:
-            pid, epoch, next_id = producer_id, known + 1, self._next_producer_id
+        bumped = bumped_epoch(producer_id, producer_epoch)
+        if bumped is not None and self._producer_epochs.get(producer_id) == producer_epoch:
+            pid, epoch, next_id = producer_id, bumped, self._next_producer_id
         else:
             pid, epoch, next_id = self._next_producer_id, 0, self._next_producer_id + 1
         await self._write(
@@ -331,10 +352,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         info = self._topics.get(name)
         if info is None:
             raise UnknownTopic(name)
-        count = info.partitions if partitions is None else partitions
-        if count < info.partitions:
-            raise InvalidPartitions(f"topic {name} has {info.partitions} partitions; it cannot shrink to {count}")
-        merged = {k: v for k, v in {**info.configs, **configs}.items() if v is not None}
+        count = partition_count(info, partitions)
+        merged = merged_configs(info.configs, configs)
         updated = TopicInfo(name, info.topic_id, count, merged)
         tid = info.topic_id.hex
         await self._write(
@@ -358,7 +377,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         part = self._partitions.get((topic_id, partition))
         if part is None:
             raise UnknownTopic(f"{topic_id}/{partition}")
-        target = min(max(offset, part.log_start_offset), part.next_offset)
+        target = clamped_log_start(offset, part.log_start_offset, part.next_offset)
         if target != part.log_start_offset:
             await self._write([("UPDATE partitions SET log_start_offset = ? WHERE topic_id = ? AND partition = ?", (target, topic_id.hex, partition), False)])
             part.log_start_offset = target

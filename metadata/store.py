@@ -51,6 +51,20 @@ class ObjectFenced(MetadataUnavailable):
 TopicPartition = tuple[uuid.UUID, int]
 
 
+def check_replacement(replaced: Sequence[IndexEntry], replacement: IndexEntry) -> None:
+    """ValueError unless `replaced` are entries that follow one another and `replacement` covers
+    exactly their offsets (`MetadataStore.replace_entries`)."""
+    if not replaced:
+        raise ValueError("nothing to replace")
+    for before, after in zip(replaced, replaced[1:]):
+        if after.base_offset != before.last_offset + 1:
+            raise ValueError(f"entries {before.base_offset}-{before.last_offset} and {after.base_offset}-{after.last_offset} do not follow one another")
+    if (replacement.base_offset, replacement.last_offset) != (replaced[0].base_offset, replaced[-1].last_offset):
+        raise ValueError(
+            f"the replacement holds offsets {replacement.base_offset}-{replacement.last_offset}, the entries replaced {replaced[0].base_offset}-{replaced[-1].last_offset}"
+        )
+
+
 async def resolved_within(fut: asyncio.Future, timeout: float) -> bool:
     """True if `fut` is resolved within `timeout` seconds; False (and `fut` cancelled) if not."""
     try:
@@ -185,6 +199,17 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def entry_for_timestamp(self, topic_id: uuid.UUID, partition: int, timestamp: int) -> IndexEntry | None:
         """The first entry whose max_timestamp >= timestamp, or None."""
+
+    @abc.abstractmethod
+    async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry) -> bool:
+        """Compaction's index swap: the consecutive entries `replaced`, as the caller read them
+        from this store, become the one entry `replacement` (a PARQUET object's row range, or a
+        merged object), which must cover exactly their offsets. Atomic for the partition, and
+        however many entries it replaces, within etcd's limits per transaction. True once
+        durable; False, changing nothing, if the partition's entries over that range are no
+        longer exactly `replaced` (another replace won). An object no entry refers to any more
+        drops out of `referenced_objects`. Raises ValueError for a replacement that does not fit
+        `replaced`, UnknownTopic, MetadataUnavailable."""
 
     def referenced_objects(self) -> set[str]:
         """Keys of every object some index entry points at (the orphan sweeper keeps these)."""

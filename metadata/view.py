@@ -43,6 +43,24 @@ class PartitionView:
             self.running_max.insert(i, 0)
         self._recompute_running_max(i)
 
+    def replace(self, entry: IndexEntry) -> list[IndexEntry]:
+        """Compaction's swap: `entry` takes the place of every entry within its offsets
+        [base_offset, last_offset] (which it must cover exactly, whole entries); returns them."""
+        i = bisect.bisect_left(self.last_offsets, entry.base_offset)
+        j = bisect.bisect_right(self.last_offsets, entry.last_offset)
+        replaced = self.entries[i:j]
+        self.entries[i:j] = [entry]
+        self.last_offsets[i:j] = [entry.last_offset]
+        self.running_max[i:j] = [0]
+        self._recompute_running_max(i)
+        return replaced
+
+    def covering(self, first_offset: int, last_offset: int) -> list[IndexEntry]:
+        """The entries holding any offset in [first_offset, last_offset], in offset order."""
+        i = bisect.bisect_left(self.last_offsets, first_offset)
+        j = bisect.bisect_left(self.last_offsets, last_offset)
+        return self.entries[i : j + 1]
+
     def remove(self, base_offset: int) -> None:
         i = bisect.bisect_left(self.last_offsets, base_offset)
         if i < len(self.entries) and self.entries[i].base_offset == base_offset:

@@ -542,3 +542,116 @@ async def test_everything_survives_a_restart(open_store):
     fresh, epoch = await store.init_producer_id()
     assert epoch == 0 and fresh > max(p for p, _ in issued)
     assert await store.init_producer_id(pid, 2) == (pid, 3)
+
+
+# -- the range replace (compaction's index swap) ------------------------------------------------
+
+PARQUET = ObjectType.PARQUET
+
+
+async def _three_objects(store):
+    """p0: A 0-4, B 5-9, C 10-14; p1: A 0-2 (object A is shared by both partitions)."""
+    t = (await store.create_topic("t", 2)).topic_id
+    await store.commit(commit(append(t, 0, 0, 50, 5, max_ts=40), append(t, 1, 50, 30, 3, max_ts=7), key="wal/A"))
+    await store.commit(commit(append(t, 0, 0, 50, 5, max_ts=20), key="wal/B"))
+    await store.commit(commit(append(t, 0, 0, 50, 5, max_ts=60), key="wal/C"))
+    return t
+
+
+async def test_a_range_of_entries_is_replaced_by_one(store):
+    t = await _three_objects(store)
+    a, b, c = store.entries(t, 0, 0)
+    shared = store.entries(t, 1, 0)
+    parquet = IndexEntry(0, 9, "table/data/f1.parquet", PARQUET, 0, 10, 40)
+    assert await store.replace_entries(t, 0, [a, b], parquet) is True
+    assert store.entries(t, 0, 0) == [parquet, c]
+    for offset in range(10):  # every offset of the range is found in the new entry
+        assert store.entries(t, 0, offset, max_entries=1) == [parquet]
+    assert store.entries(t, 0, 12) == [c]  # what was not replaced is unchanged, byte range and all
+    assert store.entries(t, 1, 0) == shared
+    assert (store.high_watermark(t, 0), store.high_watermark(t, 1)) == (15, 3)
+    assert store.entry_for_timestamp(t, 0, 41) == c and store.entry_for_timestamp(t, 0, 30) == parquet
+    # B is no longer referenced by anything; A still is, by partition 1, until that is replaced too.
+    assert {"wal/A", "wal/C"} <= store.referenced_objects() and "wal/B" not in store.referenced_objects()
+    assert await store.replace_entries(t, 1, shared, IndexEntry(0, 2, "table/data/f2.parquet", PARQUET, 0, 3, 7)) is True
+    assert "wal/A" not in store.referenced_objects()
+    # Replaced entries can be replaced again (merging files): the parquet entry and C become one.
+    merged = IndexEntry(0, 14, "table/data/f3.parquet", PARQUET, 0, 15, 60)
+    assert await store.replace_entries(t, 0, [parquet, c], merged) is True
+    assert store.entries(t, 0, 0) == [merged] and store.referenced_objects() == {"table/data/f2.parquet", "table/data/f3.parquet"}
+
+
+async def test_a_replace_of_entries_no_longer_there_changes_nothing(store):
+    t = await _three_objects(store)
+    a, b, c = store.entries(t, 0, 0)
+    assert await store.replace_entries(t, 0, [a, b], IndexEntry(0, 9, "f1", PARQUET, 0, 10, 40)) is True
+    # A second compactor that planned the same range (or an overlapping one) loses.
+    assert await store.replace_entries(t, 0, [a, b], IndexEntry(0, 9, "f1-again", PARQUET, 0, 10, 40)) is False
+    assert await store.replace_entries(t, 0, [b, c], IndexEntry(5, 14, "f2", PARQUET, 0, 10, 60)) is False
+    assert [e.object_key for e in store.entries(t, 0, 0)] == ["f1", "wal/C"]
+
+
+async def test_concurrent_replaces_of_one_range_one_wins(store):
+    t = await _three_objects(store)
+    a, b, _ = store.entries(t, 0, 0)
+    won = await asyncio.gather(*(store.replace_entries(t, 0, [a, b], IndexEntry(0, 9, f"f{i}", PARQUET, 0, 10, 40)) for i in range(4)))
+    assert sorted(won) == [False, False, False, True]
+    assert store.entries(t, 0, 0)[0].object_key == f"f{won.index(True)}"
+
+
+async def test_a_replacement_must_cover_exactly_whole_entries(store):
+    t = await _three_objects(store)
+    a, b, c = store.entries(t, 0, 0)
+    for replaced, replacement in (
+        ([a, b], IndexEntry(0, 8, "short", PARQUET, 0, 9, 40)),  # does not reach B's last offset
+        ([a, b], IndexEntry(1, 9, "late", PARQUET, 0, 9, 40)),  # does not start at A's base offset
+        ([a, c], IndexEntry(0, 14, "gap", PARQUET, 0, 15, 60)),  # A and C do not follow one another
+        ([], IndexEntry(0, 4, "nothing", PARQUET, 0, 5, 40)),
+    ):
+        with pytest.raises(ValueError):
+            await store.replace_entries(t, 0, replaced, replacement)
+    with pytest.raises(UnknownTopic):
+        await store.replace_entries(uuid.uuid4(), 0, [a], IndexEntry(0, 4, "f", PARQUET, 0, 5, 40))
+    assert store.entries(t, 0, 0) == [a, b, c]
+
+
+async def test_replaces_keep_up_with_commits_to_the_same_partition(store):
+    """Commits go on while earlier ranges are replaced: every offset is in exactly one entry."""
+    t = (await store.create_topic("t", 1)).topic_id
+    stop = asyncio.Event()
+
+    async def produce() -> None:
+        n = 0
+        while not stop.is_set():
+            await store.commit(commit(append(t, 0, 0, 20, 2, max_ts=n), key=f"wal/{n:04d}"))
+            n += 1
+            await asyncio.sleep(0)
+
+    producing = asyncio.create_task(produce())
+    replaced = 0
+    try:
+        for round_ in range(10):
+            while len(wal := [e for e in store.entries(t, 0, 0, max_entries=10_000) if e.object_type == WAL]) < 3:
+                await asyncio.sleep(0.001)
+            first, *_, last = wal[:3]
+            assert await store.replace_entries(t, 0, wal[:3], IndexEntry(first.base_offset, last.last_offset, f"table/{round_}", PARQUET, 0, 6, last.max_timestamp)) is True
+            replaced += 1
+    finally:
+        stop.set()
+        await producing
+    entries = store.entries(t, 0, 0, max_entries=100_000)
+    assert [e.base_offset for e in entries] == [0] + [e.last_offset + 1 for e in entries[:-1]]  # no gap, no overlap
+    assert entries[-1].last_offset + 1 == store.high_watermark(t, 0)
+    assert sum(e.object_type == PARQUET for e in entries) == replaced == 10
+
+
+async def test_a_replace_survives_a_restart(open_store):
+    store = await open_store()
+    t = await _three_objects(store)
+    a, b, c = store.entries(t, 0, 0)
+    parquet = IndexEntry(0, 9, "table/f1.parquet", PARQUET, 0, 10, 40)
+    assert await store.replace_entries(t, 0, [a, b], parquet)
+    await store.close()
+    store = await open_store()
+    assert store.entries(t, 0, 0) == [parquet, c]
+    assert "wal/B" not in store.referenced_objects()

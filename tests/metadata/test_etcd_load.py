@@ -9,8 +9,8 @@ import asyncio
 import grpc
 import pytest
 
-from metadata import etcd
 from metadata.etcd import EtcdSettings
+from metadata.etcd import store as etcd_store
 
 from tests.metadata.helpers import append, commit, open_etcd_store
 
@@ -47,8 +47,8 @@ async def test_a_store_starts_on_metadata_larger_than_a_grpc_message(etcd_server
     expected = await write_index(etcd_server, "large")
     records = await _count(etcd_server, "/large/wal-index/")
     assert records == WRITERS * COMMITS_PER_WRITER
-    for grpc_limit in (etcd.GRPC_MAX_MESSAGE_BYTES, 1024 * 1024):  # then pages of 4 MiB refused
-        monkeypatch.setattr(etcd, "GRPC_MAX_MESSAGE_BYTES", grpc_limit)
+    for grpc_limit in (etcd_store.GRPC_MAX_MESSAGE_BYTES, 1024 * 1024):  # then pages of 4 MiB refused
+        monkeypatch.setattr(etcd_store, "GRPC_MAX_MESSAGE_BYTES", grpc_limit)
         store = await open_etcd_store(etcd_server, "large", PATIENT)
         try:
             for t, hw in expected.items():

@@ -1,0 +1,422 @@
+"""The etcd store's view: loaded in pages at one revision, then kept current by one watch on the
+root, each event applied as it comes; and the waits for the view to reach a revision."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+
+import orjson
+
+from ..model import BrokerRegistration, TopicInfo
+from ..sequencer import BatchSequence, ProducerState
+from ..store import MetadataUnavailable, resolved_within
+from ..view import PartitionView
+from .keys import _decode_entry, _decode_topic, _Keys, _prefix_end, _split_key, decode_wal_index
+
+log = logging.getLogger("neve.metadata.etcd")
+
+# Loading the view: only the key families it holds, in pages (etcd has no byte limit on a range
+# read, gRPC has one on a message). The first page of each family is small; later pages hold up to
+# PAGE_BYTES of the largest value seen so far in it; gRPC's limit (store.GRPC_MAX_MESSAGE_BYTES)
+# is set well above that.
+LOADED_KINDS = ("topics/", "brokers/", "heads/", "index/", "wal-index/")
+FIRST_PAGE_KEYS = 16
+MAX_PAGE_KEYS = 4096
+PAGE_BYTES = 4 * 1024 * 1024
+LOAD_ATTEMPTS = 5
+
+
+class _PartitionState(PartitionView):
+    """PartitionView plus what the sequencer and the compare need, and its head's key (made once:
+    a commit names the head of every partition it touches three times)."""
+
+    __slots__ = ("producers", "mod_revision", "producer_used", "head_key")
+
+    def __init__(self, head_key: bytes) -> None:
+        super().__init__()
+        self.producers: dict[int, ProducerState] = {}
+        self.producer_used: dict[int, int] = {}
+        self.mod_revision = 0
+        self.head_key = head_key
+
+
+class _RevisionCompacted(Exception):
+    """A paged load's revision was compacted away before its last page was read."""
+
+
+class _Follower:
+    """Loading and following, mixed into EtcdMetadataStore. Keeps the view's state, which the
+    store's __init__ makes: `_topics`, `_topics_by_id`, `_topic_created`, `_partitions` (and the
+    per-topic views, through IndexReads' `_view_added` and `_views_dropped`), `_by_path`,
+    `_brokers`, `_broker_revisions`, `_revision`, `_revision_waiters`, `_loaded`, `_watching`, and
+    `_own_revisions` and `_commits_in_flight` (commits.py adds to both). Uses the store's `keys`
+    and the key prefixes it made, `settings`, `_client`, `_delete_type`, `ops`, `notifier`,
+    `_closed`, `_registration` and `_register` (leases.py)."""
+
+    async def _load(self) -> int:
+        """Read what the view holds into it; returns the revision it reflects. The read is paged
+        (`_read_pages`) at one revision, so its size is bounded by nothing but etcd's own; if that
+        revision is compacted away while the pages are read (a busy cluster, a slow read), the
+        read starts again at the newest revision."""
+        for attempt in range(LOAD_ATTEMPTS):
+            try:
+                return await self._load_at_one_revision()
+            except _RevisionCompacted as e:
+                log.warning("etcd_load_revision_compacted", extra={"attempt": attempt + 1, "error": str(e)})
+        raise MetadataUnavailable(f"etcd's history was compacted under {LOAD_ATTEMPTS} loads in a row")
+
+    async def _read_pages(self, kinds: tuple[str, ...]):
+        """Every key of the given kinds (key families under the root), as etcd KeyValues, read at
+        one revision in pages: the first page's revision, then that one. A page holds at most
+        PAGE_BYTES of values as far as the values seen so far tell, and a page over gRPC's
+        message limit is asked again in smaller pieces. Yields (kind, key-values); the revision
+        read is `self._loading_revision` once the first page is in."""
+        import grpc
+        from aetcd import rpc
+
+        await self._client.connect()
+        revision = 0
+        for kind in kinds:
+            prefix = self.keys.prefix(kind)
+            start, end, limit = prefix, _prefix_end(prefix), FIRST_PAGE_KEYS
+            while True:
+                request = rpc.RangeRequest(key=start, range_end=end, limit=limit, revision=revision)
+                self.ops += 1
+                try:
+                    page = await self._client.kvstub.Range(request, timeout=self.settings.timeout, metadata=self._client.metadata)
+                except grpc.aio.AioRpcError as e:
+                    if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and limit > 1:
+                        limit = max(1, limit // 8)
+                        continue
+                    if e.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in (e.details() or ""):
+                        raise _RevisionCompacted(e.details()) from e
+                    raise MetadataUnavailable(f"etcd range read failed: {e.code().name} {e.details()}") from e
+                if not revision:
+                    revision = self._loading_revision = page.header.revision
+                if page.kvs:
+                    yield kind, page.kvs
+                if not page.more or not page.kvs:
+                    break
+                start = page.kvs[-1].key + b"\0"
+                largest = max(len(kv.value) for kv in page.kvs)
+                limit = max(1, min(MAX_PAGE_KEYS, PAGE_BYTES // max(largest, 1)))
+
+    async def _load_at_one_revision(self) -> int:
+        self._loading_revision = 0
+        topics: dict[str, TopicInfo] = {}
+        created: dict[uuid.UUID, int] = {}
+        brokers: dict[int, BrokerRegistration] = {}
+        broker_revisions: dict[int, int] = {}
+        heads, entries, wal_indexes = [], [], []
+        revision = 0
+        async for _kind, kvs in self._read_pages(LOADED_KINDS):
+            for kv in kvs:
+                revision = max(revision, kv.mod_revision)
+                self._load_one(kv, topics, created, heads, entries, wal_indexes, brokers, broker_revisions)
+        revision = max(revision, self._loading_revision)
+        self._adopt_loaded(revision, topics, created, heads, entries, wal_indexes, brokers, broker_revisions)
+        return revision
+
+    def _load_one(self, kv, topics, created, heads, entries, wal_indexes, brokers, broker_revisions) -> None:
+        """Sort one key-value of a load into the collections `_adopt_loaded` builds the view from."""
+        kind, rest = _split_key(kv.key)
+        if kind == "topics":
+            info = _decode_topic(rest, kv.value)
+            topics[info.name] = info
+            created[info.topic_id] = kv.create_revision
+        elif kind == "heads":
+            heads.append((rest, kv))
+        elif kind == "wal-index":
+            wal_indexes.append(kv.value)
+        elif kind == "index":
+            entries.append((rest, kv))
+        elif kind == "brokers":
+            b = json.loads(kv.value)
+            brokers[int(rest)] = BrokerRegistration(int(rest), b["host"], b["port"], b.get("zone"))
+            broker_revisions[int(rest)] = kv.mod_revision
+
+    def _adopt_loaded(self, revision, topics, created, heads, entries, wal_indexes, brokers, broker_revisions) -> None:
+        """Replace the view by what a load read at `revision`."""
+        own = self._registration
+        if own is not None and self._broker_revisions.get(own.node_id, 0) > revision:
+            # registered again after this range read: the watch from it brings the put, keep it meanwhile
+            brokers[own.node_id], broker_revisions[own.node_id] = own, self._broker_revisions[own.node_id]
+        self._topics = topics
+        self._topics_by_id = {t.topic_id: t for t in topics.values()}
+        self._topic_created = created
+        self._partitions = {}
+        self._topic_views = {}
+        self._by_path = {}
+        # Our commits recorded so far were applied to the view just replaced; one that landed after
+        # this range read is missing from the new view, so its watch events must not be skipped.
+        self._own_revisions = set()
+        for info in topics.values():
+            self._add_partitions(info)
+        for rest, kv in heads:
+            self._apply_head(rest, kv.value, kv.mod_revision)
+        for raw in wal_indexes:
+            self._apply_wal_index(raw)
+        for rest, kv in entries:
+            self._apply_entry(rest, kv.value)
+        self._brokers, self._broker_revisions = brokers, broker_revisions
+        self._loaded.set()
+        log.info("etcd_view_loaded", extra={"revision": revision, "topics": len(topics), "brokers": sorted(brokers), "wal_index_records": len(wal_indexes)})
+
+    # -- following changes --------------------------------------------------------------------
+
+    async def _follow(self, revision: int) -> None:
+        delay = 0.1
+        while not self._closed:
+            try:
+                async for response in self._watch(revision + 1):
+                    if response.created:
+                        delay = 0.1
+                        self._watching = True
+                        continue
+                    events = response.events
+                    if not events:
+                        continue
+                    followed = revision
+                    if self._commits_in_flight and any(e.kv.mod_revision not in self._own_revisions for e in events):
+                        # A commit's watch events can arrive before its transaction's answer, which
+                        # records its revision: wait for the commits in flight, so that their events
+                        # are recognised rather than decoded and applied a second time (44% of a
+                        # committing store's own events were). Another writer's events wait at most
+                        # for this store's transactions already sent, each bounded by gRPC's deadline.
+                        await asyncio.wait(tuple(self._commits_in_flight))
+                    last = events[-1].kv.mod_revision
+                    if last in self._own_revisions and events[0].kv.mod_revision == last:
+                        # all of one of this store's commits (or a fragment of it), applied already
+                        revision = max(revision, last)
+                    else:
+                        moved = []
+                        for event in events:
+                            kv = event.kv
+                            if kv.mod_revision > revision:
+                                revision = kv.mod_revision
+                            if kv.mod_revision not in self._own_revisions:
+                                tp = self._apply_event(event)
+                                if tp is not None:
+                                    moved.append(tp)
+                        self.notifier.notify(moved)
+                    if revision > followed and len(self._own_revisions) > 256:  # events come in revision order
+                        self._own_revisions = {r for r in self._own_revisions if r >= revision}
+                    if revision > self._revision:
+                        self._view_at(revision)
+                if self._closed:
+                    return
+                raise MetadataUnavailable("etcd ended the watch stream")
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self._watching = False
+                log.warning("etcd_watch_broken", extra={"error": repr(e), "retry_in_s": delay})
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                try:
+                    revision = await self._reload()
+                    self._view_at(revision)
+                except Exception as reload_error:
+                    log.warning("etcd_reload_failed", extra={"error": repr(reload_error)})
+
+    async def _watch(self, start_revision: int):
+        """etcd's watch of everything under the root from `start_revision`, one WatchResponse at a
+        time, on the client's own channel. The stream is read directly rather than through
+        aetcd's watch iterator, which hands over each event through a queue and two coroutines:
+        with a head and an index entry per partition an object holds (before wal-index records),
+        that was a quarter of a committing broker's metadata CPU, spent mostly on skipping the
+        events of its own commits."""
+        from aetcd import rpc
+
+        await self._client.connect()
+        prefix = self.keys.prefix()
+        # fragment: a revision's events may exceed a gRPC message (a topic's deletion deletes all its
+        # index keys at once); etcd then sends them in several responses rather than failing the watch
+        create = rpc.WatchRequest(create_request=rpc.WatchCreateRequest(key=prefix, range_end=_prefix_end(prefix), start_revision=start_revision, fragment=True))
+
+        async def requests():
+            yield create
+            await asyncio.Event().wait()  # keep the request side open until the call ends
+
+        call = rpc.WatchStub(self._client.channel).Watch(requests(), metadata=self._client.metadata)
+        try:
+            async for response in call:
+                if response.compact_revision:
+                    raise MetadataUnavailable(f"watch from revision {start_revision} is compacted (now {response.compact_revision})")
+                if response.canceled:
+                    raise MetadataUnavailable(f"etcd cancelled the watch: {response.cancel_reason or 'no reason given'}")
+                yield response
+        finally:
+            call.cancel()
+
+    def _view_at(self, revision: int) -> None:
+        """The view now reflects every change up to `revision`: wake whoever waits for it."""
+        self._revision = revision
+        if self._revision_waiters:
+            waiting = []
+            for target, fut in self._revision_waiters:
+                if target <= revision:
+                    if not fut.done():
+                        fut.set_result(None)
+                else:
+                    waiting.append((target, fut))
+            self._revision_waiters = waiting
+
+    async def _view_reaches(self, revision: int, timeout: float) -> bool:
+        """Whether the view reflects `revision` within `timeout` seconds."""
+        if self._revision >= revision:
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        self._revision_waiters.append((revision, fut))
+        try:
+            return await resolved_within(fut, timeout)
+        finally:
+            self._revision_waiters = [(t, f) for t, f in self._revision_waiters if f is not fut]
+
+    async def _view_settles(self, revision: int) -> None:
+        """After a topic change etcd has accepted: wait until the watch has applied it. The
+        call then applies the change to the view itself, which is a no-op unless the watch lagged
+        past the timeout. Applying it before the watch got there would let an older event still
+        on its way undo it (a topic's creation arriving after its deletion); after the timeout
+        it is applied regardless, and the next reload puts the view right."""
+        if not await self._view_reaches(revision, self.settings.timeout):
+            log.warning("etcd_topic_view_behind", extra={"revision": revision, "view_revision": self._revision})
+
+    async def _reload(self) -> int:
+        """After a broken watch: rebuild the view from scratch, then wake every waiter (whatever
+        changed meanwhile is now visible)."""
+        revision = await self._load()
+        self.notifier.notify(list(self._partitions))
+        if self._registration is not None:
+            await self._register(self._registration)
+        return revision
+
+    def _apply_event(self, event) -> tuple[uuid.UUID, int] | None:
+        """Apply one watch event to the view; returns the partition whose head moved, if one did
+        (the caller wakes its waiters once the whole response is applied)."""
+        kv = event.kv
+        key = kv.key
+        deleted = event.type == self._delete_type
+        if key.startswith(self._heads_prefix):  # the common events first: no general key parsing
+            return None if deleted else self._apply_head(key[len(self._heads_prefix) :].decode(), kv.value, kv.mod_revision)
+        if key.startswith(self._wal_index_prefix):
+            # A record is deleted only once every entry in it has been replaced (compaction).
+            if not deleted:
+                self._apply_wal_index(kv.value)
+            return None
+        if key.startswith(self._index_prefix):
+            rest = key[len(self._index_prefix) :].decode()
+            if deleted:
+                part, base = self._index_key(rest)
+                if part is not None:
+                    part.remove(base)
+            else:
+                self._apply_entry(rest, kv.value)
+            return None
+        kind, rest = _split_key(key)
+        if kind == "topics":
+            if deleted:
+                info = self._topics.pop(rest, None)
+                if info is not None:
+                    self._forget_topic(info)
+            else:
+                self._adopt_topic(_decode_topic(rest, event.kv.value), kv.create_revision)
+        elif kind == "brokers":  # membership changes are rare and worth a line each
+            node_id = int(rest)
+            if kv.mod_revision < self._broker_revisions.get(node_id, 0):
+                return None  # older than the registration in the view (see _broker_revisions)
+            if deleted:
+                self._broker_revisions.pop(node_id, None)
+                if self._brokers.pop(node_id, None) is not None:
+                    log.info("broker_left", extra={"node_id": node_id, "revision": kv.mod_revision})
+            else:
+                b = json.loads(event.kv.value)
+                joined = node_id not in self._brokers
+                self._brokers[node_id] = BrokerRegistration(node_id, b["host"], b["port"], b.get("zone"))
+                self._broker_revisions[node_id] = kv.mod_revision
+                if joined:
+                    log.info("broker_joined", extra={"node_id": node_id, "revision": kv.mod_revision, "zone": b.get("zone")})
+        return None
+
+    def _adopt_topic(self, info: TopicInfo, created: int) -> None:
+        """A topic created or changed (more partitions, new configs); `created`: its key's create
+        revision, which every commit to it compares (the topic still exists)."""
+        known = self._topics.get(info.name)
+        if known is not None and known.topic_id != info.topic_id:
+            self._forget_topic(known)
+        self._topics[info.name] = info
+        self._topics_by_id[info.topic_id] = info
+        self._topic_created[info.topic_id] = created
+        self._add_partitions(info)
+
+    def _add_partitions(self, info: TopicInfo) -> None:
+        """A state for each partition of the topic that has none yet (all of a new topic's, the
+        added ones of a grown topic)."""
+        for p in range(info.partitions):
+            tp = (info.topic_id, p)
+            if tp not in self._partitions:
+                part = self._partitions[tp] = _PartitionState(self.keys.head(info.topic_id, p))
+                self._by_path[_Keys.partition_path(info.topic_id, p)] = (tp, part)
+                self._view_added(info.topic_id, p, part)
+
+    def _topic_gone(self, topic_id: uuid.UUID) -> None:
+        """A commit found the topic's key deleted (or made anew): drop it from the view now rather
+        than retry against it until the watch brings the deletion."""
+        info = self._topics_by_id.get(topic_id)
+        if info is not None and self._topics.get(info.name) is info:
+            del self._topics[info.name]
+            self._forget_topic(info)
+            log.info("etcd_topic_gone_at_commit", extra={"topic": info.name, "topic_id": topic_id.hex})
+
+    def _forget_topic(self, info: TopicInfo) -> None:
+        self._topics_by_id.pop(info.topic_id, None)
+        self._topic_created.pop(info.topic_id, None)
+        for p in range(info.partitions):
+            self._partitions.pop((info.topic_id, p), None)
+            self._by_path.pop(_Keys.partition_path(info.topic_id, p), None)
+        self._views_dropped(info.topic_id)
+
+    def _apply_head(self, path: str, raw: bytes, mod_revision: int) -> tuple[uuid.UUID, int] | None:
+        """Take a head's value if it is newer than the view's; returns its partition if it was."""
+        found = self._by_path.get(path)
+        if found is None:
+            return None
+        tp, part = found
+        if mod_revision <= part.mod_revision:
+            return None
+        d = orjson.loads(raw)
+        part.next_offset, part.log_start_offset, part.mod_revision = d["n"], d["s"], mod_revision
+        producers = d.get("p")
+        if producers:
+            part.producers = {int(pid): ProducerState(v[0], tuple(BatchSequence(*b) for b in v[1])) for pid, v in producers.items()}
+            part.producer_used = {int(pid): v[2] for pid, v in producers.items()}
+        else:  # the common case: no idempotent producer writes the partition
+            part.producers, part.producer_used = {}, {}
+        return tp
+
+    def _index_key(self, rest: str) -> tuple[_PartitionState | None, int]:
+        """The partition (None if unknown) and base offset an index key names."""
+        path, _, base = rest.rpartition("/")
+        found = self._by_path.get(path)
+        return (found[1] if found is not None else None), int(base)
+
+    def _apply_wal_index(self, raw: bytes) -> None:
+        _, entries = decode_wal_index(raw)
+        by_path = self._by_path
+        for path, entry in entries:
+            found = by_path.get(path)
+            if found is not None:
+                found[1].add(entry)
+
+    def _apply_entry(self, rest: str, raw: bytes) -> None:
+        """A per-entry key: it takes the place of whatever the view holds for its offsets (the
+        wal-index entries a range replace superseded; loads apply wal-index records first)."""
+        part, base = self._index_key(rest)
+        if part is not None:
+            part.replace(_decode_entry(base, raw))
+
+    def is_current(self) -> bool:
+        return self._watching and not self._closed

@@ -1,0 +1,68 @@
+"""The etcd store's consumer groups: committed offsets and the coordinator's state, read and
+written straight through to etcd (the view holds neither)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Mapping
+from urllib.parse import unquote
+
+from ..model import CommittedOffset
+from .keys import MAX_OPS, _prefix_end
+
+
+class _Groups:
+    """Consumer groups, mixed into EtcdMetadataStore. Uses the store's `keys`, `_client`, `_txn`
+    and `_read`."""
+
+    async def commit_offsets(self, group: str, offsets: Mapping[tuple[uuid.UUID, int], CommittedOffset]) -> None:
+        tx = self._client.transactions
+        puts = [
+            tx.put(self.keys.offset(group, tid, p), json.dumps([o.offset, o.leader_epoch, o.metadata, o.commit_timestamp]).encode())
+            for (tid, p), o in offsets.items()
+        ]
+        if len(puts) > MAX_OPS:
+            # More partitions than one transaction holds: each put is still atomic on its own key,
+            # and a group's commit names each partition once.
+            await asyncio.gather(*(self._txn([], puts[i : i + MAX_OPS]) for i in range(0, len(puts), MAX_OPS)))
+        elif puts:
+            await self._txn([], puts)
+
+    async def fetch_offsets(self, group: str) -> dict[tuple[uuid.UUID, int], CommittedOffset]:
+        prefix = self.keys.offsets(group)
+        result = await self._read(self._client.get_prefix(prefix))
+        out = {}
+        for kv in result:
+            topic_hex, partition = kv.key[len(prefix) :].decode().split("/")
+            offset, epoch, metadata, ts = json.loads(kv.value)
+            out[(uuid.UUID(hex=topic_hex), int(partition))] = CommittedOffset(offset, epoch, metadata, ts)
+        return out
+
+    async def delete_offsets(self, group: str, partitions=None) -> None:
+        tx = self._client.transactions
+        if partitions is None:
+            prefix = self.keys.offsets(group)
+            await self._txn([], [tx.delete(prefix, _prefix_end(prefix))])
+            return
+        deletes = [tx.delete(self.keys.offset(group, tid, p)) for tid, p in partitions]
+        for i in range(0, len(deletes), MAX_OPS):
+            await self._txn([], deletes[i : i + MAX_OPS])
+
+    async def save_group(self, group: str, state: bytes | None) -> None:
+        tx = self._client.transactions
+        key = self.keys.group(group)
+        await self._txn([], [tx.delete(key) if state is None else tx.put(key, state)])
+
+    async def load_group(self, group: str) -> bytes | None:
+        got = await self._read(self._client.get(self.keys.group(group)))
+        return None if got is None else bytes(got.value)
+
+    async def list_groups(self) -> list[str]:
+        names = set()
+        for kind in ("groups/", "offsets/"):
+            prefix = self.keys.prefix(kind)
+            for kv in await self._read(self._client.get_prefix(prefix, keys_only=True)):
+                names.add(unquote(kv.key[len(prefix) :].decode().split("/", 1)[0]))
+        return sorted(names)
