@@ -11,7 +11,9 @@ stock etcd started on a free port:
   process of its own (its own rusage, from the view before the commits to the view after them).
 
 `python -m bench.metadata_commits [--partitions N] [--per-object N] [--objects N] [--rounds N]`;
-one JSON line per measurement.
+one JSON line per measurement. `--producers N [--commits N]` measures instead what a commit costs on
+a partition N idempotent producers have written against one that only one has (each producer's
+state is a key of its own, so it should cost the same).
 """
 
 from __future__ import annotations
@@ -121,17 +123,54 @@ async def measure(port: int, partitions: int, per_object: int, objects: int, fol
         await store.close()
 
 
+async def measure_producers(port: int, producers: int, commits: int) -> dict:
+    """A commit's cost on a partition `producers` idempotent producers have written, against one
+    only one has: one producer keeps writing one batch at a time to each partition, in turn, and
+    this process's CPU and the commit's time are summed per partition (issue 20: within 1.2x)."""
+    root = "bench-producers-" + uuid.uuid4().hex[:8]
+    store = EtcdMetadataStore("127.0.0.1", port, root=root)
+    await store.start()
+    try:
+        one, many = (await store.create_topic("one", 1)).topic_id, (await store.create_topic("many", 1)).topic_id
+        prime = 1000  # producers per priming object (its transactions of PRODUCERS_PER_TXN each)
+        for first in range(0, producers, prime):
+            count = min(prime, producers - first)
+            appends = tuple(Append(many, 0, i * RECORD_BYTES, RECORD_BYTES, 1, 1_700_000_000_000, producer_id=first + i, producer_epoch=0, base_sequence=0) for i in range(count))
+            await store.commit(ObjectCommit(f"objects/prime-{first:08d}", count * RECORD_BYTES, appends))
+        spent = {one: [0.0, 0.0], many: [0.0, 0.0]}  # CPU s, wall s
+        for seq in range(commits + 1):
+            for topic in (one, many):
+                append = Append(topic, 0, 0, RECORD_BYTES, 1, 1_700_000_000_000, producer_id=0, producer_epoch=0, base_sequence=seq if topic == one else seq + 1)
+                cpu, t = _cpu(), time.perf_counter()
+                results = await store.commit(ObjectCommit(f"objects/{topic.hex[:8]}-{seq:08d}", RECORD_BYTES, (append,)))
+                if seq:  # the first of each is the warm-up (one's producer is new there)
+                    spent[topic][0] += _cpu() - cpu
+                    spent[topic][1] += time.perf_counter() - t
+                if results[0].error_code or results[0].duplicate:
+                    raise RuntimeError(f"commit {seq} to {topic} failed: {results[0]}")
+        per = {name: {"cpu_us_per_commit": round(spent[t][0] / commits * 1e6, 1), "commit_ms": round(spent[t][1] / commits * 1000, 2)} for name, t in (("one", one), ("many", many))}
+        return {"producers": producers, "commits": commits, **per, "cpu_ratio": round(spent[many][0] / spent[one][0], 3), "time_ratio": round(spent[many][1] / spent[one][1], 3)}
+    finally:
+        await store.close()
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.metadata_commits", description=__doc__.split("\n\n")[0])
     p.add_argument("--partitions", type=int, default=10_000, help="partitions of the topic (default 10000)")
     p.add_argument("--per-object", type=int, default=3_400, help="partitions each object holds (default 3400, as at 10,000 round-robin partitions)")
     p.add_argument("--objects", type=int, default=12, help="measured commits per run (default 12)")
     p.add_argument("--rounds", type=int, default=2, help="runs, each measuring both (default 2)")
+    p.add_argument("--producers", type=int, default=0, help="instead: a commit's cost on a partition this many idempotent producers wrote, against one (issue 20)")
+    p.add_argument("--commits", type=int, default=500, help="with --producers: measured commits per partition (default 500)")
     args = p.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="neve-bench-commits-"))
     etcd = Etcd(work, work / "etcd.log")
     etcd.start()
     try:
+        if args.producers:
+            for round_no in range(args.rounds):
+                print(json.dumps({"round": round_no, **asyncio.run(measure_producers(etcd.client_port, args.producers, args.commits))}), flush=True)
+            return
         for round_no in range(args.rounds):
             got = asyncio.run(measure(etcd.client_port, args.partitions, args.per_object, args.objects, follow=True))
             print(json.dumps({"round": round_no, "role": "commit", "appends": got["appends"], "cpu_us_per_append": got["cpu_us_per_append"], "commit_ms": got["commit_ms"]}), flush=True)

@@ -4,8 +4,11 @@ offsets through one etcd, with optimistic concurrency and no leader.
 Key layout (all under `/<root>/`, root "neve" by default; values are compact JSON):
 
     topics/<name>                             {"id": hex, "partitions": n, "configs": {...}}
-    heads/<topic id hex>/<partition:06d>      {"n": next offset, "s": log start, "p": {producer id:
-                                               [epoch, [[first seq, last seq, base offset] x<=5], last used ms]}}
+    heads/<topic id hex>/<partition:06d>      {"n": next offset, "s": log start}
+    producers/<topic id hex>/<partition:06d>/<producer id>
+                                              one idempotent producer's state on the partition: [epoch,
+                                              [[first seq, last seq, base offset] x<=5], last used ms],
+                                              on the expiring lease (producer_expiry_ms of disuse)
     wal-index/<object key>/<group:04d>        the index entries one commit transaction added, all in one WAL
                                               object: [object key, [[topic id hex, [[partition:06d, base
                                               offset, last offset, start, size, max timestamp] ...]] ...]]
@@ -15,15 +18,17 @@ Key layout (all under `/<root>/`, root "neve" by default; values are compact JSO
                                               for every offset it covers (`index.py`; versions before
                                               wal-index records wrote every entry so, still read)
     producer-ids                              the next unallocated producer id (allocated in blocks)
-    producer-epochs/<producer id>             current epoch, on a lease of the producer expiry
+    producer-epochs/<producer id>             current epoch, on the expiring lease
+    swept/<object key>                        the orphan sweeper's fence on an object, on the expiring lease
     brokers/<node id>                         {"host", "port", "zone"}, attached to the broker's lease
     groups/<group, url-quoted>                the group coordinator's state (opaque to this store)
     offsets/<group, url-quoted>/<topic id hex>/<partition:06d>
                                               [offset, leader epoch, metadata, commit timestamp]
 
-A partition's head is the unit of optimistic concurrency: it holds the next offset and the
-idempotent-producer state of that partition, so one compare on its mod revision guards both. A
-missing head means offset 0 (topics with 10,000 partitions are created with one put).
+A partition's head is the unit of optimistic concurrency for its offsets: a commit compares its mod
+revision, and each idempotent producer's key it read (or that key's absence), so what a commit
+writes does not grow with the producers a partition has seen. A missing head means offset 0
+(topics with 10,000 partitions are created with one put).
 
 Committing a WAL object: the sequencer (metadata/sequencer.py) runs on the cached heads; one
 transaction compares every touched head's mod revision and puts the new heads and one wal-index
@@ -39,8 +44,9 @@ Staying bounded over months: index entries are replaced by compaction (`replace_
 many WAL entries become one PARQUET entry in two operations; a wal-index record goes once every
 entry in it is superseded, and its WAL object becomes garbage)
 and removed by retention; a deleted topic's entries stay in the wal-index records they share with
-other topics until then (its heads and per-entry keys are deleted); producer state expires with
-`producer_expiry_ms` of inactivity (Kafka's producer.id.expiration.ms); and each broker compacts
+other topics until then (its heads and per-entry keys are deleted); producer states, epochs and
+the sweeper's fences expire with `producer_expiry_ms` of disuse (Kafka's
+producer.id.expiration.ms, 24 h) through one lease a bucket (leases.py); and each broker compacts
 etcd's revision history every `compact_interval_s`, keeping the last `keep_revisions` revisions
 for watchers that lag.
 

@@ -10,14 +10,13 @@ import time
 import uuid
 from collections.abc import Collection
 
-import orjson
 
 from ..model import AppendResult, ObjectCommit
 from ..rules import clamped_log_start
 from ..sequencer import ProducerState, involved, sequence
 from ..store import MetadataUnavailable, ObjectFenced, UnknownTopic
 from .follower import _PartitionState
-from .keys import MAX_OPS, MAX_TXN_BYTES, PARTITIONS_PER_TXN, _Keys, encode_wal_index
+from .keys import MAX_OPS, MAX_TXN_BYTES, PARTITIONS_PER_TXN, PRODUCERS_PER_TXN, _Keys, decode_producer, encode_producer, encode_wal_index
 
 log = logging.getLogger("neve.metadata.etcd")
 
@@ -38,7 +37,10 @@ class _Commits:
         tx = self._client.transactions
         fenced_at = 0
         for i in range(0, len(keys), MAX_OPS):
-            _ok, responses = await self._txn([], [tx.put(self.keys.swept(key), b"") for key in keys[i : i + MAX_OPS]])
+            # on the expiring lease: a fence must outlive the commits in flight for its object (bounded
+            # by the WAL writer's commit deadline, seconds), not the cluster
+            lease = await self._expiring_lease()
+            _ok, responses = await self._txn([], [tx.put(self.keys.swept(key), b"", lease=lease) for key in keys[i : i + MAX_OPS]])
             fenced_at = max(fenced_at, responses[0].response_put.header.revision)
         # A commit of one of these objects either landed before its fence, and is in the view
         # once the view reaches the fence's revision, or finds the fence and lands nothing.
@@ -90,25 +92,36 @@ class _Commits:
     def _groups(self, commit: ObjectCommit) -> list[list[int]]:
         """Indices of the appends, grouped so each group's transaction fits etcd's limits; a
         partition's appends always stay in one group. A group's transaction compares the head of
-        each partition, each topic's key (it still exists), the fence and its wal-index record
-        (absent), and puts the heads and the record: one operation per partition and per topic, and
-        two per group, in each branch."""
+        each partition, each topic's key (it still exists), each idempotent producer's key, the fence
+        and its wal-index record (absent), and puts the heads, the producers and the record: one
+        operation per partition, per topic and per producer, and two per group, in each branch.
+
+        A partition whose appends come from more idempotent producers than one transaction can
+        compare is split among transactions of its own, a producer's appends (and every
+        non-idempotent one) staying together in one, in object order: Kafka's atomicity is one
+        producer's batch, and a producer's order is kept."""
         by_tp: dict[tuple[uuid.UUID, int], list[int]] = {}
+        producers_of: dict[tuple[uuid.UUID, int], set[int]] = {}
         for i, a in enumerate(commit.appends):
             by_tp.setdefault((a.topic_id, a.partition), []).append(i)
+            if a.producer_id >= 0:
+                producers_of.setdefault((a.topic_id, a.partition), set()).add(a.producer_id)
         groups: list[list[int]] = []
         current: list[int] = []
         topics: set[uuid.UUID] = set()
         ops = size = 0
-        for tp, idx in by_tp.items():
-            part = self._partitions.get(tp)
-            need_bytes = 300 + 100 * len(idx) + (120 * len(part.producers) if part is not None else 0)
-            need_ops = 1 if tp[0] in topics else 2
+        for tp, idx in list(by_tp.items()):
+            if len(producers_of.get(tp, ())) > PRODUCERS_PER_TXN:
+                groups.extend(self._producer_chunks(commit, idx))
+                continue
+            producers = len(producers_of.get(tp, ()))
+            need_bytes = 300 + 100 * len(idx) + 200 * producers
+            need_ops = (1 if tp[0] in topics else 2) + producers
             if current and (ops + need_ops > PARTITIONS_PER_TXN or size + need_bytes > MAX_TXN_BYTES):
                 groups.append(current)
                 current, ops, size = [], 0, 0
                 topics = set()
-                need_ops = 2
+                need_ops = 2 + producers
             current.extend(idx)
             topics.add(tp[0])
             ops += need_ops
@@ -116,6 +129,25 @@ class _Commits:
         if current:
             groups.append(current)
         return groups
+
+    @staticmethod
+    def _producer_chunks(commit: ObjectCommit, idx: list[int]) -> list[list[int]]:
+        """One partition's appends as transactions of at most PRODUCERS_PER_TXN producers each:
+        a producer's appends all in one, the non-idempotent ones in the first, in object order."""
+        chunk_of: dict[int, int] = {}
+        chunks: list[list[int]] = [[]]
+        for i in idx:
+            pid = commit.appends[i].producer_id
+            if pid < 0:
+                chunks[0].append(i)
+                continue
+            n = chunk_of.get(pid)
+            if n is None:
+                n = chunk_of[pid] = len(chunk_of) // PRODUCERS_PER_TXN
+                if n == len(chunks):
+                    chunks.append([])
+            chunks[n].append(i)
+        return [c for c in chunks if c]
 
     async def _commit_group(self, commit: ObjectCommit, idx: list[int], group: int, touched: list[tuple[uuid.UUID, int]]) -> list[AppendResult]:
         """One transaction's appends; the partitions it grew are added to `touched`."""
@@ -149,23 +181,35 @@ class _Commits:
                 compare(result=EQUAL, target=CREATE, key=key, create_revision=created)
             compare(result=EQUAL, target=CREATE, key=fence_key, create_revision=0)  # the sweeper has not fenced the object off
             compare(result=EQUAL, target=CREATE, key=record_key, create_revision=0)  # never overwrite another commit's entries
-            changed_by_tp: dict[tuple[uuid.UUID, int], dict[int, ProducerState]] = {}
-            for (pid, tid, p), state in seq.producers.items():
-                changed_by_tp.setdefault((tid, p), {})[pid] = state
+            # Each producer's state as the sequencer read it: at the revision the view has, or
+            # absent (a state the view lacks, or one whose key expired, is read back on failure).
+            producer_keys_compared = []
+            for pid, tid, p in producer_keys:
+                part = heads.get((tid, p))
+                if part is None:
+                    continue
+                key = self.keys.producer(tid, p, pid)
+                producer_keys_compared.append(((tid, p), pid, key))
+                known = part.producer_revisions.get(pid)
+                if known is not None:
+                    compare(result=EQUAL, target=MOD, key=key, mod_revision=known)
+                else:
+                    compare(result=EQUAL, target=CREATE, key=key, create_revision=0)
             now_ms = int(time.time() * 1000)
             new_heads = {}
             success = request.success.add
             for tp, part in heads.items():
-                changed_producers = changed_by_tp.get(tp, {})
                 next_offset = seq.heads.get(tp)
                 if next_offset is None:
-                    if not changed_producers:
-                        continue
-                    next_offset = part.next_offset
-                value, kept, used = self._encode_head(part, next_offset, changed_producers, now_ms)
-                new_heads[tp] = (next_offset, kept, used)
+                    continue
+                new_heads[tp] = next_offset
                 put = success().request_put
-                put.key, put.value = part.head_key, value
+                put.key, put.value = part.head_key, self._encode_head(part, next_offset)
+            if seq.producers:
+                lease = (await self._expiring_lease()).id  # the state expires with producer_expiry_ms of disuse
+                for (pid, tid, p), state in seq.producers.items():
+                    put = success().request_put
+                    put.key, put.value, put.lease = self.keys.producer(tid, p, pid), encode_producer(state, now_ms), lease
             if seq.entries:
                 put = success().request_put
                 put.key, put.value = record_key, encode_wal_index(sub.object_key, seq.entries)
@@ -175,6 +219,8 @@ class _Commits:
             failure().request_range.key = fence_key
             failure().request_range.key = record_key
             for _tid, key, _created in topic_keys:
+                failure().request_range.key = key
+            for _tp, _pid, key in producer_keys_compared:
                 failure().request_range.key = key
             in_flight = asyncio.get_running_loop().create_future()  # the watch waits for it (`_follow`)
             self._commits_in_flight.add(in_flight)
@@ -190,10 +236,18 @@ class _Commits:
                 self._commits_in_flight.discard(in_flight)
                 in_flight.set_result(None)
             if response.succeeded:
-                touched += self._apply_commit(seq, new_heads, revision)
+                touched += self._apply_commit(seq, new_heads, revision, now_ms)
                 return seq.results
             responses = response.responses
-            head_responses, (fence, record), topic_responses = responses[: len(heads)], responses[len(heads) : len(heads) + 2], responses[len(heads) + 2 :]
+            n, t = len(heads), len(topic_keys)
+            head_responses, (fence, record), topic_responses, producer_responses = responses[:n], responses[n : n + 2], responses[n + 2 : n + 2 + t], responses[n + 2 + t :]
+            for (tp, pid, _key), got in zip(producer_keys_compared, producer_responses, strict=True):
+                kvs = got.response_range.kvs
+                if kvs:
+                    state, used = decode_producer(kvs[0].value)
+                    heads[tp].take_producer(pid, state, used, kvs[0].mod_revision)
+                else:  # expired (or never there): the view forgets it too
+                    heads[tp].drop_producer(pid, response.header.revision)
             for (tid, _key, created), got in zip(topic_keys, topic_responses, strict=True):
                 if not any(kv.create_revision == created for kv in got.response_range.kvs):
                     self._topic_gone(tid)  # its appends are answered UNKNOWN_TOPIC_OR_PARTITION next attempt
@@ -228,28 +282,14 @@ class _Commits:
         except Exception as e:
             raise MetadataUnavailable(f"etcd transaction failed: {e!r}") from e
 
-    def _encode_head(
-        self, part: _PartitionState, next_offset: int, changed: dict[int, ProducerState], now_ms: int, log_start: int | None = None
-    ) -> tuple[bytes, dict[int, ProducerState], dict[int, int]]:
-        """A head's value `{"n": next offset, "s": log start, "p": {producer id: [epoch, batches,
-        last used ms]}}`, and the producers it keeps with their last-used times (the view takes
-        them as they are once the commit succeeds, rather than decoding the value again)."""
-        expiry = now_ms - self.settings.producer_expiry_ms
-        kept: dict[int, ProducerState] = {}
-        used: dict[int, int] = {}
-        for pid, state in part.producers.items():
-            last_used = part.producer_used.get(pid, now_ms)
-            if pid not in changed and last_used >= expiry:
-                kept[pid], used[pid] = state, last_used
-        for pid, state in changed.items():
-            kept[pid], used[pid] = state, now_ms
+    @staticmethod
+    def _encode_head(part: _PartitionState, next_offset: int, log_start: int | None = None) -> bytes:
+        """A head's value `{"n": next offset, "s": log start}`: the same size whatever producers
+        write the partition (their states are keys of their own)."""
         start = part.log_start_offset if log_start is None else log_start
-        if not kept:  # the common case, non-idempotent producers only: no JSON encoder needed
-            return f'{{"n":{next_offset:d},"s":{start:d},"p":{{}}}}'.encode(), kept, used
-        producers = {str(pid): [state.epoch, [list(b) for b in state.batches], used[pid]] for pid, state in kept.items()}
-        return orjson.dumps({"n": next_offset, "s": start, "p": producers}), kept, used
+        return f'{{"n":{next_offset:d},"s":{start:d}}}'.encode()
 
-    def _apply_commit(self, seq, new_heads, revision: int) -> list[tuple[uuid.UUID, int]]:
+    def _apply_commit(self, seq, new_heads, revision: int, now_ms: int) -> list[tuple[uuid.UUID, int]]:
         """Take a successful transaction into the view; returns the partitions whose head it moved."""
         touched = []
         for tp, entries in seq.entries.items():
@@ -257,19 +297,22 @@ class _Commits:
             if part is not None:
                 for e in entries:
                     part.add(e)
-        for tp, (next_offset, kept, used) in new_heads.items():
+        for tp, next_offset in new_heads.items():
             part = self._partitions.get(tp)
             if part is not None and revision > part.mod_revision:
                 part.next_offset, part.mod_revision = next_offset, revision
-                part.producers, part.producer_used = kept, used
                 touched.append(tp)
+        for (pid, tid, p), state in seq.producers.items():
+            part = self._partitions.get((tid, p))
+            if part is not None:
+                part.take_producer(pid, state, now_ms, revision)
         return touched
 
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
         part = self._partitions.get((topic_id, partition))
         if part is None:
             return {}
-        # expired producers linger in the head until its next write; they are not active
+        # an expired producer's key lingers up to an hour past the expiry (its lease's bucket)
         expiry = int(time.time() * 1000) - self.settings.producer_expiry_ms
         return {pid: state for pid, state in part.producers.items() if part.producer_used.get(pid, expiry) >= expiry}
 
@@ -286,7 +329,7 @@ class _Commits:
             target = clamped_log_start(offset, part.log_start_offset, part.next_offset)
             if target == part.log_start_offset:
                 return target
-            value, _kept, _used = self._encode_head(part, part.next_offset, {}, int(time.time() * 1000), log_start=target)
+            value = self._encode_head(part, part.next_offset, log_start=target)
             ok, responses = await self._txn([tx.mod(key) == part.mod_revision], [tx.put(key, value)], [tx.get(key)])
             if ok:
                 revision = responses[0].response_put.header.revision

@@ -11,10 +11,10 @@ import uuid
 import orjson
 
 from ..model import BrokerRegistration, TopicInfo
-from ..sequencer import BatchSequence, ProducerState
+from ..sequencer import ProducerState
 from ..store import MetadataUnavailable, resolved_within
 from ..view import PartitionView
-from .keys import _decode_entry, _decode_topic, _Keys, _prefix_end, _split_key, decode_wal_index
+from .keys import _decode_entry, _decode_topic, _Keys, _prefix_end, _split_key, decode_producer, decode_wal_index
 
 log = logging.getLogger("neve.metadata.etcd")
 
@@ -22,7 +22,7 @@ log = logging.getLogger("neve.metadata.etcd")
 # read, gRPC has one on a message). The first page of each family is small; later pages hold up to
 # PAGE_BYTES of the largest value seen so far in it; gRPC's limit (store.GRPC_MAX_MESSAGE_BYTES)
 # is set well above that.
-LOADED_KINDS = ("topics/", "brokers/", "heads/", "index/", "wal-index/")
+LOADED_KINDS = ("topics/", "brokers/", "heads/", "producers/", "index/", "wal-index/")
 FIRST_PAGE_KEYS = 16
 MAX_PAGE_KEYS = 4096
 PAGE_BYTES = 4 * 1024 * 1024
@@ -31,16 +31,28 @@ LOAD_ATTEMPTS = 5
 
 class _PartitionState(PartitionView):
     """PartitionView plus what the sequencer and the compare need, and its head's key (made once:
-    a commit names the head of every partition it touches three times)."""
+    a commit names the head of every partition it touches three times). Each idempotent
+    producer's state is a key of its own (`producers/`), with its mod revision for the compare."""
 
-    __slots__ = ("producers", "mod_revision", "producer_used", "head_key")
+    __slots__ = ("producers", "mod_revision", "producer_used", "producer_revisions", "head_key")
 
     def __init__(self, head_key: bytes) -> None:
         super().__init__()
         self.producers: dict[int, ProducerState] = {}
         self.producer_used: dict[int, int] = {}
+        self.producer_revisions: dict[int, int] = {}
         self.mod_revision = 0
         self.head_key = head_key
+
+    def take_producer(self, producer_id: int, state: ProducerState, used: int, revision: int) -> None:
+        if revision > self.producer_revisions.get(producer_id, 0):
+            self.producers[producer_id], self.producer_used[producer_id], self.producer_revisions[producer_id] = state, used, revision
+
+    def drop_producer(self, producer_id: int, revision: int) -> None:
+        if revision >= self.producer_revisions.get(producer_id, 0):
+            self.producers.pop(producer_id, None)
+            self.producer_used.pop(producer_id, None)
+            self.producer_revisions.pop(producer_id, None)
 
 
 class _RevisionCompacted(Exception):
@@ -110,17 +122,17 @@ class _Follower:
         created: dict[uuid.UUID, int] = {}
         brokers: dict[int, BrokerRegistration] = {}
         broker_revisions: dict[int, int] = {}
-        heads, entries, wal_indexes = [], [], []
+        heads, producers, entries, wal_indexes = [], [], [], []
         revision = 0
         async for _kind, kvs in self._read_pages(LOADED_KINDS):
             for kv in kvs:
                 revision = max(revision, kv.mod_revision)
-                self._load_one(kv, topics, created, heads, entries, wal_indexes, brokers, broker_revisions)
+                self._load_one(kv, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions)
         revision = max(revision, self._loading_revision)
-        self._adopt_loaded(revision, topics, created, heads, entries, wal_indexes, brokers, broker_revisions)
+        self._adopt_loaded(revision, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions)
         return revision
 
-    def _load_one(self, kv, topics, created, heads, entries, wal_indexes, brokers, broker_revisions) -> None:
+    def _load_one(self, kv, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions) -> None:
         """Sort one key-value of a load into the collections `_adopt_loaded` builds the view from."""
         kind, rest = _split_key(kv.key)
         if kind == "topics":
@@ -129,6 +141,8 @@ class _Follower:
             created[info.topic_id] = kv.create_revision
         elif kind == "heads":
             heads.append((rest, kv))
+        elif kind == "producers":
+            producers.append((rest, kv))
         elif kind == "wal-index":
             wal_indexes.append(kv.value)
         elif kind == "index":
@@ -138,7 +152,7 @@ class _Follower:
             brokers[int(rest)] = BrokerRegistration(int(rest), b["host"], b["port"], b.get("zone"))
             broker_revisions[int(rest)] = kv.mod_revision
 
-    def _adopt_loaded(self, revision, topics, created, heads, entries, wal_indexes, brokers, broker_revisions) -> None:
+    def _adopt_loaded(self, revision, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions) -> None:
         """Replace the view by what a load read at `revision`."""
         own = self._registration
         if own is not None and self._broker_revisions.get(own.node_id, 0) > revision:
@@ -157,6 +171,8 @@ class _Follower:
             self._add_partitions(info)
         for rest, kv in heads:
             self._apply_head(rest, kv.value, kv.mod_revision)
+        for rest, kv in producers:
+            self._apply_producer(rest, kv.value, kv.mod_revision)
         for raw in wal_indexes:
             self._apply_wal_index(raw)
         for rest, kv in entries:
@@ -302,6 +318,16 @@ class _Follower:
         deleted = event.type == self._delete_type
         if key.startswith(self._heads_prefix):  # the common events first: no general key parsing
             return None if deleted else self._apply_head(key[len(self._heads_prefix) :].decode(), kv.value, kv.mod_revision)
+        if key.startswith(self._producers_prefix):
+            rest = key[len(self._producers_prefix) :].decode()
+            if deleted:  # its lease expired: the producer was idle for producer_expiry_ms
+                path, _, pid = rest.rpartition("/")
+                found = self._by_path.get(path)
+                if found is not None:
+                    found[1].drop_producer(int(pid), kv.mod_revision)
+            else:
+                self._apply_producer(rest, kv.value, kv.mod_revision)
+            return None
         if key.startswith(self._wal_index_prefix):
             # A record is deleted only once every entry in it has been replaced (compaction).
             if not deleted:
@@ -389,13 +415,15 @@ class _Follower:
             return None
         d = orjson.loads(raw)
         part.next_offset, part.log_start_offset, part.mod_revision = d["n"], d["s"], mod_revision
-        producers = d.get("p")
-        if producers:
-            part.producers = {int(pid): ProducerState(v[0], tuple(BatchSequence(*b) for b in v[1])) for pid, v in producers.items()}
-            part.producer_used = {int(pid): v[2] for pid, v in producers.items()}
-        else:  # the common case: no idempotent producer writes the partition
-            part.producers, part.producer_used = {}, {}
         return tp
+
+    def _apply_producer(self, rest: str, raw: bytes, mod_revision: int) -> None:
+        """A producer key `<partition path>/<producer id>`: its state, if newer than the view's."""
+        path, _, pid = rest.rpartition("/")
+        found = self._by_path.get(path)
+        if found is not None:
+            state, used = decode_producer(raw)
+            found[1].take_producer(int(pid), state, used, mod_revision)
 
     def _index_key(self, rest: str) -> tuple[_PartitionState | None, int]:
         """The partition (None if unknown) and base offset an index key names."""

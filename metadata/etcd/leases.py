@@ -19,7 +19,7 @@ PRODUCER_ID_BLOCK = 1000
 
 class _Leases:
     """Leases and housekeeping, mixed into EtcdMetadataStore. Owns `_lease`, `_registration`,
-    `_pid_next`, `_pid_end`, `_pid_lock`, `_epoch_lease_obj` and `_epoch_lease_at` (made in the
+    `_pid_next`, `_pid_end`, `_pid_lock`, `_expiring_lease_obj` and `_expiring_lease_at` (made in the
     store's __init__). Uses the store's `keys`, `settings`, `_client`, `ops`, `_txn`, `_tasks`,
     `_closed`, and the view's `_brokers` and `_broker_revisions`."""
 
@@ -67,7 +67,7 @@ class _Leases:
         bumped = bumped_epoch(producer_id, producer_epoch)
         if bumped is not None:
             key = self.keys.producer_epoch(producer_id)
-            lease = await self._epoch_lease()
+            lease = await self._expiring_lease()
             ok, _ = await self._txn([tx.value(key) == str(producer_epoch).encode()], [tx.put(key, str(bumped).encode(), lease=lease)])
             if ok:
                 return producer_id, bumped
@@ -76,20 +76,24 @@ class _Leases:
                 await self._allocate_producer_ids()
             pid = self._pid_next
             self._pid_next += 1
-        lease = await self._epoch_lease()
+        lease = await self._expiring_lease()
         await self._txn([], [tx.put(self.keys.producer_epoch(pid), b"0", lease=lease)])
         return pid, 0
 
-    async def _epoch_lease(self):
-        """A lease for new producer-epoch keys, renewed hourly so each key lives at least the
-        producer expiry and at most an hour longer."""
+    async def _expiring_lease(self):
+        """The lease of keys that expire with producer_expiry_ms of disuse (producer epochs,
+        producer states, the sweeper's fences): a new one each bucket (an hour, or the expiry if
+        shorter), each living the expiry past its bucket, so a key put on it lives at least the
+        expiry and at most a bucket longer. One lease grant an hour, however many keys."""
         now = time.monotonic()
-        if self._epoch_lease_obj is None or now - self._epoch_lease_at > 3600:
-            ttl = max(self.settings.producer_expiry_ms // 1000, 60) + 3600
-            self._epoch_lease_obj = await asyncio.wait_for(self._client.lease(ttl), self.settings.timeout)
-            self._epoch_lease_at = now
+        expiry_s = max(self.settings.producer_expiry_ms // 1000, 1)
+        bucket_s = min(3600, expiry_s)
+        if self._expiring_lease_obj is None or now - self._expiring_lease_at > bucket_s:
+            ttl = expiry_s + bucket_s
+            self._expiring_lease_obj = await asyncio.wait_for(self._client.lease(ttl), self.settings.timeout)
+            self._expiring_lease_at = now
             self.ops += 1
-        return self._epoch_lease_obj
+        return self._expiring_lease_obj
 
     async def _allocate_producer_ids(self) -> None:
         tx = self._client.transactions

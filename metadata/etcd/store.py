@@ -44,6 +44,7 @@ class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Groups, 
         self.keys = _Keys(root)
         self._heads_prefix, self._index_prefix = self.keys.prefix("heads/"), self.keys.prefix("index/")
         self._wal_index_prefix = self.keys.prefix("wal-index/")
+        self._producers_prefix = self.keys.prefix("producers/")
         self.settings = settings or EtcdSettings()
         self._client = None
         self._topics: dict[str, TopicInfo] = {}
@@ -63,8 +64,8 @@ class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Groups, 
         self._pid_end = 0
         self._pid_lock = asyncio.Lock()
         self._commit_lock = asyncio.Lock()
-        self._epoch_lease_obj = None
-        self._epoch_lease_at = 0.0
+        self._expiring_lease_obj = None
+        self._expiring_lease_at = 0.0
         self._loaded = asyncio.Event()
         self._watching = False
         self._closed = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.metadata_commits import measure
+from bench.metadata_commits import measure, measure_producers
 
 pytestmark = pytest.mark.integration
 
@@ -23,3 +23,11 @@ async def test_measures_every_append_committed_and_followed(etcd_server, follow)
         assert got["follow_cpu_us_per_append"] > 0
     else:
         assert "follow_cpu_us_per_append" not in got
+
+
+async def test_measures_commits_on_a_partition_of_many_producers(etcd_server):
+    got = await measure_producers(etcd_server.ports["client"], producers=1_200, commits=5)
+    assert (got["producers"], got["commits"]) == (1_200, 5)
+    for side in ("one", "many"):
+        assert got[side]["cpu_us_per_commit"] > 0 and got[side]["commit_ms"] > 0
+    assert got["cpu_ratio"] > 0 and got["time_ratio"] > 0

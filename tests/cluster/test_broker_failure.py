@@ -19,7 +19,7 @@ from tests.cluster.workload import brokers_listed_by, check_log, create_topic, f
 PARTITIONS = 3
 COUNT = 20_000
 RATE = 2_500  # records/s per producer: the load lasts about 8 s, so the kill lands in the middle
-LEASE_TTL = 5.0  # metadata/etcd.py EtcdSettings.lease_ttl
+LEASE_TTL = 5.0  # metadata/etcd/store.py EtcdSettings.lease_ttl
 RESUME_AFTER_LEAVE = 60.0  # seconds from the dead broker leaving Metadata to its partitions being acknowledged again (a bound for a slow machine; librdkafka refreshes its metadata within about a second here)
 
 @pytest.mark.integration

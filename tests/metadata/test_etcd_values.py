@@ -9,6 +9,7 @@ import uuid
 import pytest
 
 from metadata.etcd import EtcdMetadataStore, _decode_entry, _Keys, decode_wal_index, encode_wal_index
+from metadata.etcd.keys import decode_producer, encode_producer
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.sequencer import BatchSequence, ProducerState
 
@@ -50,24 +51,29 @@ def test_an_index_entry_of_its_own_key_decodes(kind, key):
     assert type(decoded.object_type) is ObjectType
 
 
-def test_a_head_decodes_to_the_producers_it_keeps():
+def test_a_head_and_a_producer_key_decode_to_what_was_encoded():
+    """A head holds the next offset and log start only, whatever producers write the partition;
+    each producer's state is a value of its own, taken only if newer than the view's."""
     store = EtcdMetadataStore("127.0.0.1", 1)  # never started: only its value formats are used
     tid = uuid.uuid4()
     store._adopt_topic(TopicInfo("t", tid, 4), created=1)
     part = store._partitions[(tid, 3)]
-    state = ProducerState(2, (BatchSequence(0, 4, 10), BatchSequence(5, 9, 15)))
-    value, kept, used = store._encode_head(part, 20, {7: state}, now_ms=1_700_000_000_000)
-    assert kept == {7: state} and used == {7: 1_700_000_000_000}
-
+    value = store._encode_head(part, 20)
+    assert value == b'{"n":20,"s":0}'
     assert store._apply_head(f"{tid.hex}/000003", value, mod_revision=5) == (tid, 3)
     assert (part.next_offset, part.log_start_offset, part.mod_revision) == (20, 0, 5)
-    assert part.producers == {7: state} and part.producer_used == {7: 1_700_000_000_000}
+    assert store._apply_head(f"{tid.hex}/000003", store._encode_head(part, 30, log_start=4), mod_revision=5) is None  # not newer: not taken
 
-    plain, kept, used = store._encode_head(part, 30, {}, now_ms=1_700_000_000_000 + store.settings.producer_expiry_ms + 1)
-    assert kept == {} and plain == b'{"n":30,"s":0,"p":{}}'  # the producer expired: no JSON encoder
-    assert store._apply_head(f"{tid.hex}/000003", plain, mod_revision=6) == (tid, 3)
-    assert store._apply_head(f"{tid.hex}/000003", value, mod_revision=6) is None  # not newer: not taken
-    assert (part.next_offset, part.mod_revision, part.producers, part.producer_used) == (30, 6, {}, {})
+    state = ProducerState(2, (BatchSequence(0, 4, 10), BatchSequence(5, 9, 15)))
+    raw = encode_producer(state, 1_700_000_000_000)
+    assert decode_producer(raw) == (state, 1_700_000_000_000)
+    store._apply_producer(f"{tid.hex}/000003/7", raw, mod_revision=8)
+    assert (part.producers, part.producer_used, part.producer_revisions) == ({7: state}, {7: 1_700_000_000_000}, {7: 8})
+    store._apply_producer(f"{tid.hex}/000003/7", encode_producer(ProducerState(1, ()), 1), mod_revision=7)  # older: not taken
+    assert part.producers == {7: state}
+    part.drop_producer(7, revision=9)  # its lease expired
+    assert (part.producers, part.producer_used, part.producer_revisions) == ({}, {}, {})
+    assert store.keys.producer(tid, 3, 7) == f"/neve/producers/{tid.hex}/000003/7".encode()
 
 
 def test_head_and_index_keys_name_the_partition_by_its_path():
