@@ -12,7 +12,7 @@ KAFKAJS := tests/clients/kafkajs
 .PHONY: dev test test-slow lint bench clean
 
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,bench,s3,etcd,servers]'
 	touch $@
