@@ -11,8 +11,9 @@ SQLite layout (WAL journal, synchronous=FULL):
     partitions(topic_id, partition, next_offset, log_start_offset)          PK (topic_id, partition)
     index_entries(topic_id, partition, base_offset, last_offset, object_key, object_type,
                   start, size, max_timestamp)                              PK (topic_id, partition, base_offset)
-    producer_states(producer_id, topic_id, partition, epoch, batches)       PK (producer_id, topic_id, partition)
-                                                    -- batches: JSON [[first_seq, last_seq, base_offset], ...]
+    producer_states(producer_id, topic_id, partition, epoch, batches, last_used)  PK (producer_id, topic_id, partition)
+                                                    -- batches: JSON [[first_seq, last_seq, base_offset], ...];
+                                                    -- last_used: ms, for expiry (0 in databases from before it)
     producer_epochs(producer_id INT PK, epoch INT)  -- for KIP-360 epoch bumps in init_producer_id
     counters(name TEXT PK, value INT)               -- 'next_producer_id'
 Topic ids are stored as their 32-digit hex form.
@@ -23,8 +24,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
@@ -33,7 +35,7 @@ from typing import Any, TypeVar
 from .model import AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .rules import bumped_epoch, clamped_log_start, merged_configs, partition_count
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
-from .store import InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic, check_replacement
+from .store import PRODUCER_EXPIRY_MS, InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic, check_replacement
 from .view import IndexReads, PartitionView
 
 T = TypeVar("T")
@@ -55,7 +57,7 @@ CREATE TABLE IF NOT EXISTS index_entries (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producer_states (
     producer_id INTEGER NOT NULL, topic_id TEXT NOT NULL, partition INTEGER NOT NULL,
-    epoch INTEGER NOT NULL, batches TEXT NOT NULL,
+    epoch INTEGER NOT NULL, batches TEXT NOT NULL, last_used INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (producer_id, topic_id, partition)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producer_epochs (producer_id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL);
@@ -70,9 +72,12 @@ CREATE TABLE IF NOT EXISTS group_offsets (
 
 
 class EmbeddedMetadataStore(IndexReads, MetadataStore):
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, *, producer_expiry_ms: int = PRODUCER_EXPIRY_MS, clock: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.path = path
+        self.producer_expiry_ms = producer_expiry_ms
+        self._clock = clock  # seconds; a test's own clock moves expiry along
+        self._next_expiry_ms = 0
         self._lock = asyncio.Lock()
         self._executor: ThreadPoolExecutor | None = None
         self._db: sqlite3.Connection | None = None
@@ -82,6 +87,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         self._partitions: dict[TopicPartition, PartitionView] = {}
         self._topic_views = {}
         self._producers: dict[ProducerKey, ProducerState] = {}
+        self._producer_used: dict[ProducerKey, int] = {}  # ms of each producer state's last write
         self._producer_epochs: dict[int, int] = {}
         self._next_producer_id = 0
         # Objects the orphan sweeper fenced off. In memory: a fence only has to outlive the
@@ -117,6 +123,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.executescript(_SCHEMA)
+        if "last_used" not in {row[1] for row in db.execute("PRAGMA table_info(producer_states)")}:  # a database from before expiry
+            db.execute("ALTER TABLE producer_states ADD COLUMN last_used INTEGER NOT NULL DEFAULT 0")
         return (
             db.execute("SELECT topic_id, name, partitions, configs FROM topics").fetchall(),
             db.execute("SELECT topic_id, partition, next_offset, log_start_offset FROM partitions").fetchall(),
@@ -124,7 +132,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
                 "SELECT topic_id, partition, base_offset, last_offset, object_key, object_type, start, size, max_timestamp"
                 " FROM index_entries ORDER BY topic_id, partition, base_offset"
             ).fetchall(),
-            db.execute("SELECT producer_id, topic_id, partition, epoch, batches FROM producer_states").fetchall(),
+            db.execute("SELECT producer_id, topic_id, partition, epoch, batches, last_used FROM producer_states").fetchall(),
             db.execute("SELECT producer_id, epoch FROM producer_epochs").fetchall(),
             db.execute("SELECT value FROM counters WHERE name = 'next_producer_id'").fetchall(),
         )
@@ -146,9 +154,11 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             self._view_added(topic_id, p, view)
         for tid, p, base, last, key, otype, start, size, max_ts in entries:
             self._partitions[(uuid.UUID(hex=tid), p)].add(IndexEntry(base, last, key, ObjectType(otype), start, size, max_ts))
-        for pid, tid, p, epoch, batches in producers:
+        now = self._now_ms()
+        for pid, tid, p, epoch, batches, used in producers:
             state = ProducerState(epoch, tuple(BatchSequence(*b) for b in json.loads(batches)))
-            self._producers[(pid, uuid.UUID(hex=tid), p)] = state
+            key = (pid, uuid.UUID(hex=tid), p)
+            self._producers[key], self._producer_used[key] = state, used or now
         self._producer_epochs = dict(epochs)
         self._next_producer_id = counter[0][0] if counter else 0
 
@@ -237,6 +247,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         # A scan, but deletes are rare and it keeps the commit path's lookups flat.
         for key in [k for k in self._producers if k[1] == info.topic_id]:
             del self._producers[key]
+            self._producer_used.pop(key, None)
         return info
 
     def topics(self) -> Mapping[str, TopicInfo]:
@@ -253,30 +264,44 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
     async def _commit(self, commit: ObjectCommit) -> list[AppendResult]:
         if commit.object_key in self._fenced:
             raise ObjectFenced(f"{commit.object_key} was fenced off by the orphan sweeper")
+        now = self._now_ms()
+        if now >= self._next_expiry_ms:
+            await self._expire_producers(now)
         seq = sequence(commit, self._partitions, self._producers)
         if not seq.changed:  # only refusals and duplicates: nothing to make durable
             return seq.results
-        await self._write(self._commit_statements(seq))
-        self._apply(seq)
+        await self._write(self._commit_statements(seq, now))
+        self._apply(seq, now)
         self.notifier.notify(seq.heads)
         return seq.results
 
+    async def _expire_producers(self, now: int) -> None:
+        """Forget producers idle for the expiry (Kafka's producer.id.expiration.ms), checked at
+        most once a minute (or once an expiry, if shorter) by the commit that comes then."""
+        self._next_expiry_ms = now + min(60_000, self.producer_expiry_ms)
+        idle = [key for key, used in self._producer_used.items() if used < now - self.producer_expiry_ms]
+        if not idle:
+            return
+        await self._write([("DELETE FROM producer_states WHERE producer_id = ? AND topic_id = ? AND partition = ?", [(pid, tid.hex, p) for pid, tid, p in idle], True)])
+        for key in idle:
+            del self._producers[key], self._producer_used[key]
+
     @staticmethod
-    def _commit_statements(seq: Sequenced) -> list[tuple[str, Any, bool]]:
+    def _commit_statements(seq: Sequenced, now: int) -> list[tuple[str, Any, bool]]:
         rows = [
             (tp[0].hex, tp[1], e.base_offset, e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp)
             for tp, entries in seq.entries.items()
             for e in entries
         ]
         heads = [(offset, tp[0].hex, tp[1]) for tp, offset in seq.heads.items()]
-        states = [(pid, tid.hex, p, s.epoch, json.dumps([list(b) for b in s.batches])) for (pid, tid, p), s in seq.producers.items()]
+        states = [(pid, tid.hex, p, s.epoch, json.dumps([list(b) for b in s.batches]), now) for (pid, tid, p), s in seq.producers.items()]
         return [
             ("INSERT INTO index_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows, True),
             ("UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?", heads, True),
-            ("INSERT OR REPLACE INTO producer_states VALUES (?, ?, ?, ?, ?)", states, True),
+            ("INSERT OR REPLACE INTO producer_states VALUES (?, ?, ?, ?, ?, ?)", states, True),
         ]
 
-    def _apply(self, seq: Sequenced) -> None:
+    def _apply(self, seq: Sequenced, now: int) -> None:
         partitions = self._partitions
         for tp, offset in seq.heads.items():
             partitions[tp].next_offset = offset
@@ -285,6 +310,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             for e in entries:
                 part.add(e)
         self._producers.update(seq.producers)
+        self._producer_used.update(dict.fromkeys(seq.producers, now))
 
     async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry) -> bool:
         check_replacement(replaced, replacement)
@@ -317,9 +343,14 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         referenced = self.referenced_objects()
         return {key for key in object_keys if key not in referenced}
 
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
         # A scan over every producer state; DescribeProducers is rare and the commit path keeps its flat keys.
-        return {pid: state for (pid, tid, p), state in self._producers.items() if tid == topic_id and p == partition}
+        # One idle past the expiry is not active, though the next commit's check forgets it only then.
+        idle_before = self._now_ms() - self.producer_expiry_ms
+        return {pid: state for (pid, tid, p), state in self._producers.items() if tid == topic_id and p == partition and self._producer_used[(pid, tid, p)] >= idle_before}
 
     async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
         return await self._exclusive(self._init_producer_id, producer_id, producer_epoch)

@@ -49,6 +49,7 @@ class ObjectFenced(MetadataUnavailable):
 
 
 TopicPartition = tuple[uuid.UUID, int]
+PRODUCER_EXPIRY_MS = 24 * 3600 * 1000  # Kafka's producer.id.expiration.ms
 
 
 def check_replacement(replaced: Sequence[IndexEntry], replacement: IndexEntry) -> None:
@@ -284,7 +285,7 @@ class MetadataStore(abc.ABC):
         return [self._brokers[k] for k in sorted(self._brokers)]
 
 
-def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 5, compact_interval_s: int = 300) -> MetadataStore:
+def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 5, compact_interval_s: int = 300, producer_expiry_ms: int = PRODUCER_EXPIRY_MS) -> MetadataStore:
     """Pick the backend from the URL scheme: `sqlite:///path/meta.db` (embedded, durable),
     `memory://` (embedded, for unit tests), `etcd://host:port[/root]` (production)."""
     from urllib.parse import urlparse
@@ -293,7 +294,7 @@ def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 
     if parsed.scheme in ("sqlite", "memory"):
         from .embedded import EmbeddedMetadataStore
 
-        return EmbeddedMetadataStore(None if parsed.scheme == "memory" else parsed.path)
+        return EmbeddedMetadataStore(None if parsed.scheme == "memory" else parsed.path, producer_expiry_ms=producer_expiry_ms)
     if parsed.scheme == "etcd":
         try:  # imported lazily: aetcd and orjson are only needed for etcd
             import aetcd  # noqa: F401
@@ -302,6 +303,6 @@ def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 
         except ImportError as e:
             raise ImportError(f"the etcd metadata store needs aetcd and orjson: pip install 'neve[etcd]' ({e})") from e
 
-        settings = EtcdSettings(timeout=timeout_ms / 1000, lease_ttl=lease_ttl_s, compact_interval_s=compact_interval_s)
+        settings = EtcdSettings(timeout=timeout_ms / 1000, lease_ttl=lease_ttl_s, compact_interval_s=compact_interval_s, producer_expiry_ms=producer_expiry_ms)
         return EtcdMetadataStore(parsed.hostname or "127.0.0.1", parsed.port or 2379, root=parsed.path.strip("/") or "neve", settings=settings)
     raise ValueError(f"unsupported metadata URL {url!r} (use sqlite:///path, memory:// or etcd://host:port)")

@@ -118,6 +118,9 @@ class MetadataConfig:
     """etcd: a broker that stops renewing its registration leaves Metadata after this long."""
     compact_interval_s: int = 300
     """etcd: how often each broker compacts etcd's revision history."""
+    producer_expiry_ms: int = 24 * 3600 * 1000
+    """An idempotent producer's state (its sequences on a partition, its epoch) is forgotten after
+    this long without a write, as Kafka's producer.id.expiration.ms (24 h)."""
 
 
 @dataclass

@@ -86,7 +86,9 @@ class Node:
         try:
             self.objects = load_object_store(self.object_store_url)
             m = c.metadata
-            self.metadata = load_metadata_store(self.metadata_url, timeout_ms=m.timeout_ms, lease_ttl_s=m.lease_ttl_s, compact_interval_s=m.compact_interval_s)
+            self.metadata = load_metadata_store(
+                self.metadata_url, timeout_ms=m.timeout_ms, lease_ttl_s=m.lease_ttl_s, compact_interval_s=m.compact_interval_s, producer_expiry_ms=m.producer_expiry_ms
+            )
         except (ValueError, ImportError) as e:
             raise StartupError(str(e)) from None
         try:

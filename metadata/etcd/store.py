@@ -9,7 +9,7 @@ import uuid
 from dataclasses import dataclass
 
 from ..model import BrokerRegistration, TopicInfo
-from ..store import MetadataStore, MetadataUnavailable
+from ..store import PRODUCER_EXPIRY_MS, MetadataStore, MetadataUnavailable
 from ..view import IndexReads
 from .commits import _Commits
 from .follower import _Follower, _PartitionState
@@ -28,7 +28,7 @@ GRPC_MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # both ways; well above a load's page
 class EtcdSettings:
     timeout: float = 5.0
     lease_ttl: int = 5
-    producer_expiry_ms: int = 24 * 3600 * 1000
+    producer_expiry_ms: int = PRODUCER_EXPIRY_MS
     compact_interval_s: float = 300.0
     keep_revisions: int = 10_000
     commit_attempts: int = 64

@@ -96,3 +96,28 @@ def test_urls_pick_the_embedded_store(tmp_path):
     assert isinstance(memory, EmbeddedMetadataStore) and memory.path is None
     durable = load_metadata_store(f"sqlite://{tmp_path}/meta.db")
     assert isinstance(durable, EmbeddedMetadataStore) and durable.path == f"{tmp_path}/meta.db"
+
+
+async def test_an_idle_producers_state_expires_and_stays_forgotten(tmp_path):
+    """Kafka's producer.id.expiration.ms: a producer idle that long is forgotten (its next batch is
+    taken at any sequence), in memory and in the database; one that keeps writing is kept."""
+    now = [1_000_000.0]
+    path = str(tmp_path / "meta.db")
+    store = EmbeddedMetadataStore(path, producer_expiry_ms=60_000, clock=lambda: now[0])
+    await store.start()
+    t = (await store.create_topic("t", 1)).topic_id
+    assert await store.commit(commit(append(t, 0, 0, 10, 2, pid=7, epoch=0, seq=0), append(t, 0, 10, 10, 1, pid=8, epoch=0, seq=0))) == [AppendResult(0, 0, 0), AppendResult(0, 2, 0)]
+    now[0] += 50
+    assert await store.commit(commit(append(t, 0, 0, 10, 1, pid=8, epoch=0, seq=1))) == [AppendResult(0, 3, 0)]
+    assert await store.commit(commit(append(t, 0, 0, 10, 1, pid=7, epoch=0, seq=5))) == [AppendResult(45, -1, 0)]  # a gap: still known
+    now[0] += 20  # 7 idle for 70 s, 8 for 20 s
+    assert sorted(store.producer_states(t, 0)) == [8]
+    assert await store.commit(commit(append(t, 0, 0, 10, 1, pid=7, epoch=0, seq=5))) == [AppendResult(0, 4, 0)]  # forgotten: taken
+    assert await store.commit(commit(append(t, 0, 0, 10, 1, pid=8, epoch=0, seq=9))) == [AppendResult(45, -1, 0)]
+    await store.close()
+    reopened = EmbeddedMetadataStore(path, producer_expiry_ms=60_000, clock=lambda: now[0])
+    await reopened.start()
+    try:
+        assert {pid: s.batches[-1].last_seq for pid, s in reopened.producer_states(t, 0).items()} == {7: 5, 8: 1}
+    finally:
+        await reopened.close()
