@@ -29,6 +29,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--record-bytes", type=size, default=1024, help="record size (default 1KiB)")
     parser.add_argument("--partitions", type=int, default=10, help="partitions (default 10)")
     parser.add_argument("--consumers", type=int, default=1, help="tailing consumers, so reads are counted too (default 1)")
+    parser.add_argument(
+        "--compact-every", type=float, default=0.0, metavar="S",
+        help="with an etcd system: a stand-in compactor replaces all but each partition's newest two index entries by one every S seconds, with the real range replace, and etcd is sampled each time (default 0: off)",
+    )
 
 
 def _counter(metrics: dict[str, float], names) -> float | None:
@@ -46,7 +50,12 @@ def run(r) -> None:
     timing = r.timing(full=(2.0, 10.0), quick=(0.5, 1.5))
     footprint_before = system.metadata_footprint()
     before, requests_before = system.metrics(), system.object_requests()
-    step = r.load(Load("cost", a.partitions, a.record_bytes, timing.warmup_s, timing.duration_s, consumers=a.consumers))
+    compactor = _standin(r, system)
+    try:
+        step = r.load(Load("cost", a.partitions, a.record_bytes, timing.warmup_s, timing.duration_s, consumers=a.consumers))
+    finally:
+        if compactor is not None:
+            compactor.stop()
     after, requests_after = system.metrics(), system.object_requests()
     footprint_after = system.metadata_footprint()
     produced_gib = step["produced"] * a.record_bytes / GiB  # the whole step: counters cover warm-up and drain too
@@ -75,8 +84,10 @@ def run(r) -> None:
         "metadata_bytes": per(footprint_after[1] - footprint_before[1]) if footprint_measured else None,
         "stored_bytes": step["stored_bytes_per_gib"],
     }
+    if compactor is not None:
+        _standin_report(r, compactor)
     metadata_bytes = r.derived["per_gib"]["metadata_bytes"]
-    if metadata_bytes:
+    if metadata_bytes and compactor is None:
         # Every index entry stays until compaction (next phase) replaces many by one: at this
         # rate, how long until etcd's default database quota is full.
         gib_to_quota = ETCD_DEFAULT_QUOTA / metadata_bytes
@@ -116,3 +127,35 @@ def run(r) -> None:
     stored = step["stored_bytes_per_gib"]
     per_row.append(["bytes stored", "not measured" if stored is None else f"{stored / 2**30:.4f} GiB (WAL framing and footers included)"])
     r.derived["tables"]["Per GiB produced"] = {"headers": ["what", "per GiB"], "rows": per_row}
+
+
+def _standin(r, system):
+    """The stand-in compactor, started, when asked for and the system's metadata is in etcd."""
+    url = system.describe().get("metadata", "")
+    if not r.args.compact_every:
+        return None
+    if not url.startswith("etcd://"):
+        r.notes.append("--compact-every: no stand-in compactor (only an etcd metadata store is measured; run --system neve-s3).")
+        return None
+    from ..standin_compactor import StandInCompactor
+
+    return StandInCompactor(url, r.args.compact_every, r.args.record_bytes).start()
+
+
+def _standin_report(r, compactor) -> None:
+    """etcd over the run with the index kept short: keys and bytes against GiB produced."""
+    samples = compactor.samples
+    r.derived["metadata_over_time"] = {"samples": samples, "entries_replaced": compactor.replaced, "replaces_lost": compactor.lost}
+    rows = [[f"{s['elapsed_s']:.0f}", f"{s['gib_produced']:.2f}", str(s["keys"]), f"{s['key_value_bytes']:,}", str(s["wal_index_records"]), str(s["index_entries"])] for s in samples]
+    r.derived.setdefault("tables", {})[f"etcd with a stand-in compactor replacing every {r.args.compact_every:g} s"] = {
+        "headers": ["s", "GiB produced", "live keys", "key and value bytes", "wal-index records", "index entries"],
+        "rows": rows,
+    }
+    if len(samples) >= 4:
+        half = len(samples) // 2
+        early, late = samples[half - 1], samples[-1]
+        r.notes.append(
+            f"With the index replaced every {r.args.compact_every:g} s ({compactor.replaced:,} entries replaced, {compactor.lost} replaces lost): "
+            f"{early['keys']} live keys and {early['key_value_bytes']:,} bytes at {early['gib_produced']:.2f} GiB produced, "
+            f"{late['keys']} and {late['key_value_bytes']:,} at {late['gib_produced']:.2f} GiB."
+        )
