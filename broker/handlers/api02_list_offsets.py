@@ -10,7 +10,10 @@ its retries) with KAFKA_STORAGE_ERROR, offset and timestamp -1, and go on with t
 other partitions. It is Kafka's own answer when a log read fails, retriable in Kafka, librdkafka
 and the Java client (they refresh metadata and ask again), and what Fetch and Produce answer
 when the object store fails. Each failure is logged and counted in
-neve_object_read_failures_total; other exceptions are bugs, and still close the connection."""
+neve_object_read_failures_total. Stored records that do not decode (a batch whose CRC was right but
+whose records were not: produce checks batches, not each record) answer CORRUPT_MESSAGE for the
+partition, as Kafka's CorruptRecordException does; other exceptions are bugs, and still close the
+connection."""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
-from wal.batch import offset_for_timestamp
+from wal.batch import InvalidRecords, offset_for_timestamp
 from wal.store import ObjectStoreError
 
 from ..codec import build
@@ -108,6 +111,9 @@ async def list_offsets(ctx, request):
                     code, offset, ts = ErrorCode.kafka_storage_error, -1, -1
                     LIST_OFFSETS_READ_FAILURES.inc()
                     log.warning("list_offsets_read_failed", extra={"topic": topic.name, "partition": p.partition_index, "timestamp": p.timestamp, "error": repr(e)})
+                except InvalidRecords as e:
+                    code, offset, ts = ErrorCode.corrupt_message, -1, -1
+                    log.warning("list_offsets_corrupt_records", extra={"topic": topic.name, "partition": p.partition_index, "timestamp": p.timestamp, "error": str(e)})
             parts.append(build(r.ListOffsetsPartitionResponse, partition_index=p.partition_index, error_code=code, timestamp=ts, offset=offset, leader_epoch=0 if code == ErrorCode.none else -1))
         out.append(build(r.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(parts)))
     return build(r.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(out))

@@ -191,3 +191,23 @@ async def test_a_failed_range_is_read_once_and_a_bug_still_raises(broken):
     broken.objects.error = TypeError("a bug in the store")
     with pytest.raises(TypeError):
         await broken.fetch("broken", {0: 0, 1: 0})
+
+
+@pytest.mark.integration
+def test_list_offsets_answers_records_that_do_not_decode_with_corrupt_message(node):
+    """Issue 20's review: a batch with a right CRC whose records do not parse is stored (produce
+    checks batches); ListOffsets by timestamp decoding it closed the connection. Now that
+    partition answers CORRUPT_MESSAGE and the other is served on the same connection."""
+    from tests.batches import frame_batch
+
+    node, _ = node
+    topic = create_topic(node.bootstrap, 2, prefix="corrupt-records")
+    garbage = frame_batch(b"\x7f" * 40, record_count=3, last_offset_delta=2, base_timestamp=T0, max_timestamp=T0 + 2)
+    raw = Raw(node.port)
+    try:
+        cid = raw.request(produce_v9(topic, {0: garbage, 1: records(2, T0, b"fine")}))
+        assert [p.error_code for t in raw.response(0, 9, cid).responses for p in t.partition_responses] == [0, 0]
+        assert list_offsets(raw, topic, {0: T0 + 1, 1: T0 + 1}) == [(0, 2, -1, -1), (1, 0, 1, T0 + 1)]
+        assert_still_serving(raw)
+    finally:
+        raw.close()
