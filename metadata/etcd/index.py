@@ -64,7 +64,11 @@ class _Index:
             put.key, put.value = key, encode_entry(replacement)
             response = await self._commit_txn(request)
             if response.succeeded:
-                part.replace(replacement)  # the watch brings the same change; applying it twice changes nothing
+                # The watch brings the same change. Applied here too unless the view is past it
+                # already: then a later replace (another store's merge over this range) may be in
+                # the view, and this older entry must not cut it back.
+                if self._revision < response.header.revision:
+                    part.replace(replacement)
                 log.info("etcd_entries_replaced", extra={"topic_id": topic_id.hex, "partition": partition, "first": first, "last": last, "entries": len(replaced), "object": replacement.object_key})
                 await self._drop_superseded_records({e.object_key for e in replaced if e.object_type is ObjectType.WAL})
                 return True

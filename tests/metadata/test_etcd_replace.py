@@ -120,3 +120,35 @@ async def test_a_shared_wal_index_record_goes_when_its_last_partition_is_replace
             await fresh.close()
     finally:
         await store.close()
+
+
+async def test_a_replace_answered_after_the_view_moved_past_it_does_not_undo_a_later_merge(etcd_server):
+    """Store a's replace succeeds, but before its answer is taken the watch has brought it and a
+    later replace by store b merging over it: a must not put its own, older entry back."""
+    a = await open_etcd_store(etcd_server, "late-answer")
+    b = await open_etcd_store(etcd_server, "late-answer")
+    try:
+        t = (await a.create_topic("t", 1)).topic_id
+        for n in range(3):
+            await a.commit(commit(append(t, 0, 0, 10, 5), key=f"wal/{n}"))
+        await until(lambda: len(b.entries(t, 0, 0)) == 3, "b to see three entries")
+        e1, e2, e3 = a.entries(t, 0, 0)
+        mine = IndexEntry(0, 9, "table/a", PARQUET, 0, 10, 0)
+        merged = IndexEntry(0, 14, "table/b", PARQUET, 0, 15, 0)
+        real, held = a._commit_txn, []
+
+        async def answer_late(request):
+            response = await real(request)
+            if not held:  # a's replace: b merges over it, and a's watch brings both, before a goes on
+                held.append(response)
+                await until(lambda: b.entries(t, 0, 0)[0] == mine, "b to see a's replace")
+                assert await b.replace_entries(t, 0, [mine, e3], merged)
+                await until(lambda: a.entries(t, 0, 0) == [merged], "a's watch to bring b's merge")
+            return response
+
+        a._commit_txn = answer_late
+        assert await a.replace_entries(t, 0, [e1, e2], mine) is True
+        assert a.entries(t, 0, 0) == [merged]
+    finally:
+        await a.close()
+        await b.close()
