@@ -14,7 +14,7 @@ KAFKAJS := tests/clients/kafkajs
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bench,s3,etcd,servers]'
+	$(PY) -m pip install --quiet -e '.[test,bench,s3,etcd,servers,table]'
 	touch $@
 
 $(KAFKAJS)/node_modules/.installed: $(KAFKAJS)/package.json $(KAFKAJS)/package-lock.json
