@@ -1,0 +1,68 @@
+"""The index swap: once a cycle's snapshot is committed, each partition's WAL entries that the cycle
+compacted become one PARQUET entry naming the cycle's manifest, through the metadata store's range
+replace (atomic per partition). Idempotent: a partition already swapped to this manifest is left as
+it is, so a restarted compactor can run the swap of its last cycle again (`finish_last_cycle`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from metadata.model import ObjectType
+from metadata.store import MetadataStore, UnknownTopic
+from wal.store import ObjectNotFound, ObjectStore
+
+from .committer import last_cycle
+from .manifest import CycleManifest
+
+log = logging.getLogger("neve.compactor.reindex")
+
+
+@dataclass(slots=True)
+class SwapOutcome:
+    swapped: list[int] = field(default_factory=list)  # partitions replaced by this call
+    already: list[int] = field(default_factory=list)  # partitions an earlier call had replaced
+    conflicts: list[int] = field(default_factory=list)  # partitions whose entries were neither (left as they are)
+    topic_gone: bool = False
+
+
+async def swap(store: MetadataStore, manifest: CycleManifest, manifest_size: int) -> SwapOutcome:
+    outcome = SwapOutcome()
+    for part in manifest.partitions:
+        replacement = manifest.replacement(part, manifest_size)
+        try:
+            if await store.replace_entries(manifest.topic_id, part.partition, part.replaced, replacement):
+                outcome.swapped.append(part.partition)
+                continue
+        except UnknownTopic:
+            outcome.topic_gone = True
+            return outcome
+        current = store.entries(manifest.topic_id, part.partition, part.first_offset, max_entries=1)
+        if current and current[0].object_type == ObjectType.PARQUET and current[0].object_key == manifest.key:
+            outcome.already.append(part.partition)
+        else:
+            # Nothing but this compactor replaces WAL entries; seen only if two compactors ran at once.
+            log.error("index entries changed under the swap; left as they are", extra={"cycle": manifest.cycle_id, "partition": part.partition})
+            outcome.conflicts.append(part.partition)
+    return outcome
+
+
+async def finish_last_cycle(store: MetadataStore, objects: ObjectStore, table) -> SwapOutcome | None:
+    """After a restart: the table's newest cycle may have been committed without its index swap
+    (a crash between the two). Swap it now; a no-op when it was swapped. None if the table holds no
+    cycle yet. Cycles of one table run one after the other, so only the newest can be unswapped."""
+    cycle = await asyncio.to_thread(last_cycle, table)
+    if cycle is None:
+        return None
+    try:
+        data = await objects.get(cycle.manifest_key)
+    except ObjectNotFound:
+        log.error("the table's last cycle names a manifest that is not in the object store", extra={"cycle": cycle.cycle_id, "manifest": cycle.manifest_key})
+        raise
+    manifest = CycleManifest.decode(data)
+    outcome = await swap(store, manifest, len(data))
+    if outcome.swapped:
+        log.info("finished the index swap of a cycle committed before a restart", extra={"cycle": cycle.cycle_id, "partitions": len(outcome.swapped)})
+    return outcome

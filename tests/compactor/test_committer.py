@@ -1,0 +1,151 @@
+"""The committer's exactly-once rules and the index swap, on a real pyiceberg SQL catalog (SQLite)
+and the embedded metadata store: a cycle is appended once however often it is committed, a crash
+between the Iceberg commit and the swap is finished on restart, and the swap is idempotent."""
+
+from __future__ import annotations
+
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.io.pyarrow import parquet_file_to_data_file
+from pyiceberg.schema import Schema
+from pyiceberg.types import BinaryType, IntegerType, LongType, NestedField
+
+from compactor.committer import commit_cycle, committed_cycle, last_cycle
+from compactor.manifest import CycleManifest, FileSlice, PartitionCompaction, new_cycle_id
+from compactor.reindex import finish_last_cycle, swap
+from metadata.model import Append, IndexEntry, ObjectCommit, ObjectType
+from metadata.store import load_metadata_store
+from wal.store import MemoryObjectStore
+
+SCHEMA = Schema(
+    NestedField(1, "partition", IntegerType(), required=True),
+    NestedField(2, "offset", LongType(), required=True),
+    NestedField(3, "value_raw", BinaryType(), required=False),
+)
+ARROW = pa.schema(
+    [
+        pa.field("partition", pa.int32(), nullable=False, metadata={b"PARQUET:field_id": b"1"}),
+        pa.field("offset", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2"}),
+        pa.field("value_raw", pa.binary(), metadata={b"PARQUET:field_id": b"3"}),
+    ]
+)
+
+
+@pytest.fixture
+def table(tmp_path):
+    catalog = SqlCatalog("neve", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
+    catalog.create_namespace("neve")
+    return catalog.create_table("neve.t", SCHEMA)
+
+
+@pytest.fixture
+async def store():
+    s = load_metadata_store("memory://")
+    await s.start()
+    yield s
+    await s.close()
+
+
+async def commit_wal(store, topic_id, partition, counts):
+    """One WAL object per count, `count` records each: the entries the compactor will replace."""
+    for i, count in enumerate(counts):
+        await store.commit(ObjectCommit(f"wal/{partition}-{i}", 100 * count, (Append(topic_id, partition, 0, 100 * count, count, 1000 + i),)))
+    return store.entries(topic_id, partition, 0, max_entries=100)
+
+
+def write_rows(table, tmp_path, name, rows):
+    path = f"{tmp_path}/{name}.parquet"
+    pq.write_table(pa.Table.from_pylist([{"partition": p, "offset": o, "value_raw": v} for p, o, v in rows], schema=ARROW), path)
+    return parquet_file_to_data_file(table.io, table.metadata, f"file://{path}")
+
+
+def manifest_for(topic_id, partition, entries, path):
+    rows = entries[-1].last_offset - entries[0].base_offset + 1
+    part = PartitionCompaction(partition, tuple(entries), (FileSlice(f"file://{path}", 0, rows, entries[0].base_offset, entries[-1].last_offset),))
+    return CycleManifest(new_cycle_id(), topic_id, "t", "neve.t", (part,))
+
+
+def rows_of(table):
+    return sorted((r["partition"], r["offset"]) for r in table.refresh().scan().to_arrow().to_pylist())
+
+
+async def test_a_cycle_committed_twice_is_appended_once_and_its_offsets_are_in_the_summary(table, tmp_path, store):
+    info = await store.create_topic("t", 1)
+    entries = await commit_wal(store, info.topic_id, 0, [2, 3])
+    data_file = write_rows(table, tmp_path, "a", [(0, o, b"v%d" % o) for o in range(5)])
+    manifest = manifest_for(info.topic_id, 0, entries, f"{tmp_path}/a.parquet")
+
+    first = commit_cycle(table, manifest, [data_file])
+    again = commit_cycle(table.refresh(), manifest, [data_file])  # e.g. a retry whose answer was lost
+
+    assert again.snapshot_id == first.snapshot_id
+    assert rows_of(table) == [(0, o) for o in range(5)]
+    assert first.offsets == {0: (0, 4)} and first.manifest_key == manifest.key
+    assert len(table.refresh().metadata.snapshots) == 1
+
+
+async def test_the_snapshot_before_a_cycle_holds_exactly_the_earlier_rows(table, tmp_path, store):
+    info = await store.create_topic("t", 1)
+    entries = await commit_wal(store, info.topic_id, 0, [2, 2])
+    one = commit_cycle(table, manifest_for(info.topic_id, 0, entries[:1], f"{tmp_path}/a.parquet"), [write_rows(table, tmp_path, "a", [(0, 0, b"a"), (0, 1, b"b")])])
+    commit_cycle(table.refresh(), manifest_for(info.topic_id, 0, entries[1:], f"{tmp_path}/b.parquet"), [write_rows(table, tmp_path, "b", [(0, 2, b"c"), (0, 3, b"d")])])
+
+    before = table.refresh().scan(snapshot_id=one.snapshot_id).to_arrow().to_pylist()
+    assert sorted((r["offset"], r["value_raw"]) for r in before) == [(0, b"a"), (1, b"b")]
+    assert rows_of(table) == [(0, 0), (0, 1), (0, 2), (0, 3)]
+    assert last_cycle(table.refresh()).offsets == {0: (2, 3)}
+
+
+async def test_a_restart_between_the_commit_and_the_swap_finishes_the_swap_once(table, tmp_path, store):
+    info = await store.create_topic("t", 2)
+    entries = await commit_wal(store, info.topic_id, 1, [1, 2, 3])
+    objects = MemoryObjectStore()
+    manifest = manifest_for(info.topic_id, 1, entries, f"{tmp_path}/a.parquet")
+    data = manifest.encode()
+    await objects.put(manifest.key, data)
+    commit_cycle(table, manifest, [write_rows(table, tmp_path, "a", [(1, o, None) for o in range(6)])])
+    # the compactor dies here: the index still says WAL
+
+    assert [e.object_type for e in store.entries(info.topic_id, 1, 0)] == [ObjectType.WAL] * 3
+    outcome = await finish_last_cycle(store, objects, table.refresh())
+    assert outcome.swapped == [1]
+    assert store.entries(info.topic_id, 1, 0) == [IndexEntry(0, 5, manifest.key, ObjectType.PARQUET, 0, len(data), 1002)]
+    for offset in range(6):
+        assert store.entries(info.topic_id, 1, offset, max_entries=1)[0].object_key == manifest.key
+
+    again = await finish_last_cycle(store, objects, table.refresh())  # a second restart changes nothing
+    assert (again.swapped, again.already) == ([], [1])
+    assert store.entries(info.topic_id, 1, 0) == [IndexEntry(0, 5, manifest.key, ObjectType.PARQUET, 0, len(data), 1002)]
+    assert store.high_watermark(info.topic_id, 1) == 6
+
+
+async def test_the_swap_keeps_later_wal_entries_and_commits_after_it_continue(table, tmp_path, store):
+    info = await store.create_topic("t", 1)
+    entries = await commit_wal(store, info.topic_id, 0, [2, 2, 2])
+    manifest = manifest_for(info.topic_id, 0, entries[:2], f"{tmp_path}/a.parquet")
+    outcome = await swap(store, manifest, 123)
+    await commit_wal(store, info.topic_id, 0, [4])
+
+    got = store.entries(info.topic_id, 0, 0)
+    assert outcome.swapped == [0]
+    assert [(e.base_offset, e.last_offset, e.object_type) for e in got] == [(0, 3, ObjectType.PARQUET), (4, 5, ObjectType.WAL), (6, 9, ObjectType.WAL)]
+    assert got[1] == entries[2]
+
+
+async def test_a_table_without_cycles_has_nothing_to_finish(table, store):
+    assert last_cycle(table) is None
+    assert committed_cycle(table, "x") is None
+    assert await finish_last_cycle(store, MemoryObjectStore(), table) is None
+
+
+def test_a_manifest_decodes_to_what_was_encoded():
+    entries = (IndexEntry(5, 9, "wal/a", ObjectType.WAL, 10, 90, 7), IndexEntry(10, 10, "wal/b", ObjectType.WAL, 0, 30, 8))
+    part = PartitionCompaction(3, entries, (FileSlice("s3://w/a.parquet", 4, 3, 5, 9), FileSlice("s3://w/b.parquet", 0, 3, 6, 10)))
+    manifest = CycleManifest(new_cycle_id(), uuid.uuid4(), "orders", "neve.orders", (part,))
+    assert CycleManifest.decode(manifest.encode()) == manifest
+    assert manifest.offsets() == {3: (5, 10)}
+    assert manifest.replacement(part, 77) == IndexEntry(5, 10, manifest.key, ObjectType.PARQUET, 0, 77, 8)
