@@ -15,7 +15,8 @@ SQLite layout (WAL journal, synchronous=FULL):
                                                     -- batches: JSON [[first_seq, last_seq, base_offset], ...];
                                                     -- last_used: ms, for expiry (0 in databases from before it)
     producer_epochs(producer_id INT PK, epoch INT)  -- for KIP-360 epoch bumps in init_producer_id
-    counters(name TEXT PK, value INT)               -- 'next_producer_id'
+    counters(name TEXT PK, value INT)               -- 'next_producer_id', 'registry_revision'
+    registry(key TEXT PK, value BLOB, revision INT) -- the schema registry's items (registry/store.py)
 Topic ids are stored as their 32-digit hex form.
 """
 
@@ -35,7 +36,7 @@ from typing import Any, TypeVar
 from .model import AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .rules import bumped_epoch, clamped_log_start, merged_configs, partition_count
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
-from .store import PRODUCER_EXPIRY_MS, InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic, check_replacement
+from .store import PRODUCER_EXPIRY_MS, InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, RegistryItem, TopicAlreadyExists, UnknownTopic, check_replacement
 from .view import IndexReads, PartitionView
 
 T = TypeVar("T")
@@ -62,6 +63,7 @@ CREATE TABLE IF NOT EXISTS producer_states (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producer_epochs (producer_id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS registry (key TEXT PRIMARY KEY, value BLOB NOT NULL, revision INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS group_states (group_id TEXT PRIMARY KEY, state BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS group_offsets (
     group_id TEXT NOT NULL, topic_id TEXT NOT NULL, partition INTEGER NOT NULL,
@@ -445,6 +447,46 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
     async def list_groups(self) -> list[str]:
         rows = await self._run(self._query, "SELECT group_id FROM group_states UNION SELECT group_id FROM group_offsets ORDER BY 1", ())
         return [r[0] for r in rows]
+
+    # -- the schema registry's storage ------------------------------------------------------------
+
+    async def registry_get(self, key: str) -> RegistryItem | None:
+        rows = await self._run(self._query, "SELECT key, value, revision FROM registry WHERE key = ?", (key,))
+        return RegistryItem(rows[0][0], bytes(rows[0][1]), rows[0][2]) if rows else None
+
+    async def registry_items(self, prefix: str) -> list[RegistryItem]:
+        # a range, not LIKE: keys may hold % and _
+        rows = await self._run(self._query, "SELECT key, value, revision FROM registry WHERE key >= ? AND key < ? ORDER BY key", (prefix, prefix + "\U0010ffff"))
+        return [RegistryItem(k, bytes(v), r) for k, v, r in rows]
+
+    async def registry_write(self, writes: Mapping[str, bytes | None], expect: Mapping[str, int]) -> bool:
+        return await self._exclusive(self._registry_write, dict(writes), dict(expect))
+
+    async def _registry_write(self, writes: dict[str, bytes | None], expect: dict[str, int]) -> bool:
+        try:
+            return await self._run(self._registry_transaction, writes, expect)
+        except (sqlite3.Error, OSError) as e:
+            raise MetadataUnavailable(f"metadata write failed: {e}") from e
+
+    def _registry_transaction(self, writes: dict[str, bytes | None], expect: dict[str, int]) -> bool:
+        """The compare and the writes in one SQLite transaction (the lock keeps other writers out)."""
+        db = self._db
+        if db is None:
+            raise sqlite3.OperationalError("database is closed")
+        for key, revision in expect.items():
+            row = db.execute("SELECT revision FROM registry WHERE key = ?", (key,)).fetchone()
+            if (row[0] if row else 0) != revision:
+                return False
+        row = db.execute("SELECT value FROM counters WHERE name = 'registry_revision'").fetchone()
+        revision = (row[0] if row else 0) + 1
+        statements: list[tuple[str, Any, bool]] = [("INSERT OR REPLACE INTO counters VALUES ('registry_revision', ?)", (revision,), False)]
+        for key, value in writes.items():
+            if value is None:
+                statements.append(("DELETE FROM registry WHERE key = ?", (key,), False))
+            else:
+                statements.append(("INSERT OR REPLACE INTO registry VALUES (?, ?, ?)", (key, value, revision), False))
+        self._transaction(statements)
+        return True
 
     def _query(self, sql: str, params: tuple) -> list:
         if self._db is None:

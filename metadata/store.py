@@ -13,6 +13,7 @@ import abc
 import asyncio
 import uuid
 from collections.abc import Collection, Container, Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, TopicInfo
 from .sequencer import ProducerState
@@ -49,6 +50,15 @@ class ObjectFenced(MetadataUnavailable):
 
 
 TopicPartition = tuple[uuid.UUID, int]
+
+
+class RegistryItem(NamedTuple):
+    """One key of the schema registry's storage (`MetadataStore.registry_*`): its value and the
+    revision of its last write, which `registry_write` compares (0 stands for "absent")."""
+
+    key: str
+    value: bytes
+    revision: int
 PRODUCER_EXPIRY_MS = 24 * 3600 * 1000  # Kafka's producer.id.expiration.ms
 
 
@@ -271,6 +281,25 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     async def list_groups(self) -> list[str]:
         """Groups with stored state or committed offsets, sorted."""
+
+    # -- the schema registry's storage -----------------------------------------------------------
+    # Small keys with compare-and-write: the registry (registry/store.py) lays its subjects,
+    # versions, ids and configs out over them and makes each registration one atomic write, so
+    # brokers registering at once agree on ids and versions. Read straight from the durable store.
+
+    @abc.abstractmethod
+    async def registry_get(self, key: str) -> RegistryItem | None:
+        """The item at `key`, or None."""
+
+    @abc.abstractmethod
+    async def registry_items(self, prefix: str) -> list[RegistryItem]:
+        """Every item whose key starts with `prefix`, in key order."""
+
+    @abc.abstractmethod
+    async def registry_write(self, writes: Mapping[str, bytes | None], expect: Mapping[str, int]) -> bool:
+        """Atomically: if every key of `expect` is at its revision there (0: the key is absent),
+        put each value of `writes` (None deletes the key) and return True; otherwise change
+        nothing and return False. Raises MetadataUnavailable."""
 
     # -- brokers ------------------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ Key layout (all under `/<root>/`, root "neve" by default; values are compact JSO
     groups/<group, url-quoted>                the group coordinator's state (opaque to this store)
     offsets/<group, url-quoted>/<topic id hex>/<partition:06d>
                                               [offset, leader epoch, metadata, commit timestamp]
+    registry/<key>                            the schema registry's items (laid out in registry/store.py;
+                                              `schemas.py`), ignored by the watch
 
 A partition's head is the unit of optimistic concurrency for its offsets: a commit compares its mod
 revision, and each idempotent producer's key it read (or that key's absence), so what a commit
@@ -58,7 +60,7 @@ The package, one module a part: `keys.py` the key layout above, the values' code
 limits; `follower.py` the view (load, watch, apply); `commits.py` the commit transactions, fences
 and log start advances; `index.py` the range replace and the removal of superseded wal-index
 records; `topics.py` topic transactions; `leases.py` broker registration, producer
-ids and epochs, history compaction; `groups.py` consumer groups; `store.py` the entry point,
+ids and epochs, history compaction; `groups.py` consumer groups; `schemas.py` the schema registry's items; `store.py` the entry point,
 `EtcdMetadataStore`, one class mixing those parts. The Kafka rules it shares with the embedded
 store are in `metadata/rules.py`.
 """

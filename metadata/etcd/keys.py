@@ -77,6 +77,10 @@ class _Keys:
     def producer_epoch(self, producer_id: int) -> bytes:
         return f"/{self.root}/producer-epochs/{producer_id}".encode()
 
+    def registry(self, key: str) -> bytes:
+        """One item of the schema registry (its own layout below this prefix: registry/store.py)."""
+        return f"/{self.root}/registry/{key}".encode()
+
     @property
     def producer_ids(self) -> bytes:
         return f"/{self.root}/producer-ids".encode()

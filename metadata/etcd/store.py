@@ -17,6 +17,7 @@ from .groups import _Groups
 from .index import _Index
 from .keys import _Keys
 from .leases import _Leases
+from .schemas import _Schemas
 from .topics import _Topics
 
 log = logging.getLogger("neve.metadata.etcd")
@@ -34,9 +35,9 @@ class EtcdSettings:
     commit_attempts: int = 64
 
 
-class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Groups, IndexReads, MetadataStore):
+class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Groups, _Schemas, IndexReads, MetadataStore):
     """The store, one class: each part of it is a mixin of its own module (follower, commits,
-    topics, leases, groups); the state they share is made here."""
+    topics, leases, groups, schemas); the state they share is made here."""
 
     def __init__(self, host: str, port: int, root: str = "neve", settings: EtcdSettings | None = None) -> None:
         super().__init__()
