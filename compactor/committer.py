@@ -83,10 +83,9 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
                 log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})
             return done
         try:
-            with table.transaction() as txn:
-                with txn.update_snapshot(snapshot_properties=props).fast_append() as append:
-                    for data_file in data_files:
-                        append.append_data_file(data_file)
+            with table.transaction() as txn, txn.update_snapshot(snapshot_properties=props).fast_append() as append:
+                for data_file in data_files:
+                    append.append_data_file(data_file)
         except (CommitFailedException, CommitStateUnknownException, OSError) as e:
             error = e
             log.warning("iceberg commit failed; reading the table back before retrying", extra={"cycle": manifest.cycle_id, "attempt": attempt + 1, "error": repr(e)})

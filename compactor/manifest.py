@@ -106,7 +106,7 @@ class CycleManifest:
             partitions=tuple(
                 PartitionCompaction(
                     partition=p["partition"],
-                    replaced=tuple(IndexEntry(b, l, k, ObjectType(t), s, n, ts) for b, l, k, t, s, n, ts in p["replaced"]),
+                    replaced=tuple(IndexEntry(base, last, key, ObjectType(kind), start, size, ts) for base, last, key, kind, start, size, ts in p["replaced"]),
                     slices=tuple(FileSlice(*s) for s in p["slices"]),
                 )
                 for p in doc["partitions"]
