@@ -1,0 +1,92 @@
+"""Schema by id, for the registry's readers (the compactor's resolver): from the metadata store
+when neve serves its own registry, or from an external registry's REST API (`registry.url`), each
+behind a cache (a schema id's schema never changes)."""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections import OrderedDict
+
+from metadata.store import MetadataStore
+
+from .config import RegistrySettings
+from .model import Reference, Schema, SchemaType, StoreError
+from .store import RegistryStore
+
+
+class SchemaLookup(abc.ABC):
+    def __init__(self, cache_size: int = 10_000) -> None:
+        self._cache: OrderedDict[int, Schema] = OrderedDict()
+        self._cache_size = cache_size
+
+    async def schema(self, schema_id: int) -> Schema | None:
+        """The schema registered with this id, or None if there is none. Raises StoreError when
+        the registry cannot be asked (retriable: nothing is cached then)."""
+        cached = self._cache.get(schema_id)
+        if cached is not None:
+            self._cache.move_to_end(schema_id)
+            return cached
+        found = await self._fetch(schema_id)
+        if found is not None:
+            self._cache[schema_id] = found
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return found
+
+    @abc.abstractmethod
+    async def _fetch(self, schema_id: int) -> Schema | None: ...
+
+    async def close(self) -> None:
+        pass
+
+
+class StoreLookup(SchemaLookup):
+    """neve's own registry, read from the metadata store."""
+
+    def __init__(self, metadata: MetadataStore, cache_size: int = 10_000) -> None:
+        super().__init__(cache_size)
+        self._store = RegistryStore(metadata)
+
+    async def _fetch(self, schema_id: int) -> Schema | None:
+        return await self._store.schema(schema_id)
+
+
+class UrlLookup(SchemaLookup):
+    """An external registry speaking Confluent's REST API (Confluent, Karapace, Apicurio's ccompat)."""
+
+    def __init__(self, url: str, cache_size: int = 10_000, timeout_s: float = 10.0) -> None:
+        super().__init__(cache_size)
+        self.url = url.rstrip("/")
+        self._timeout_s = timeout_s
+        self._session = None
+
+    async def _fetch(self, schema_id: int) -> Schema | None:
+        import aiohttp
+
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
+        try:
+            async with self._session.get(f"{self.url}/schemas/ids/{schema_id}", headers={"Accept": "application/vnd.schemaregistry.v1+json, application/json"}) as response:
+                text = await response.text()
+                if response.status == 404:
+                    return None
+                if response.status != 200:
+                    raise StoreError(f"schema registry {self.url} answered {response.status}: {text[:200]}")
+        except aiohttp.ClientError as e:
+            raise StoreError(f"schema registry {self.url}: {e!r}") from e
+        d = json.loads(text)
+        refs = tuple(Reference(r["name"], r["subject"], r["version"]) for r in d.get("references") or ())
+        return Schema(SchemaType(d.get("schemaType") or "AVRO"), d["schema"], refs)
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+def load_lookup(settings: RegistrySettings, metadata: MetadataStore) -> SchemaLookup:
+    """The external registry when `settings.url` is set, else neve's own through the metadata store."""
+    if settings.url:
+        return UrlLookup(settings.url, settings.cache_size)
+    return StoreLookup(metadata, settings.cache_size)

@@ -1,0 +1,69 @@
+"""What the REST resources share: the registry in the application, request bodies and query
+flags read the way Confluent reads them, and replies in its content type."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from ..model import (
+    BadRequest,
+    InvalidSchema,
+    Reference,
+    Schema,
+    SchemaType,
+    UnprocessableRequest,
+)
+from ..service import Registry
+
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+REGISTRY: web.AppKey[Registry] = web.AppKey("registry", Registry)
+
+
+def registry(request: web.Request) -> Registry:
+    return request.app[REGISTRY]
+
+
+def reply(data: Any, status: int = 200) -> web.Response:
+    return web.Response(text=json.dumps(data), status=status, content_type=CONTENT_TYPE)
+
+
+def text_reply(text: str) -> web.Response:
+    """The /schema sub-resources: the schema's own text, not wrapped in JSON."""
+    return web.Response(text=text, content_type=CONTENT_TYPE)
+
+
+async def body(request: web.Request) -> dict:
+    try:
+        data = json.loads(await request.read() or b"{}")
+    except ValueError as e:
+        raise BadRequest(f"Unexpected character in the request body: {e}") from None
+    if not isinstance(data, dict):
+        raise UnprocessableRequest("The request body is not a JSON object")
+    return data
+
+
+def flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "false").strip().lower() == "true"
+
+
+def subject(request: web.Request) -> str:
+    return request.match_info["subject"]
+
+
+def schema_of(data: dict) -> Schema:
+    """A registration's or lookup's body: {"schema", "schemaType"?, "references"?}."""
+    text = data.get("schema")
+    if not isinstance(text, str):
+        raise InvalidSchema('Invalid schema: the body has no "schema" string')
+    try:
+        kind = SchemaType(str(data.get("schemaType") or "AVRO").upper())
+    except ValueError:
+        raise InvalidSchema(f"Invalid schema type {data.get('schemaType')!r}") from None
+    try:
+        refs = tuple(Reference(str(r["name"]), str(r["subject"]), int(r["version"])) for r in data.get("references") or ())
+    except (KeyError, TypeError, ValueError):
+        raise UnprocessableRequest("Invalid references: each needs name, subject and version") from None
+    return Schema(kind, text, refs)
