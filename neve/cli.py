@@ -1,6 +1,7 @@
 """The `neve` command: `neve dev` runs a single node with no external services; `neve broker`
-runs one broker of a cluster over etcd and S3; `neve config` prints every option with its default
-and environment variable."""
+runs one broker of a cluster over etcd and S3; `neve registry` serves only the schema registry
+over the metadata store; `neve config` prints every option with its default and environment
+variable."""
 
 from __future__ import annotations
 
@@ -25,20 +26,28 @@ def _parser() -> argparse.ArgumentParser:
     broker = sub.add_parser("broker", help="run one stateless broker of a cluster (set metadata.url and wal.object_store)")
     broker.add_argument("--config", help="TOML config file (see `neve config`); NEVE_* variables override it")
     broker.add_argument("--port", type=int, help="Kafka port (overrides the config)")
+    registry = sub.add_parser("registry", help="serve only the schema registry (Confluent's REST API) over metadata.url")
+    registry.add_argument("--config", help="TOML config file (see `neve config`); NEVE_* variables override it")
+    registry.add_argument("--port", type=int, help="registry port (default 8081)")
+    registry.add_argument("--data-dir", help="without metadata.url: the data dir whose SQLite metadata it serves")
     sub.add_parser("config", help="print every option, its default and its environment variable")
     return parser
 
 
-async def _run_node(config) -> int:
-    from .node import Node, StartupError
+async def _run_node(config, command: str) -> int:
+    from .node import Node, RegistryNode, StartupError
 
-    node = Node(config)
+    node = RegistryNode(config) if command == "registry" else Node(config, dev=command == "dev")
     try:
         await node.start()
     except StartupError as e:
         print(f"neve: {e}", file=sys.stderr)
         return 1
-    print(f"neve listening on {config.broker.host}:{node.port}; data in {node.data_dir}", flush=True)
+    if command == "registry":
+        print(f"neve schema registry on {node.registry.url}; metadata {node.metadata_url}", flush=True)
+    else:
+        registry = f"; schema registry on {node.registry.url}" if node.registry is not None else ""
+        print(f"neve listening on {config.broker.host}:{node.port}; data in {node.data_dir}{registry}", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -57,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "dev":
             config = load_config(args.config, data_dir=args.data_dir, broker__port=args.port, broker__host=args.host)
+        elif args.command == "registry":
+            config = load_config(args.config, data_dir=args.data_dir, registry__port=args.port)
+            if config.registry.url:
+                raise ConfigError("registry.url names an external registry: `neve registry` would serve none")
         else:
             config = load_config(args.config, broker__port=args.port)
             if not config.metadata.url or not config.wal.object_store:
@@ -68,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     _tune_gc(config.broker.gc_young_threshold)
     import uvloop
 
-    return uvloop.run(_run_node(config))
+    return uvloop.run(_run_node(config, args.command))
 
 
 def _tune_gc(young_threshold: int) -> None:

@@ -1,7 +1,7 @@
 """neve's configuration: typed sections with documented defaults, loaded in one place.
 
 Precedence, lowest to highest: the defaults below → a TOML config file (`--config FILE`, sections
-named like the dataclasses: [broker], [wal], [metadata], [faults]) → environment variables
+named like the dataclasses: [broker], [wal], [metadata], [registry], [faults]) → environment variables
 `NEVE_<SECTION>_<FIELD>` (e.g. NEVE_WAL_LINGER_MS=5) → command-line flags.
 """
 
@@ -124,6 +124,19 @@ class MetadataConfig:
 
 
 @dataclass
+class RegistryConfig:
+    port: int = -1
+    """Schema registry (Confluent's REST API) port on `host`; 0: not served. -1 (the default):
+    8081 in `neve dev` (if 8081 is taken, dev runs without it and says so), not served by
+    `neve broker`; `neve registry` serves it on 8081."""
+    host: str = ""
+    """Address the registry listens on; empty: the broker's `host`."""
+    url: str = ""
+    """An external schema registry (Confluent, Karapace, Apicurio) neve uses instead of its own:
+    when set, no node serves one and schemas are looked up there."""
+
+
+@dataclass
 class FaultsConfig:
     """Test-only fault injection; every default is off."""
 
@@ -137,6 +150,7 @@ class Config:
     broker: BrokerConfig = field(default_factory=BrokerConfig)
     wal: WalConfig = field(default_factory=WalConfig)
     metadata: MetadataConfig = field(default_factory=MetadataConfig)
+    registry: RegistryConfig = field(default_factory=RegistryConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     data_dir: str = "neve-data"
     """Where `neve dev` keeps its objects and metadata."""

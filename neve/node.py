@@ -1,5 +1,5 @@
-"""Wiring of one neve node: object store, metadata store, WAL writer, caches and the Kafka server,
-started and stopped in dependency order."""
+"""Wiring of one neve node: object store, metadata store, WAL writer, caches, the schema registry
+and the Kafka server, started and stopped in dependency order."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from broker.server import KafkaServer
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
 from metadata.model import BrokerRegistration
-from metadata.store import MetadataError, load_metadata_store
+from metadata.store import MetadataError, MetadataStore, load_metadata_store
+from registry.config import DEFAULT_PORT as REGISTRY_PORT
+from registry.server import RegistryServer
 from wal.store import ObjectStoreError, load_object_store
 from wal.sweeper import run_sweeper
 from wal.writer import WalWriter
@@ -56,9 +58,46 @@ def broker_settings(config: Config) -> BrokerSettings:
     )
 
 
+def lock_data_dir(data_dir: str) -> int:
+    """Hold the data dir for this process (its SQLite metadata has one owner): the lock's fd."""
+    os.makedirs(data_dir, exist_ok=True)
+    fd = os.open(os.path.join(data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StartupError(f"data dir {data_dir} is in use by another neve process") from None
+    return fd
+
+
+def registry_port(config: Config, dev: bool) -> tuple[int, bool]:
+    """(the port to serve the schema registry on, 0 for none; whether it may be skipped when taken):
+    see RegistryConfig.port."""
+    r = config.registry
+    if r.url:
+        return 0, False
+    if r.port == -1:
+        return (REGISTRY_PORT, True) if dev else (0, False)
+    return r.port, False
+
+
+async def start_registry(config: Config, metadata: MetadataStore, port: int, optional: bool) -> RegistryServer | None:
+    server = RegistryServer(metadata, config.registry.host or config.broker.host, port)
+    try:
+        await server.start()
+    except OSError as e:
+        if optional:
+            log.warning("registry_not_served", extra={"port": port, "reason": e.strerror or str(e)})
+            return None
+        raise StartupError(f"cannot serve the schema registry on {server.host}:{port}: {e.strerror or e}") from None
+    return server
+
+
 class Node:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, dev: bool = False) -> None:
         self.config = config
+        self.dev = dev
+        self.registry: RegistryServer | None = None
         self.data_dir = os.path.abspath(config.data_dir)
         self.object_store_url = config.wal.object_store or f"file://{os.path.join(self.data_dir, 'objects')}"
         self.metadata_url = config.metadata.url or f"sqlite://{os.path.join(self.data_dir, 'metadata.db')}"
@@ -68,12 +107,7 @@ class Node:
         self._retention: asyncio.Task | None = None
 
     def _lock_data_dir(self) -> None:
-        os.makedirs(self.data_dir, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(self.data_dir, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StartupError(f"data dir {self.data_dir} is in use by another neve process") from None
+        self._lock_fd = lock_data_dir(self.data_dir)
 
     @property
     def uses_data_dir(self) -> bool:
@@ -124,6 +158,9 @@ class Node:
                 start_http_server(c.broker.metrics_port, addr=c.broker.host)
             except OSError as e:
                 raise StartupError(f"cannot serve metrics on {c.broker.host}:{c.broker.metrics_port}: {e.strerror or e}") from None
+        port, optional = registry_port(c, self.dev)
+        if port:  # before the Kafka listener: a node that takes connections serves its schemas
+            self.registry = await start_registry(c, self.metadata, port, optional)
         settings = replace(broker_settings(c), storage=self.object_store_url.split("?", 1)[0])
         services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent, on_get=object_get))
         self.services = services
@@ -160,8 +197,47 @@ class Node:
             await self.server.stop()
             await self.services.coordinator.flush()  # group state writes already under way
             await self.wal.close()
+            if self.registry is not None:
+                await self.registry.stop()
             await self.metadata.close()
             await self.objects.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
         log.info("node_stopped")
+
+
+class RegistryNode:
+    """`neve registry`: the schema registry alone, over the configured metadata store (etcd, for a
+    registry beside a cluster's brokers; or a data dir's SQLite, which it then owns)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.data_dir = os.path.abspath(config.data_dir)
+        self.metadata_url = config.metadata.url or f"sqlite://{os.path.join(self.data_dir, 'metadata.db')}"
+        self._lock_fd: int | None = None
+        self.registry: RegistryServer | None = None
+
+    async def start(self) -> None:
+        if self.metadata_url.startswith("sqlite:"):
+            self._lock_fd = lock_data_dir(self.data_dir)
+        m = self.config.metadata
+        try:
+            self.metadata = load_metadata_store(self.metadata_url, timeout_ms=m.timeout_ms, lease_ttl_s=m.lease_ttl_s, compact_interval_s=m.compact_interval_s, producer_expiry_ms=m.producer_expiry_ms)
+            await self.metadata.start()
+        except (ValueError, ImportError, MetadataError) as e:
+            raise StartupError(f"metadata store {self.metadata_url}: {e}") from None
+        port = self.config.registry.port
+        self.registry = await start_registry(self.config, self.metadata, REGISTRY_PORT if port == -1 else port, optional=False)
+
+    @property
+    def port(self) -> int:
+        assert self.registry is not None
+        return self.registry.port
+
+    async def stop(self) -> None:
+        if self.registry is not None:
+            await self.registry.stop()
+            await self.metadata.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+
