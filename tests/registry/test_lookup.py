@@ -1,0 +1,41 @@
+"""Schema by id for the registry's readers (registry/client.py): from the metadata store, and from a
+registry's REST API by URL (here neve's own, served on loopback), each cached."""
+
+from __future__ import annotations
+
+import json
+
+from metadata.embedded import EmbeddedMetadataStore
+from registry.client import StoreLookup, UrlLookup, load_lookup
+from registry.config import RegistrySettings
+from registry.model import Reference, Schema, SchemaType
+from registry.server import RegistryServer
+
+ADDRESS = json.dumps({"type": "record", "name": "Address", "fields": [{"name": "city", "type": "string"}]})
+PERSON = json.dumps({"type": "record", "name": "Person", "fields": [{"name": "home", "type": "Address"}]})
+
+
+async def test_store_and_url_lookups_agree_and_cache():
+    metadata = EmbeddedMetadataStore(None)
+    await metadata.start()
+    server = RegistryServer(metadata, "127.0.0.1", 0)
+    await server.start()
+    try:
+        registry = server.registry
+        address_id = await registry.register("address", Schema(SchemaType.AVRO, ADDRESS))
+        person = Schema(SchemaType.AVRO, PERSON, (Reference("Address", "address", 1),))
+        person_id = await registry.register("person", person)
+        local = load_lookup(RegistrySettings(), metadata)
+        remote = load_lookup(RegistrySettings(url=server.url + "/"), metadata)
+        assert isinstance(local, StoreLookup) and isinstance(remote, UrlLookup)
+        for lookup in (local, remote):
+            assert await lookup.schema(address_id) == Schema(SchemaType.AVRO, ADDRESS.replace(" ", ""))
+            assert await lookup.schema(person_id) == Schema(SchemaType.AVRO, PERSON.replace(" ", ""), (Reference("Address", "address", 1),))
+            assert await lookup.schema(999) is None
+        await server.stop()
+        # what was read is cached: answered with the registry gone
+        assert (await remote.schema(person_id)).references == (Reference("Address", "address", 1),)
+        await remote.close()
+    finally:
+        await server.stop()
+        await metadata.close()
