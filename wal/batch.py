@@ -1,10 +1,16 @@
 """Kafka record batches (magic v2) as the broker sees them: validated, never re-encoded.
 
-The produce path checks framing, magic and CRC-32C and reads the header fields it needs (record
-count, timestamps, producer id/epoch/sequence) without decoding records. The fetch path rewrites
+The produce path checks framing, magic and CRC-32C, reads the header fields it needs (record
+count, timestamps, producer id/epoch/sequence), and walks every record's framing (decompressing
+the batch first) as Kafka does, without decoding keys or values. The fetch path rewrites
 only the base offset and partition leader epoch of each stored batch (offset injection): both sit
 before the CRC-covered region, so stored bytes stay valid. Record-level decoding (with every
 compression codec) is only used for ListOffsets by timestamp and, later, compaction.
+
+v2 record layout: length varint, then (the length's bytes) attributes i8 · timestampDelta varlong ·
+offsetDelta varint · keyLength varint · key · valueLength varint · value · headerCount varint ·
+headers (keyLength varint ≥ 0 · key · valueLength varint · value). Negative key and value
+lengths are null. Varints are zigzag-encoded.
 
 v2 header layout (big-endian), offsets in bytes:
     0 baseOffset i64 · 8 batchLength i32 · 12 partitionLeaderEpoch i32 · 16 magic i8 · 17 crc u32
@@ -62,9 +68,11 @@ SEQUENCE_MODULUS = 2**31  # producer sequences wrap from Int.MaxValue to 0
 
 class InvalidRecords(ValueError):
     """Records that fail validation. `error_code` is the Kafka error to answer with:
-    2 CORRUPT_MESSAGE (bad CRC, lengths, truncation), 43 UNSUPPORTED_FOR_MESSAGE_FORMAT (magic != 2),
+    2 CORRUPT_MESSAGE (bad CRC, lengths, truncation, records that do not parse or whose count or
+    offset deltas disagree with the header), 43 UNSUPPORTED_FOR_MESSAGE_FORMAT (magic != 2),
     87 INVALID_RECORD (well-framed but inconsistent, e.g. record count != lastOffsetDelta + 1, empty,
-    a control batch sent by a client, or batches of more than one producer or epoch),
+    a control batch sent by a client, batches of more than one producer or epoch, or a record
+    without a key for a compacted topic),
     45 OUT_OF_ORDER_SEQUENCE_NUMBER (an idempotent producer's batches whose sequences do not follow
     one another), 10 MESSAGE_TOO_LARGE (a batch over `max_size`), 76 UNSUPPORTED_COMPRESSION_TYPE
     (a codec id other than 0-4)."""
@@ -110,9 +118,13 @@ def _bytes_view(data: bytes | memoryview) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def validate(records: bytes | memoryview, max_size: int | None = None) -> RecordsSummary:
+def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bool = False) -> RecordsSummary:
     """Validate one or more concatenated v2 batches (the `records` field of a produce partition)
-    and summarise them. Raises InvalidRecords. Does not decompress or decode records.
+    and summarise them. Raises InvalidRecords.
+
+    Every record's framing is walked (see `_walk_records`): its fields fill its length exactly,
+    the batch holds recordCount of them with offset deltas 0..n-1, and with `keyed` (a topic whose
+    cleanup.policy compacts) each has a key. Keys, values and headers are not decoded.
 
     The batches are one producer's (id and epoch), and an idempotent producer's sequences run on
     from batch to batch, so the summary's first sequence and record count describe every batch
@@ -120,6 +132,8 @@ def validate(records: bytes | memoryview, max_size: int | None = None) -> Record
 
     `max_size` bounds each batch (LOG_OVERHEAD + batchLength), as Kafka's max.message.bytes does."""
     view = _bytes_view(records)
+    # Indexing bytes is cheaper than indexing a memoryview in the record walk.
+    raw = records if type(records) is bytes else view
     total = len(view)
     if total == 0:
         raise InvalidRecords(INVALID_RECORD, "no record batch")
@@ -158,6 +172,7 @@ def validate(records: bytes | memoryview, max_size: int | None = None) -> Record
         last_offset_delta, count = fields[6], fields[12]
         if count <= 0 or count != last_offset_delta + 1:
             raise InvalidRecords(INVALID_RECORD, f"batch {batch_count} has {count} records but lastOffsetDelta {last_offset_delta}")
+        _check_records(raw, pos, size, attributes & _CODEC_MASK, count, keyed, batch_count)
         if first is None:
             first = fields
         elif fields[9] != first[9] or fields[10] != first[10]:
@@ -184,6 +199,134 @@ def validate(records: bytes | memoryview, max_size: int | None = None) -> Record
         transactional=transactional,
         compression=first[5] & _CODEC_MASK,
     )
+
+
+def _check_records(data, pos: int, size: int, codec: int, count: int, keyed: bool, index: int) -> None:
+    """Walks the records of the batch at `pos` (decompressed first); raises InvalidRecords."""
+    start = pos + BATCH_HEADER_SIZE
+    end = pos + size
+    try:
+        if codec:
+            data = _decompress(codec, memoryview(data)[start:end])
+            # cramjam's Buffer indexes slowly; bytes is the fastest thing to walk
+            data = data if type(data) is bytes else bytes(data)
+            start, end = 0, len(data)
+        found = _walk_records(data, start, end, count, keyed)
+    except InvalidRecords as e:
+        raise InvalidRecords(e.error_code, f"batch {index}: {e}") from None
+    except Exception as e:  # cramjam's DecompressionError
+        raise InvalidRecords(CORRUPT_MESSAGE, f"batch {index} does not decompress: {e}") from None
+    if found != count:
+        raise InvalidRecords(CORRUPT_MESSAGE, f"batch {index} holds {found} records, its header says {count}")
+
+
+# The zigzag value of every varint of one or two bytes, indexed by its 7 or 14 payload bits: most
+# of a record's varints are that short, and one list lookup is the cheapest read of them.
+_ZIGZAG = [(v >> 1) ^ -(v & 1) for v in range(1 << 14)]
+# Offset delta i (64 <= i < 8192) as its two varint bytes read little-endian: the first byte is
+# (i << 1) & 0x7F with the continuation bit, the second (i << 1) >> 7.
+_TWO_BYTE_DELTA = [((i << 1) & 0x7F | 0x80) | ((i << 1) >> 7) << 8 for i in range(8192)]
+
+
+def _varint(data, pos: int, most: int) -> tuple[int, int]:
+    """A zigzag varint of any length up to `most` bytes at `pos`: (value, position after it)."""
+    value = shift = 0
+    limit = pos + most
+    while pos < limit:
+        b = data[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (value >> 1) ^ -(value & 1), pos
+        shift += 7
+    raise InvalidRecords(CORRUPT_MESSAGE, f"varint longer than {most} bytes")
+
+
+def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
+    """The number of records framed in data[pos:end], checking as Kafka's record reader does that
+    each record's fields end exactly where its length says, that offset deltas run 0, 1, 2, ...
+    and (`keyed`) that every record has a key. Stops with an error after `count` records if more
+    bytes follow. Keys and values are skipped by their lengths, never read.
+
+    This is the produce path's one loop per record, written for CPython: one- and two-byte varints
+    (all but a few of them) are a lookup in _ZIGZAG, inline; the timestamp delta is skipped
+    without being decoded; a record's overrun into the next one is caught by its end check, and a
+    read past the data by IndexError."""
+    zigzag = _ZIGZAG
+    two_byte = _TWO_BYTE_DELTA
+    key_nullable = (not keyed, True)  # a value may always be null
+    i = 0
+    try:
+        while pos < end:
+            if i == count:
+                raise InvalidRecords(CORRUPT_MESSAGE, f"{end - pos} bytes follow the last of {count} records")
+            b = data[pos]
+            if b < 0x80:
+                stop = pos + 1 + zigzag[b]
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                stop = pos + 2 + zigzag[(b & 0x7F) | (data[pos + 1] << 7)]
+                pos += 2
+            else:
+                n, pos = _varint(data, pos, 5)
+                stop = pos + n
+            # attributes, timestamp delta, offset delta, key, value and header count: a byte each at least
+            if stop - pos < 6 or stop > end:
+                raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has length {stop - pos}, {end - pos} bytes remain")
+            pos += 2  # attributes, and the timestamp delta's first byte: any delta is valid
+            if data[pos - 1] >= 0x80:
+                limit = pos + 9
+                while data[pos] >= 0x80:
+                    pos += 1
+                    if pos == limit:
+                        raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has a timestamp delta longer than 10 bytes")
+                pos += 1
+            # the offset delta, compared with the encoding record i must have
+            if i < 64:
+                if data[pos] != i << 1:
+                    raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has offset delta {_varint(data, pos, 5)[0]}")
+                pos += 1
+            elif i < 8192 and data[pos] | data[pos + 1] << 8 == two_byte[i]:
+                pos += 2
+            else:
+                n, pos = _varint(data, pos, 5)
+                if n != i:
+                    raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has offset delta {n}")
+            for nullable in key_nullable:  # the key's length and bytes, then the value's
+                b = data[pos]
+                if b < 0x80:
+                    n = zigzag[b]
+                    pos += 1
+                elif data[pos + 1] < 0x80:
+                    n = zigzag[(b & 0x7F) | (data[pos + 1] << 7)]
+                    pos += 2
+                else:
+                    n, pos = _varint(data, pos, 5)
+                if n > 0:
+                    pos += n
+                elif n < 0 and not nullable:
+                    raise InvalidRecords(INVALID_RECORD, f"record {i} has no key, and the topic is compacted")
+            if data[pos]:  # headers
+                headers, pos = _varint(data, pos, 5)
+                if headers < 0:
+                    raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has {headers} headers")
+                for _ in range(headers):
+                    n, pos = _varint(data, pos, 5)
+                    if n < 0:
+                        raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has a header key of length {n}")
+                    n, pos = _varint(data, pos + n, 5)
+                    if n > 0:
+                        pos += n
+                    if pos > stop:
+                        break
+            else:
+                pos += 1
+            if pos != stop:
+                raise InvalidRecords(CORRUPT_MESSAGE, f"record {i}'s fields end {pos - stop:+d} bytes from its length")
+            i += 1
+    except IndexError:
+        raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} is truncated") from None
+    return i
 
 
 def iter_headers(data: bytes | memoryview) -> Iterator[BatchHeader]:

@@ -1,10 +1,11 @@
 """Produce (key 0), v3-v11 (record batch v2 only).
 
-Each partition's records are validated (magic 2, CRC-32C, lengths) and summarised without
-decoding, then handed to the WAL buffer as they are. The response waits until the WAL object is
-stored and its sequencer commit is done; acks=1 and acks=all therefore mean the same thing, and
+Each partition's records are validated (magic 2, CRC-32C, lengths, and every record's framing,
+as Kafka does) and summarised, then handed to the WAL buffer as they are. The response waits
+until the WAL object is stored and its sequencer commit is done; acks=1 and acks=all therefore mean the same thing, and
 acks=0 answers nothing. Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE,
-UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD, MESSAGE_TOO_LARGE (a batch over the
+UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD (also a record without a key on a topic whose
+cleanup.policy compacts), MESSAGE_TOO_LARGE (a batch over the
 topic's max.message.bytes, by default the broker's), OUT_OF_ORDER_SEQUENCE_NUMBER,
 INVALID_PRODUCER_EPOCH, and the retriable KAFKA_STORAGE_ERROR / REQUEST_TIMED_OUT when the object
 store or the metadata store fails.
@@ -47,6 +48,8 @@ def produce(ctx, request) -> asyncio.Future:
         info = topics.get(topic.name)
         # each batch within the topic's max.message.bytes (else the broker's), as in Kafka
         limit = max_message_bytes(info.configs, max_bytes) if info is not None else max_bytes
+        # Kafka refuses a record without a key on a topic whose cleanup.policy compacts
+        keyed = info is not None and "compact" in (v.strip() for v in info.configs.get("cleanup.policy", "delete").split(","))
         parts = []
         for p in topic.partition_data:
             if info is None or not 0 <= p.index < info.partitions:
@@ -56,15 +59,16 @@ def produce(ctx, request) -> asyncio.Future:
             if not records:
                 parts.append((p.index, None, ErrorCode.invalid_record, "no records", 0))
                 continue
+            data = bytes(records)  # what the WAL keeps, and the fastest thing to walk records in
             try:
-                summary = validate(records, max_size=limit)
+                summary = validate(data, max_size=limit, keyed=keyed)
             except InvalidRecords as e:
                 parts.append((p.index, None, error(e.error_code), str(e), 0))
                 continue
             if summary.transactional or request.transactional_id is not None:
                 parts.append((p.index, None, ErrorCode.transactional_id_authorization_failed, "transactions are not supported yet", 0))
                 continue
-            chunk = Chunk(info.topic_id, p.index, bytes(records), summary.batch_count, summary.record_count, summary.max_timestamp)
+            chunk = Chunk(info.topic_id, p.index, data, summary.batch_count, summary.record_count, summary.max_timestamp)
             try:
                 fut = s.wal.submit(chunk, summary)
             except WalUnavailable as e:

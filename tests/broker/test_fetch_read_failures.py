@@ -194,11 +194,12 @@ async def test_a_failed_range_is_read_once_and_a_bug_still_raises(broken):
 
 
 @pytest.mark.integration
-def test_list_offsets_answers_records_that_do_not_decode_with_corrupt_message(node):
-    """Issue 20's review: a batch with a right CRC whose records do not parse is stored (produce
-    checks batches); ListOffsets by timestamp decoding it closed the connection. Now that
-    partition answers CORRUPT_MESSAGE and the other is served on the same connection."""
-    from tests.batches import frame_batch
+def test_list_offsets_answers_records_that_do_not_decode_with_corrupt_message(node, tmp_path):
+    """Issue 20's review: ListOffsets by timestamp decoding stored records that do not parse closed
+    the connection. Produce refuses such records now (CORRUPT_MESSAGE), so they are made by
+    overwriting a stored object's records in place; that partition answers CORRUPT_MESSAGE and
+    the other is served on the same connection."""
+    from tests.batches import encode_records, frame_batch
 
     node, _ = node
     topic = create_topic(node.bootstrap, 2, prefix="corrupt-records")
@@ -206,7 +207,15 @@ def test_list_offsets_answers_records_that_do_not_decode_with_corrupt_message(no
     raw = Raw(node.port)
     try:
         cid = raw.request(produce_v9(topic, {0: garbage, 1: records(2, T0, b"fine")}))
-        assert [p.error_code for t in raw.response(0, 9, cid).responses for p in t.partition_responses] == [0, 0]
+        assert [p.error_code for t in raw.response(0, 9, cid).responses for p in t.partition_responses] == [2, 0]
+        objects = Objects(raw, topic, node.data_dir / "objects", tmp_path)
+        objects.produce({0: records(3, T0, b"soon-garbage")})
+        payload = encode_records([(b"k", b"soon-garbage-%d" % i, [], T0 + i) for i in range(3)], T0)
+        with open(objects.files[0], "r+b") as f:
+            stored = f.read()
+            assert stored.count(payload) == 1
+            f.seek(stored.index(payload))
+            f.write(b"\x7f" * len(payload))
         assert list_offsets(raw, topic, {0: T0 + 1, 1: T0 + 1}) == [(0, 2, -1, -1), (1, 0, 1, T0 + 1)]
         assert_still_serving(raw)
     finally:

@@ -9,6 +9,7 @@ import zstandard
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.serial.readers import read_signed_varint, read_signed_varlong
 
 from tests.batches import (
     CODECS,
@@ -20,6 +21,7 @@ from tests.batches import (
     SNAPPY,
     TRANSACTIONAL,
     ZSTD,
+    compress,
     encode_records,
     frame_batch,
     make_batch,
@@ -247,6 +249,170 @@ def test_mutated_batches_raise_only_invalid_records(edits, cut, tail):
         assert e.error_code in (2, 10, 43, 76, 87)
     else:
         assert summary.batch_count >= 1
+
+
+# --- validate: every record, as Kafka walks them ----------------------------------------------
+
+
+def reference_records(payload: bytes) -> list[tuple[int, bytes | None, bytes | None, list]] | None:
+    """An independent, plain reading of a record section (kio's varint readers, every field
+    decoded): (offset delta, key, value, headers) of each record, or None where Kafka's record
+    reader would fail (a record's fields not ending at its length, a negative header count or
+    header key length, a varint too long, a truncation)."""
+    out = []
+    pos = 0
+    try:
+        while pos < len(payload):
+            length, used = read_signed_varint(payload, pos)
+            start = pos = pos + used
+            if length < 0 or start + length > len(payload):
+                return None
+            pos += 1  # attributes
+            _, used = read_signed_varlong(payload, pos)
+            pos += used
+            offset_delta, used = read_signed_varint(payload, pos)
+            pos += used
+            fields = []
+            for _ in range(2):  # key, value: negative lengths are null
+                n, used = read_signed_varint(payload, pos)
+                pos += used
+                fields.append(payload[pos : pos + n] if n >= 0 else None)
+                pos += max(n, 0)
+            count, used = read_signed_varint(payload, pos)
+            pos += used
+            if count < 0:
+                return None
+            headers = []
+            for _ in range(count):
+                n, used = read_signed_varint(payload, pos)
+                if n < 0 or pos + used + n > start + length:
+                    return None
+                name = payload[pos + used : pos + used + n]
+                pos += used + n
+                n, used = read_signed_varint(payload, pos)
+                pos += used
+                headers.append((name, payload[pos : pos + n] if n >= 0 else None))
+                pos += max(n, 0)
+            if pos != start + length:
+                return None
+            out.append((offset_delta, fields[0], fields[1], headers))
+    except Exception:  # kio's underflow and varint errors
+        return None
+    return out
+
+
+def keyless(values: list[bytes]) -> list:
+    return [(None, v, [], 100 + i) for i, v in enumerate(values)]
+
+
+def reframed(payload: bytes, record_count: int, codec: int = NONE) -> bytes:
+    """A batch around `payload` (compressed with `codec`) with a right CRC: only its records lie."""
+    return frame_batch(compress(codec, payload), record_count=record_count, last_offset_delta=record_count - 1, base_timestamp=1, max_timestamp=9, attributes=codec)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_records_that_do_not_parse_are_corrupt(codec):
+    """Issue 20's review: a batch whose CRC is right but whose records do not parse was stored."""
+    good = encode_records(records([1, 2, 3]), 1)
+    expect(2, reframed(b"\x7f" * 40, 3, codec))
+    expect(2, reframed(good[:-1], 3, codec))  # the last record one byte short
+    expect(2, reframed(good + b"\x00", 3, codec))  # a byte after the last record
+    expect(2, reframed(good, 4, codec))  # fewer records than the header says
+    expect(2, reframed(good + encode_records(records([4]), 1), 3, codec))  # more
+    assert validate(reframed(good, 3, codec)).record_count == 3
+
+
+def test_offset_deltas_must_run_from_zero_in_order():
+    first, second = encode_records(records([1]), 1), encode_records(records([2, 3]), 1)
+    assert reference_records(second[len(encode_records(records([2]), 1)) :])[0][0] == 1
+    expect(2, reframed(second[len(encode_records(records([2]), 1)) :] + first, 2))  # deltas 1, 0
+    expect(2, reframed(first + first, 2))  # deltas 0, 0
+
+
+def test_a_compressed_batch_that_does_not_decompress_is_corrupt():
+    for codec in (GZIP, SNAPPY, LZ4, ZSTD):
+        expect(2, frame_batch(b"not compressed at all", record_count=1, last_offset_delta=0, base_timestamp=1, max_timestamp=1, attributes=codec))
+
+
+def test_xerial_framed_snappy_is_walked():
+    payload = encode_records(records([1, 2, 3], value_size=300), 1)
+    batch = frame_batch(xerial_snappy(payload, block_size=256), record_count=3, last_offset_delta=2, base_timestamp=1, max_timestamp=3, attributes=SNAPPY)
+    assert validate(batch).record_count == 3
+    broken = frame_batch(xerial_snappy(payload[:-2], block_size=256), record_count=3, last_offset_delta=2, base_timestamp=1, max_timestamp=3, attributes=SNAPPY)
+    expect(2, broken)
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_record_without_a_key_is_invalid_only_for_a_compacted_topic(codec):
+    """As Kafka (and librdkafka's test 0011, which expects INVALID_RECORD)."""
+    batch = make_batch(records([1]) + keyless([b"v"]), compression=codec)
+    assert validate(batch).record_count == 2
+    error = expect(87, batch, keyed=True)
+    assert "record 1 has no key" in str(error)
+    assert validate(make_batch(records([1, 2]), compression=codec), keyed=True).record_count == 2
+    assert validate(make_batch([(b"", b"v", [], 1)]), keyed=True).record_count == 1  # an empty key is a key
+
+
+def test_records_of_every_varint_width_and_headers_are_accepted():
+    """Fields whose varints take one, two, three and more bytes, null values, many headers."""
+    recs = [
+        (b"k" * 8000, b"v" * 70_000, [("h%d" % j, b"x" * j) for j in range(70)], 1),
+        (b"", None, [("", None)], -(2**40)),
+        (None, b"", [], 2**40),
+    ] + [(b"k", b"v" * i, [], i) for i in range(200)]
+    payload = encode_records(recs, 0)
+    for codec in CODECS:
+        assert validate(reframed(payload, len(recs), codec)).record_count == len(recs)
+
+
+record_strategy = st.tuples(
+    st.none() | st.binary(max_size=300),
+    st.none() | st.binary(max_size=300),
+    st.lists(st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=20)), max_size=3),
+    st.integers(-(2**45), 2**45),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(record_strategy, min_size=1, max_size=12), st.sampled_from(CODECS))
+def test_any_records_round_trip(recs, codec):
+    payload = encode_records(recs, 0)
+    assert validate(reframed(payload, len(recs), codec)).record_count == len(recs)
+    assert [r[1:] for r in reference_records(payload)] == [(k, v, [(n.encode(), hv) for n, hv in h]) for k, v, h, _ in recs]
+    if any(k is None for k, *_ in recs):
+        expect(87, reframed(payload, len(recs), codec), keyed=True)
+
+
+@settings(max_examples=600, deadline=None)
+@given(
+    st.lists(record_strategy, min_size=1, max_size=6),
+    st.sampled_from(CODECS),
+    st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(["set", "insert", "delete"]), st.integers(0, 255)), min_size=1, max_size=3),
+)
+def test_mutated_record_bodies_are_stored_exactly_when_they_parse(recs, codec, edits):
+    """A record section mutated in place, inserted into or cut, then compressed and framed with a
+    right CRC: validate accepts it exactly when an independent reading parses it into the header's
+    count of records with offset deltas 0..n-1, and answers CORRUPT_MESSAGE otherwise."""
+    data = bytearray(encode_records(recs, 0))
+    for where, how, value in edits:
+        where %= len(data) + 1
+        if how == "insert":
+            data[where:where] = bytes([value])
+        elif where < len(data):
+            if how == "set":
+                data[where] = value
+            else:
+                del data[where]
+    payload = bytes(data)
+    parsed = reference_records(payload)
+    parses = parsed is not None and [r[0] for r in parsed] == list(range(len(recs)))
+    try:
+        summary = validate(reframed(payload, len(recs), codec))
+    except InvalidRecords as e:
+        assert e.error_code == 2 and not parses, str(e)
+    else:
+        assert parses and summary.record_count == len(recs)
+
 
 
 # --- iter_headers and inject_offsets ----------------------------------------------------------
