@@ -1,0 +1,165 @@
+"""Pure: one decoded Kafka record (and its writer schema, if its value has one) → one table row, with
+the outcome that says how its value was kept. Nothing is dropped: a value that is not columns alone
+keeps its exact bytes in value_raw, and value_error says why.
+
+Outcomes:
+    columns      decoded, and re-encoding the decoded value reproduces the produced bytes exactly,
+                 so the columns alone give the value back byte for byte
+    columns+raw  decoded, but the columns cannot give the bytes back (re-encoding differs, bytes
+                 after the value, or fields with no Iceberg type): value_raw keeps them too
+    raw          no usable schema: not framed, unknown schema id, a schema the table cannot take,
+                 or bytes that do not decode (a topic without a schema: raw, value_error null)
+    tombstone    a null value: value, value_raw and value_error null
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fastavro import schemaless_reader, schemaless_writer
+
+from registry.wire import NotFramed, unframe
+
+from .avro_types import ValueLayout, parse, value_layout
+from .records import Batch, Record
+
+COLUMNS = "columns"
+COLUMNS_RAW = "columns+raw"
+RAW = "raw"
+TOMBSTONE = "tombstone"
+OUTCOMES = (COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE)
+
+# A row kept as columns alone also carries the produced bytes under this key, which no column has
+# (Arrow ignores it): the writer falls back to them for a decoded value its column cannot take
+# (a decimal wider than its precision, an int beyond 32 bits).
+PRODUCED_VALUE = "_produced_value"
+
+
+@dataclass(frozen=True, slots=True)
+class WriterSchema:
+    """A registered schema as the translator uses it (one per schema id, made once)."""
+
+    schema_id: int
+    parsed: Any  # fastavro's parsed form; None when raw_reason says why there is none
+    layout: ValueLayout | None
+    # Set when values of this schema must stay raw although they may decode: a schema the table
+    # could not be evolved to take (incompatible), or one that is not Avro.
+    raw_reason: str | None = None
+
+
+# Maps a framed value's schema id to its writer schema; None for an id the registry does not know.
+# A registry that cannot be reached should raise: that is a reason to retry, not to store raw.
+Resolver = Callable[[int], WriterSchema | None]
+
+
+def writer_schema(schema_id: int, schema: str | dict | list, schema_type: str = "AVRO", raw_reason: str | None = None) -> WriterSchema:
+    """Parse a registered schema once. A schema that is not Avro, or not valid Avro, gives a
+    WriterSchema whose values stay raw, saying why."""
+    if schema_type.upper() != "AVRO":
+        return WriterSchema(schema_id, None, None, f"schema {schema_id} is {schema_type}, columns are laid out for Avro only")
+    try:
+        parsed = parse(schema)
+    except Exception as e:  # fastavro's SchemaParseException, json errors, unknown types
+        return WriterSchema(schema_id, None, None, f"schema {schema_id} does not parse as Avro: {e}")
+    return WriterSchema(schema_id, parsed, value_layout(parsed), raw_reason)
+
+
+def kafka_columns(partition: int, batch: Batch) -> dict[str, Any]:
+    """The kafka struct's batch-level fields (shared by the batch's rows; translate copies it)."""
+    return {
+        "partition": partition,
+        "offset": None,
+        "timestamp": None,
+        "timestamp_type": batch.timestamp_type,
+        "batch_base_offset": batch.base_offset,
+        "batch_leader_epoch": batch.partition_leader_epoch,
+        "batch_magic": batch.magic,
+        "batch_compression": batch.codec_name,
+        "batch_base_timestamp": batch.base_timestamp * 1000,
+        "batch_max_timestamp": batch.max_timestamp * 1000,
+        "producer_id": batch.producer_id,
+        "producer_epoch": batch.producer_epoch,
+        "base_sequence": batch.base_sequence,
+        "is_control": batch.is_control,
+        "is_transactional": batch.is_transactional,
+    }
+
+
+def translate(record: Record, kafka: dict[str, Any], resolve: Resolver | None) -> tuple[dict[str, Any], str]:
+    """(row, outcome) for one record; `kafka` from kafka_columns for its batch; `resolve` None for
+    a topic without a value schema. Raises only what `resolve` raises."""
+    row_kafka = kafka.copy()
+    row_kafka["offset"] = record.offset
+    row_kafka["timestamp"] = record.timestamp * 1000  # Kafka's ms as timestamptz micros
+    row = {
+        "kafka": row_kafka,
+        "headers": [{"key": k, "value": v} for k, v in record.headers],
+        "key_raw": record.key,
+        "value_raw": None,
+        "value_schema_id": None,
+        "value_error": None,
+    }
+    value = record.value
+    if value is None:
+        row["value"] = None
+        return row, TOMBSTONE
+    outcome, columns, error, schema_id = _value(value, resolve)
+    row["value"] = columns
+    row["value_schema_id"] = schema_id
+    row["value_error"] = error
+    if outcome == COLUMNS:
+        row[PRODUCED_VALUE] = value
+    else:
+        row["value_raw"] = value
+    return row, outcome
+
+
+def translate_batch(partition: int, batch: Batch, resolve: Resolver | None) -> Iterator[tuple[dict[str, Any], str]]:
+    """(row, outcome) for each of a decoded batch's records."""
+    kafka = kafka_columns(partition, batch)
+    for record in batch.records:
+        yield translate(record, kafka, resolve)
+
+
+def _value(value: bytes, resolve: Resolver | None) -> tuple[str, Any, str | None, int | None]:
+    """(outcome, value column, value_error, schema id) of a non-null value."""
+    if resolve is None:
+        return RAW, None, None, None
+    try:
+        schema_id, payload = unframe(value)
+    except NotFramed as e:
+        return RAW, None, f"not framed: {e}", None
+    writer = resolve(schema_id)
+    if writer is None:
+        return RAW, None, f"unknown schema id {schema_id}", schema_id
+    if writer.raw_reason is not None:
+        return RAW, None, writer.raw_reason, schema_id
+    layout = writer.layout
+    assert layout is not None
+    if layout.iceberg is None:
+        return RAW, None, _unrepresentable(layout), schema_id
+    source = io.BytesIO(payload)
+    try:
+        decoded = schemaless_reader(source, writer.parsed, None)
+    except Exception as e:  # anything a producer's bytes make fastavro raise means "does not decode"
+        return RAW, None, f"does not decode with schema {schema_id}: {type(e).__name__}: {e}", schema_id
+    columns = decoded if layout.fix is None else layout.fix(decoded)
+    if source.tell() != len(payload):
+        return COLUMNS_RAW, columns, f"{len(payload) - source.tell()} bytes after the value of schema {schema_id}", schema_id
+    if layout.unrepresentable:
+        return COLUMNS_RAW, columns, _unrepresentable(layout), schema_id
+    again = io.BytesIO()
+    try:
+        schemaless_writer(again, writer.parsed, decoded)
+    except Exception as e:  # a decoded value fastavro cannot write back
+        return COLUMNS_RAW, columns, f"does not re-encode with schema {schema_id}: {type(e).__name__}: {e}", schema_id
+    if again.getbuffer() != payload:
+        return COLUMNS_RAW, columns, f"re-encoding with schema {schema_id} differs from the produced bytes", schema_id
+    return COLUMNS, columns, None, schema_id
+
+
+def _unrepresentable(layout: ValueLayout) -> str:
+    return "no Iceberg type for " + "; ".join(f"{u.path}: {u.reason}" for u in layout.unrepresentable)

@@ -1,0 +1,267 @@
+"""Rows → Arrow record batches → Parquet files (zstd, Iceberg field ids, timestamps as
+TIMESTAMP_MICROS): one file per (value schema id, partition-spec value), and for each file what a
+committer needs to register it as an Iceberg DataFile (statistics by pyiceberg, from the footer).
+
+A decoded value its column cannot take (a decimal wider than its precision, an int beyond 32 bits)
+is found when its batch does not convert: that row alone is stored raw instead, never dropped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.typedef import Record as PartitionRecord
+from pyiceberg.utils.datetime import date_to_days, datetime_to_micros, time_to_micros
+
+from .layout import arrow_schema, rows_to_arrow
+from .translator import COLUMNS, OUTCOMES, PRODUCED_VALUE, RAW
+
+BATCH_ROWS = 8192  # rows converted to Arrow at a time, per open file
+ROW_GROUP_ROWS = 1 << 20
+
+
+@dataclass(slots=True)
+class OffsetSpan:
+    """The rows of one Kafka partition in one file: rows [first_row, first_row + rows), holding
+    offsets first..last in order (a partition's offsets can spread over files of different
+    partition values or schema ids, so not every offset between them need be in this file)."""
+
+    first_row: int
+    rows: int
+    first: int
+    last: int
+
+
+@dataclass(slots=True)
+class WrittenFile:
+    path: str
+    record_count: int
+    file_size: int
+    schema_id: int | None  # the value schema id of its rows (None: no schema)
+    partition: tuple  # one value per partition-spec field, in spec order
+    offsets: dict[int, OffsetSpan]  # Kafka partition → the offsets the file holds
+    outcomes: dict[str, int]  # rows per translator outcome (after any fallback to raw)
+    statistics: dict[str, Any]  # pyiceberg's DataFileStatistics.to_serialized_dict(): plain, picklable
+
+    def data_file(self, spec: PartitionSpec, format_version: int = 2) -> DataFile:
+        """The Iceberg DataFile to append (table.transaction().update_snapshot().fast_append())."""
+        data_file = DataFile.from_args(
+            _table_format_version=format_version,
+            content=DataFileContent.DATA,
+            file_path=self.path,
+            file_format=FileFormat.PARQUET,
+            partition=PartitionRecord(*self.partition),
+            file_size_in_bytes=self.file_size,
+            sort_order_id=None,
+            spec_id=spec.spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **self.statistics,
+        )
+        data_file.spec_id = spec.spec_id  # from_args does not take it (pyiceberg 0.12)
+        return data_file
+
+
+@dataclass(slots=True)
+class _OpenFile:
+    path: str
+    schema_id: int | None
+    partition: tuple
+    sink: Any
+    writer: pq.ParquetWriter
+    rows: list[dict] = field(default_factory=list)
+    row_outcomes: list[str] = field(default_factory=list)
+    record_count: int = 0
+    offsets: dict[int, OffsetSpan] = field(default_factory=dict)
+    last_partition: int | None = None
+    outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+
+
+class TableWriter:
+    """Writes one task's rows of one table. `filesystem` is a pyarrow.fs.FileSystem (wrap fsspec
+    with pyarrow.fs.PyFileSystem(FSSpecHandler(fs))) or a pyiceberg FileIO (table.io); files go to
+    `location`/<partition path>/<file_prefix>-<n>.parquet, so `file_prefix` must be unique per
+    task attempt (a uuid) for a retried task never to overwrite a committed file."""
+
+    def __init__(
+        self,
+        schema: Schema,
+        spec: PartitionSpec,
+        location: str,
+        filesystem: Any,
+        file_prefix: str | None = None,
+        table_properties: dict[str, str] | None = None,
+    ) -> None:
+        self.schema = schema
+        self.spec = spec
+        self.location = location.rstrip("/")
+        self.filesystem = filesystem
+        self.file_prefix = file_prefix or uuid.uuid4().hex
+        self.table_properties = table_properties or {}
+        self.arrow = arrow_schema(schema)
+        self._partition_of = _partitioner(schema, spec)
+        self._files: dict[tuple, _OpenFile] = {}
+        self._written: list[WrittenFile] = []
+
+    def add(self, row: dict[str, Any], outcome: str) -> None:
+        """One row from the translator. A partition's rows come in offset order and together (all
+        of one partition's rows, then the next's), so that they are one run of rows in each file."""
+        spec_value = self._partition_of(row)
+        key = (row["value_schema_id"], spec_value)
+        open_file = self._files.get(key)
+        if open_file is None:
+            open_file = self._files[key] = self._open(row["value_schema_id"], spec_value)
+        kafka = row["kafka"]
+        partition, offset = kafka["partition"], kafka["offset"]
+        span = open_file.offsets.get(partition)
+        if span is None:
+            open_file.offsets[partition] = OffsetSpan(open_file.record_count + len(open_file.rows), 1, offset, offset)
+        elif partition != open_file.last_partition or offset <= span.last:
+            raise ValueError(f"partition {partition} offset {offset} comes after other rows or offsets in {open_file.path}: add each partition's rows together, in offset order")
+        else:
+            span.last = offset
+            span.rows += 1
+        open_file.last_partition = partition
+        open_file.rows.append(row)
+        open_file.row_outcomes.append(outcome)
+        if len(open_file.rows) >= BATCH_ROWS:
+            self._flush(open_file)
+
+    def close(self) -> list[WrittenFile]:
+        """Finish every file; the files written by this writer, in the order they were opened."""
+        for open_file in self._files.values():
+            self._flush(open_file)
+            open_file.writer.close()
+            size = open_file.sink.tell()
+            open_file.sink.close()
+            metadata = open_file.writer.writer.metadata
+            statistics = data_file_statistics_from_parquet_metadata(
+                parquet_metadata=metadata,
+                stats_columns=compute_statistics_plan(self.schema, self.table_properties),
+                parquet_column_mapping=parquet_path_to_id_mapping(self.schema),
+            )
+            self._written.append(WrittenFile(
+                path=open_file.path,
+                record_count=open_file.record_count,
+                file_size=size,
+                schema_id=open_file.schema_id,
+                partition=open_file.partition,
+                offsets=open_file.offsets,
+                outcomes={k: v for k, v in open_file.outcomes.items() if v},
+                statistics=statistics.to_serialized_dict(),
+            ))
+        self._files.clear()
+        return self._written
+
+    def abort(self) -> None:
+        """Close the open files without finishing them (a failed task: its files are never committed)."""
+        for open_file in self._files.values():
+            for close in (open_file.writer.close, open_file.sink.close):
+                try:
+                    close()
+                except Exception:  # closing what failed must not hide why it failed
+                    pass
+        self._files.clear()
+
+    def _open(self, schema_id: int | None, partition: tuple) -> _OpenFile:
+        n = len(self._written) + len(self._files)
+        directory = self.location
+        if self.spec.fields:
+            directory += "/" + self.spec.partition_to_path(PartitionRecord(*partition), self.schema)
+        path = f"{directory}/{self.file_prefix}-{n:05d}.parquet"
+        sink = _open_output(self.filesystem, path)
+        writer = pq.ParquetWriter(
+            sink,
+            self.arrow,
+            compression="zstd",
+            coerce_timestamps="us",
+            allow_truncated_timestamps=False,
+            store_decimal_as_integer=True,  # as pyiceberg writes decimals
+        )
+        return _OpenFile(path, schema_id, partition, sink, writer)
+
+    def _flush(self, open_file: _OpenFile) -> None:
+        if not open_file.rows:
+            return
+        batch = self._to_arrow(open_file.rows, open_file.row_outcomes)
+        open_file.writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
+        open_file.record_count += batch.num_rows
+        for outcome in open_file.row_outcomes:
+            open_file.outcomes[outcome] += 1
+        open_file.rows = []
+        open_file.row_outcomes = []
+
+    def _to_arrow(self, rows: list[dict], outcomes: list[str]) -> pa.RecordBatch:
+        try:
+            return rows_to_arrow(rows, self.arrow)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):
+            pass
+        # Some value does not fit its column: find the rows, one at a time, and keep them raw.
+        for i, row in enumerate(rows):
+            try:
+                rows_to_arrow([row], self.arrow)
+            except (pa.ArrowException, ValueError, TypeError, OverflowError) as e:
+                rows[i] = _as_raw(row, f"value does not fit its column: {e}")
+                outcomes[i] = RAW
+        return rows_to_arrow(rows, self.arrow)
+
+
+def _as_raw(row: dict[str, Any], reason: str) -> dict[str, Any]:
+    raw = dict(row)
+    if raw.get("value_raw") is None:
+        raw["value_raw"] = raw.pop(PRODUCED_VALUE)
+    raw["value"] = None
+    raw["value_error"] = reason
+    return raw
+
+
+def _open_output(filesystem: Any, path: str) -> Any:
+    if hasattr(filesystem, "open_output_stream"):  # pyarrow.fs.FileSystem
+        parent = path.rsplit("/", 1)[0]
+        filesystem.create_dir(parent, recursive=True)
+        return filesystem.open_output_stream(path)
+    return filesystem.new_output(path).create(overwrite=False)  # pyiceberg FileIO
+
+
+def _partitioner(schema: Schema, spec: PartitionSpec) -> Callable[[dict], tuple]:
+    """row → its partition value (a tuple in spec order), through pyiceberg's transforms."""
+    if not spec.fields:
+        return lambda row: ()
+    parts = []
+    for pf in spec.fields:
+        path = schema.find_column_name(pf.source_id)
+        assert path is not None
+        source_type = schema.find_type(pf.source_id)
+        parts.append((tuple(path.split(".")), pf.transform.transform(source_type)))
+
+    def partition_of(row: dict) -> tuple:
+        values = []
+        for path, transform in parts:
+            value: Any = row
+            for name in path:
+                value = value.get(name) if value is not None else None
+            values.append(None if value is None else transform(_iceberg_value(value)))
+        return tuple(values)
+
+    return partition_of
+
+
+def _iceberg_value(value: Any) -> Any:
+    """Python values as pyiceberg's transforms take them (the kafka columns already are: micros)."""
+    if isinstance(value, datetime.datetime):
+        return datetime_to_micros(value)
+    if isinstance(value, datetime.date):
+        return date_to_days(value)
+    if isinstance(value, datetime.time):
+        return time_to_micros(value)
+    return value

@@ -1,0 +1,184 @@
+"""compactor/writer.py: rows of every type to Parquet files (zstd, Iceberg field ids, timestamps
+as TIMESTAMP_MICROS) read back by pyarrow with the exact values; one file per (schema id,
+partition value); the offsets and row ranges each file holds; a value its column cannot take kept
+raw; the DataFile a committer appends."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import io
+import json
+import uuid
+
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import pytest
+from fastavro import parse_schema, schemaless_writer
+
+from compactor.layout import partition_spec, table_schema
+from compactor.records import Batch, Record
+from compactor.translator import COLUMNS, RAW, TOMBSTONE, kafka_columns, translate, writer_schema
+from compactor.writer import OffsetSpan, TableWriter
+from registry.wire import frame
+
+UTC = datetime.timezone.utc
+DAY_MS = 86_400_000
+T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+SCHEMA = {
+    "type": "record", "name": "Order", "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "ok", "type": "boolean"},
+        {"name": "qty", "type": "int"},
+        {"name": "ratio", "type": "float"},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+        {"name": "code", "type": {"type": "fixed", "name": "Code", "size": 3}},
+        {"name": "big", "type": {"type": "fixed", "name": "Big", "size": 9, "logicalType": "decimal", "precision": 20, "scale": 4}},
+        {"name": "note", "type": ["null", "string"]},
+        {"name": "blob", "type": "bytes"},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "attrs", "type": {"type": "map", "values": ["null", "double"]}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "at", "type": {"type": "int", "logicalType": "time-millis"}},
+        {"name": "at_us", "type": {"type": "long", "logicalType": "time-micros"}},
+        {"name": "ts", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "ts_us", "type": {"type": "long", "logicalType": "timestamp-micros"}},
+        {"name": "local", "type": {"type": "long", "logicalType": "local-timestamp-micros"}},
+        {"name": "uid", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "lines", "type": {"type": "array", "items": {"type": "record", "name": "Line", "fields": [{"name": "sku", "type": "string"}, {"name": "uid", "type": {"type": "string", "logicalType": "uuid"}}]}}},
+    ],
+}
+
+
+def order(i: int) -> dict:
+    return {
+        "id": 2**40 + i, "ok": i % 2 == 0, "qty": -i, "ratio": 0.5, "price": decimal.Decimal("1234567.89"),
+        "code": b"abc", "big": decimal.Decimal("-1234567890123456.7890"), "note": None if i % 2 else f"n{i}", "blob": bytes([i]) * 3,
+        "kind": "B", "tags": ["x", "y"], "attrs": {"w": 1.5, "z": None}, "day": datetime.date(2024, 2, 29),
+        "at": datetime.time(23, 59, 59, 999000), "at_us": datetime.time(0, 0, 0, 1),
+        "ts": datetime.datetime(2024, 1, 1, 12, 0, 0, 123000, tzinfo=UTC), "ts_us": datetime.datetime(1969, 7, 20, 20, 17, 40, 1, tzinfo=UTC),
+        "local": datetime.datetime(2030, 5, 6, 7, 8, 9, 10), "uid": uuid.UUID(int=i + 1),
+        "lines": [{"sku": "s1", "uid": uuid.UUID(int=99)}],
+    }
+
+
+def encoded(parsed, value: dict, schema_id: int) -> bytes:
+    out = io.BytesIO()
+    schemaless_writer(out, parsed, value)
+    return frame(schema_id, out.getvalue())
+
+
+def batch(base_offset: int) -> Batch:
+    return Batch(0, 0, 100, base_offset, 0, 2, 0x03, 99, T0, T0 + 2 * DAY_MS, -1, -1, -1, 100)
+
+
+@pytest.fixture
+def writer_setup(tmp_path):
+    ws = writer_schema(21, json.dumps(SCHEMA))
+    schema = table_schema(ws.layout.iceberg)
+    spec = partition_spec(schema)
+    writer = TableWriter(schema, spec, str(tmp_path / "data"), pafs.LocalFileSystem(), file_prefix="task0")
+    return ws, schema, spec, writer
+
+
+def test_rows_of_every_type_read_back_exactly_with_field_ids(writer_setup):
+    ws, schema, spec, writer = writer_setup
+    kafka = kafka_columns(4, batch(10))
+    rows = []
+    for i in range(5):
+        row, outcome = translate(Record(10 + i, T0 + i, f"k{i}".encode(), encoded(ws.parsed, order(i), 21), (("h", b"v"),)), kafka, {21: ws}.get)
+        assert outcome == COLUMNS
+        writer.add(row, outcome)
+        rows.append(row)
+    (written,) = writer.close()
+    assert written.path == f"{writer.location}/timestamp_day=2023-11-14/task0-00000.parquet"
+    assert (written.record_count, written.schema_id, written.partition, written.outcomes) == (5, 21, (19675,), {COLUMNS: 5})
+    assert written.offsets == {4: OffsetSpan(first_row=0, rows=5, first=10, last=14)}
+    table = pq.read_table(written.path, partitioning=None)
+    got = table.to_pylist()
+    for i, row in enumerate(got):
+        value = row["value"]
+        assert value["attrs"] == [("w", 1.5), ("z", None)]  # Arrow gives maps back as pairs
+        value["attrs"] = dict(value["attrs"])
+        assert value == order(i), i  # uuids stored as UUID columns come back as UUIDs
+        assert row["kafka"]["offset"] == 10 + i and row["kafka"]["timestamp"] == datetime.datetime.fromtimestamp((T0 + i) / 1000, UTC)
+        assert row["kafka"]["batch_max_timestamp"] == datetime.datetime.fromtimestamp((T0 + 2 * DAY_MS) / 1000, UTC)
+        assert (row["key_raw"], row["headers"], row["value_raw"], row["value_schema_id"], row["value_error"]) == (f"k{i}".encode(), [{"key": "h", "value": b"v"}], None, 21, None)
+    # Field ids as the table schema has them, on every column, and timestamps as TIMESTAMP_MICROS.
+    parquet = pq.read_metadata(written.path)
+    ids = {parquet.schema.column(i).path: parquet.schema.column(i) for i in range(parquet.num_columns)}
+    from pyiceberg.io.pyarrow import parquet_path_to_id_mapping
+
+    assert set(ids) == set(parquet_path_to_id_mapping(schema))
+    arrow_ids = {f.name: int(f.metadata[b"PARQUET:field_id"]) for f in table.schema}
+    assert arrow_ids == {f.name: f.field_id for f in schema.fields}
+    timestamp = ids["kafka.timestamp"]
+    assert (timestamp.physical_type, timestamp.logical_type.type) == ("INT64", "TIMESTAMP")
+    assert json.loads(timestamp.logical_type.to_json())["timeUnit"] == "microseconds"
+    assert timestamp.converted_type == "TIMESTAMP_MICROS"
+    assert ids["value.uid"].logical_type.type == "UUID"
+    assert parquet.row_group(0).column(0).compression == "ZSTD"
+
+
+def test_one_file_per_schema_id_and_partition_value_with_row_ranges(writer_setup):
+    ws, schema, spec, writer = writer_setup
+    resolve = {21: ws}.get
+    # Partition 0: offsets 0..5 over two days and three value kinds; then partition 1.
+    plan = [(0, 0, 0, "avro"), (0, 1, 0, "raw"), (0, 2, 1, "avro"), (0, 3, 0, None), (0, 4, 0, "avro"), (0, 5, 1, "avro"), (1, 0, 0, "avro"), (1, 1, 1, "raw")]
+    for partition, offset, day, kind in plan:
+        value = {"avro": encoded(ws.parsed, order(offset), 21), "raw": b"plain", None: None}[kind]
+        row, outcome = translate(Record(offset, T0 + day * DAY_MS, None, value, ()), kafka_columns(partition, batch(0)), resolve)
+        writer.add(row, outcome)
+    files = writer.close()
+    summary = {(f.schema_id, f.partition[0] - 19675): (f.record_count, f.outcomes, f.offsets) for f in files}
+    assert summary == {
+        (21, 0): (3, {COLUMNS: 3}, {0: OffsetSpan(0, 2, 0, 4), 1: OffsetSpan(2, 1, 0, 0)}),
+        (None, 0): (2, {RAW: 1, TOMBSTONE: 1}, {0: OffsetSpan(0, 2, 1, 3)}),
+        (21, 1): (2, {COLUMNS: 2}, {0: OffsetSpan(0, 2, 2, 5)}),
+        (None, 1): (1, {RAW: 1}, {1: OffsetSpan(0, 1, 1, 1)}),
+    }
+    for f in files:
+        want = [(p, o) for p, o, day, kind in plan if (21 if kind == "avro" else None, 19675 + day) == (f.schema_id, f.partition[0])]
+        got = [(r["partition"], r["offset"]) for r in pq.read_table(f.path, partitioning=None).column("kafka").to_pylist()]
+        assert got == want
+
+
+def test_rows_of_a_partition_must_come_together_in_offset_order(writer_setup):
+    ws, schema, spec, writer = writer_setup
+    for partition, offset in [(0, 5), (1, 0)]:
+        writer.add(*translate(Record(offset, T0, None, b"x", ()), kafka_columns(partition, batch(0)), None))
+    with pytest.raises(ValueError, match="add each partition's rows together"):
+        writer.add(*translate(Record(6, T0, None, b"x", ()), kafka_columns(0, batch(0)), None))
+    writer.abort()
+
+
+def test_a_value_its_column_cannot_take_is_kept_raw(writer_setup):
+    ws, schema, spec, writer = writer_setup
+    wide = dict(SCHEMA, fields=[dict(f, type=dict(f["type"], precision=12)) if f["name"] == "price" else f for f in SCHEMA["fields"]])
+    too_wide = encoded(parse_schema(wide), dict(order(1), price=decimal.Decimal("9999999999.99")), 21)
+    fine = encoded(ws.parsed, order(2), 21)
+    for offset, value in enumerate([fine, too_wide, fine]):
+        writer.add(*translate(Record(offset, T0, None, value, ()), kafka_columns(0, batch(0)), {21: ws}.get))
+    (written,) = writer.close()
+    assert written.outcomes == {COLUMNS: 2, RAW: 1}
+    rows = pq.read_table(written.path, partitioning=None).to_pylist()
+    assert [r["value_raw"] for r in rows] == [None, too_wide, None]
+    assert rows[1]["value"] is None and rows[1]["value_error"].startswith("value does not fit its column")
+    assert rows[2]["value"]["price"] == decimal.Decimal("1234567.89")
+
+
+def test_the_data_file_for_the_committer(writer_setup):
+    ws, schema, spec, writer = writer_setup
+    for offset in range(3):
+        writer.add(*translate(Record(offset, T0, None, encoded(ws.parsed, order(offset), 21), ()), kafka_columns(0, batch(0)), {21: ws}.get))
+    (written,) = writer.close()
+    data_file = written.data_file(spec)
+    assert (data_file.file_path, data_file.record_count, data_file.file_size_in_bytes) == (written.path, 3, pafs.LocalFileSystem().get_file_info(written.path).size)
+    assert data_file.partition[0] == 19675 and data_file.spec_id == spec.spec_id
+    # pyiceberg keeps bounds of top-level columns only (nested ones get counts).
+    schema_id = schema.find_field("value_schema_id").field_id
+    assert (data_file.lower_bounds[schema_id], data_file.upper_bounds[schema_id]) == ((21).to_bytes(4, "little"), (21).to_bytes(4, "little"))
+    assert data_file.value_counts[schema.find_field("kafka.offset").field_id] == 3
+    assert data_file.null_value_counts[schema.find_field("value_raw").field_id] == 3
