@@ -246,6 +246,14 @@ class MetadataStore(abc.ABC):
         store always; the etcd store while its watch is connected)."""
         return True
 
+    async def durable_high_watermarks(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, int]:
+        """The high watermark of each partition as the store holds it now, which a view that
+        lags may not show yet: Fetch asks it, once per request and only beyond the view's high
+        watermark, before answering OFFSET_OUT_OF_RANGE there (a partition it does not know: 0).
+        A store whose view is always current answers from its view (no I/O); the etcd store reads
+        the partitions' heads. Raises MetadataUnavailable."""
+        return {tp: self.high_watermark(*tp) for tp in partitions}
+
     async def wait_for_commit(self, partitions: Iterable[TopicPartition], timeout: float) -> bool:
         """True if one of `partitions` grew before `timeout` seconds passed."""
         return await self.notifier.wait(partitions, timeout)

@@ -11,23 +11,23 @@ every response is full and session_id is 0, which clients accept (broker/fetch_r
 such responses of many partitions).
 
 Errors, per partition; the request's other partitions are served as usual:
-- OFFSET_OUT_OF_RANGE below the log start offset, and beyond the high watermark when the metadata
-  view is current (`MetadataStore.is_current`: it reflects every durable commit). Clients reset
-  on it (auto.offset.reset), so it is answered only when the offset is known not to be there:
-  a view's log start offset never moves back, so it can only lag behind the real one, and
-  an offset below it is below the real one too.
-- OFFSET_NOT_AVAILABLE beyond the high watermark of a view that may lag (the etcd store's while
-  its watch is broken and it reloads): the offset may exist, handed to the consumer by a broker
-  whose view is ahead. It is Kafka's code for a high watermark that has not caught up
-  (OffsetNotAvailableException), retriable: librdkafka and the Java client refresh metadata and
-  fetch again after a backoff. The store's interface has no read of a partition's durable head,
-  so a lagging view cannot tell a missing offset from one it has not seen yet; the rule chooses
-  a retry, which costs a backoff, over a reset, which loses the consumer's place. Left open: the
-  etcd view counts as current while its watch is connected, though the watch delivers a commit
-  a little after it is durable; an offset asked of this broker within that time still gets
-  OFFSET_OUT_OF_RANGE, unless the long poll sees the commit arrive. Beyond the high watermark
-  the request long-polls before answering either code (unless its other partitions answer it
-  sooner), so a view that catches up within max_wait serves the records.
+- OFFSET_OUT_OF_RANGE below the log start offset, and beyond the high watermark once the store
+  confirms it. Clients reset on it (auto.offset.reset), so it is answered only when the offset
+  is known not to be there: a view's log start offset never moves back, so it can only lag
+  behind the real one, and an offset below it is below the real one too; but a view's high
+  watermark may lag behind a commit another broker made durable and handed to the consumer
+  (the etcd view's watch delivers a commit a moment after it is durable, or not at all while it
+  is broken). So beyond the view's high watermark, when the answer is about to be sent (after
+  the long poll, which serves the records if the view catches up within max_wait), the store's
+  durable high watermarks are read (`MetadataStore.durable_high_watermarks`: the etcd store
+  reads the heads, one request for all such partitions of the response; the embedded store's
+  view is always current): an offset beyond the durable one is OFFSET_OUT_OF_RANGE.
+- OFFSET_NOT_AVAILABLE beyond the view's high watermark but not beyond the durable one (the view
+  has not caught up), and wherever the store cannot say: a view that is not current (the etcd
+  store's while its watch is broken and it reloads) is not asked, nor is an unreachable store.
+  It is Kafka's code for a high watermark that has not caught up (OffsetNotAvailableException),
+  retriable: librdkafka and the Java client refresh metadata and fetch again after a backoff,
+  by when the view has the records.
 - KAFKA_STORAGE_ERROR when an object-store read fails (ObjectStoreError: the S3 backend turns its
   I/O failures and timeouts into it, after its retries). It is Kafka's own answer when a log
   read fails (KafkaStorageException), retriable in Kafka, librdkafka (metadata refresh, fetch
@@ -45,6 +45,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from metadata.store import MetadataUnavailable
 from wal.batch import inject_offsets, iter_headers
 from wal.store import ObjectStoreError
 
@@ -133,6 +134,7 @@ async def fetch(ctx, request):
         unread: dict = {}  # ranges the object store failed, with their errors: not read again
         prefetched = await s.reader.read_many(ranges, unread) if ranges else {}
         failures = []  # (topic, partition, fetch offset, object key, error)
+        beyond = []  # (topic position, partition position, topic id, partition, fetch offset)
         total = 0
         full = False
         topics_out = []
@@ -153,8 +155,11 @@ async def fetch(ctx, request):
                     if fetch_offset < lso:
                         code = OUT_OF_RANGE
                     elif fetch_offset > hw:
-                        # the rule and its reasons: the module docstring
-                        code = OUT_OF_RANGE if current else NOT_AVAILABLE
+                        # the rule and its reasons: the module docstring; a current view's answer
+                        # waits for the store's word (`_beyond_the_view`)
+                        code = NOT_AVAILABLE
+                        if current:
+                            beyond.append((len(topics_out), len(parts_out), info.topic_id, index, fetch_offset))
                     else:
                         code = NONE
                         if fetch_offset < hw and not full:
@@ -190,6 +195,8 @@ async def fetch(ctx, request):
             FETCH_BYTES.inc(total)
             if failures:
                 _log_failures(failures)
+            if beyond:
+                await _beyond_the_view(store, beyond, topics_out)
             # No transactions here, so none aborted: Kafka answers null unless read_committed.
             return FetchAnswer(topics_out, read_committed=read_committed)
         await store.wait_for_commit_in(watched, remaining)
@@ -260,6 +267,22 @@ async def _partition_records(s, entries, fetch_offset: int, budget: int, first: 
         if piece is None:
             break
     return _joined(pieces), False, None
+
+
+async def _beyond_the_view(store, beyond: list, topics_out: list) -> None:
+    """Partitions asked beyond a current view's high watermark answer OFFSET_OUT_OF_RANGE where
+    the store's durable high watermark confirms the offset is beyond it too, and keep
+    OFFSET_NOT_AVAILABLE where the view lags behind it or the store cannot be read."""
+    try:
+        durable = await store.durable_high_watermarks({(tid, index) for _, _, tid, index, _ in beyond})
+    except MetadataUnavailable as e:
+        log.info("fetch_durable_high_watermark_unread", extra={"partitions": len(beyond), "error": str(e)})
+        return
+    for ti, pi, tid, index, fetch_offset in beyond:
+        hw = durable.get((tid, index))
+        if hw is not None and fetch_offset > hw:
+            parts = topics_out[ti][1]
+            parts[pi] = (parts[pi][0], OUT_OF_RANGE, *parts[pi][2:])
 
 
 def _log_failures(failures: list) -> None:

@@ -27,6 +27,7 @@ FIRST_PAGE_KEYS = 16
 MAX_PAGE_KEYS = 4096
 PAGE_BYTES = 4 * 1024 * 1024
 LOAD_ATTEMPTS = 5
+TXN_READS = 128  # gets per read-only transaction: etcd's default --max-txn-ops
 
 
 class _PartitionState(PartitionView):
@@ -448,3 +449,20 @@ class _Follower:
 
     def is_current(self) -> bool:
         return self._watching and not self._closed
+
+    async def durable_high_watermarks(self, partitions) -> dict[tuple[uuid.UUID, int], int]:
+        """The heads' next offsets as etcd holds them: one read-only transaction of up to
+        TXN_READS gets (etcd's default operation limit), so a Fetch beyond the view's high
+        watermark in many partitions costs one request. Nothing is applied to the view: a head
+        read alone, without the index entries its commit added, would make offsets readable
+        that the view cannot find."""
+        tx = self._client.transactions
+        known = [(tp, part) for tp in partitions if (part := self._partitions.get(tp)) is not None]
+        found = {tp: 0 for tp in partitions}
+        for i in range(0, len(known), TXN_READS):
+            chunk = known[i : i + TXN_READS]
+            _, responses = await self._txn([], [tx.get(part.head_key) for _, part in chunk])
+            for (tp, _), got in zip(chunk, responses, strict=True):
+                if got:
+                    found[tp] = orjson.loads(got[0][0])["n"]
+        return found

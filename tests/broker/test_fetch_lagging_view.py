@@ -1,9 +1,11 @@
-"""Fetch beyond the high watermark of a metadata view that may lag (the etcd store's while its watch
-is broken) answers the retriable OFFSET_NOT_AVAILABLE, not OFFSET_OUT_OF_RANGE: the offset may
-exist, handed to the consumer by a broker whose view is ahead, and OFFSET_OUT_OF_RANGE would make
-the consumer reset (auto.offset.reset) and skip or re-read records. A view known to be current
-still answers OFFSET_OUT_OF_RANGE there, and any view below the log start offset. The handler runs
-in-process over an embedded store that reports its view as lagging, and an in-memory object store."""
+"""Fetch beyond the high watermark of a metadata view that may lag answers the retriable
+OFFSET_NOT_AVAILABLE, not OFFSET_OUT_OF_RANGE, unless the store's durable high watermark confirms
+the offset is beyond it: the offset may exist, handed to the consumer by a broker whose view is
+ahead, and OFFSET_OUT_OF_RANGE would make the consumer reset (auto.offset.reset) and skip or
+re-read records. Below the log start offset is OFFSET_OUT_OF_RANGE in any view. The handler runs
+in-process over an in-memory object store, and an embedded store that reports its view as lagging
+(the etcd store's while its watch is broken), or two etcd stores on a real etcd, one of whose
+watch is held back while it stays connected."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from broker.handlers.api01_fetch import fetch
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
 from metadata.embedded import EmbeddedMetadataStore
+from metadata.etcd import EtcdMetadataStore
 from metadata.model import Append, ObjectCommit
 from tests.batches import make_batch
 from tests.broker.test_fetch_limits import offsets_in
@@ -125,3 +128,72 @@ async def test_a_long_poll_beyond_a_lagging_view_is_served_once_the_view_catches
     broker.store.current = True
     # the entry holding offset 5 starts at 3: its batch is served whole, as Kafka serves batches
     assert await asyncio.wait_for(waiting, 5) == [(0, NONE, 7, 0, [3, 4, 5, 6])]
+
+
+class HeldBackStore(EtcdMetadataStore):
+    """An etcd store whose watch stays connected (its view counts as current) but hands on no
+    events while `held` is set: a view behind commits that are durable, deterministically."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.released = asyncio.Event()
+        self.released.set()
+
+    async def _watch(self, start_revision: int):
+        async for response in super()._watch(start_revision):
+            if response.events:
+                await self.released.wait()
+            yield response
+
+
+async def etcd_revision(store: EtcdMetadataStore) -> int:
+    """etcd's revision now, past every commit made so far (a put of a marker key)."""
+    return (await store._client.put(store.keys.prefix("test-marker"), b"")).header.revision
+
+
+@pytest.mark.integration
+async def test_a_connected_etcd_view_behind_a_commit_answers_not_available_until_it_catches_up(etcd_server):
+    """Issue 20's review: a broker whose etcd watch was connected but behind answered
+    OFFSET_OUT_OF_RANGE for an offset another broker had committed, and the consumer reset. Now
+    it reads the heads (one request for the response) and answers OFFSET_NOT_AVAILABLE while its
+    view lags, OFFSET_OUT_OF_RANGE only beyond the durable high watermark, and the records once
+    its view has them."""
+    port = etcd_server.ports["client"]
+    writer_store = EtcdMetadataStore("127.0.0.1", port, root="lagging-watch")
+    lagging_store = HeldBackStore("127.0.0.1", port, root="lagging-watch")
+    await writer_store.start()
+    await lagging_store.start()
+    try:
+        objects = MemoryObjectStore()
+        writer, lagging = Broker(writer_store, objects), Broker(lagging_store, objects)
+        info = await writer_store.create_topic("lagging", 2)
+        await writer.produce(info.topic_id, 0, 3)
+        await writer.produce(info.topic_id, 1, 2)
+        assert await lagging_store._view_reaches(await etcd_revision(writer_store), 30)
+
+        lagging_store.released.clear()
+        await writer.produce(info.topic_id, 0, 4)  # offsets 3-6, durable; the lagging view has 0-2
+        await writer.produce(info.topic_id, 1, 1)  # offset 2
+        assert lagging_store.is_current() and lagging_store.high_watermark(info.topic_id, 0) == 3
+        assert await writer.fetch("lagging", {0: 5}) == [(0, NONE, 7, 0, [3, 4, 5, 6])]
+
+        ops = lagging_store.ops
+        # beyond the view in both partitions, within the durable high watermark in both: one read
+        assert await lagging.fetch("lagging", {0: 5, 1: 3}) == [(0, OFFSET_NOT_AVAILABLE, 3, 0, []), (1, OFFSET_NOT_AVAILABLE, 2, 0, [])]
+        assert lagging_store.ops == ops + 1
+        # beyond the durable one too: out of range; and at the view's end or within it, no read
+        assert await lagging.fetch("lagging", {0: 8, 1: 3}) == [(0, OFFSET_OUT_OF_RANGE, 3, 0, []), (1, OFFSET_NOT_AVAILABLE, 2, 0, [])]
+        assert lagging_store.ops == ops + 2
+        assert await lagging.fetch("lagging", {0: 3, 1: 0}) == [(0, NONE, 3, 0, []), (1, NONE, 2, 0, [0, 1])]
+        assert lagging_store.ops == ops + 2
+        # a long poll that ends with the view still behind: the same answer, after max_wait
+        assert await lagging.fetch("lagging", {0: 5}, max_wait_ms=200) == [(0, OFFSET_NOT_AVAILABLE, 3, 0, [])]
+
+        lagging_store.released.set()
+        assert await lagging_store._view_reaches(await etcd_revision(writer_store), 30)
+        assert await lagging.fetch("lagging", {0: 5, 1: 2}) == [(0, NONE, 7, 0, [3, 4, 5, 6]), (1, NONE, 3, 0, [2])]
+        assert await lagging.fetch("lagging", {0: 8}) == [(0, OFFSET_OUT_OF_RANGE, 7, 0, [])]
+    finally:
+        lagging_store.released.set()
+        await lagging_store.close()
+        await writer_store.close()
