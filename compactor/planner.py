@@ -1,0 +1,159 @@
+"""Pure: a cycle's plan, from each partition's offset-index entries and its checkpoint (the next
+offset not yet in the table) to Spark tasks. A task holds runs of consecutive WAL entries of one or
+more partitions, sized in bytes to spread over the executors, and the object reads that fetch them:
+every entry is in exactly one task, so each WAL byte range is read once per cycle.
+
+An entry is due when its records are old enough (its max timestamp at least `freshness_ms` before
+`now_ms`; the entries before it were committed earlier, so they are due with it), or when the
+partition's pending bytes reach `due_bytes`. A partition's entries are planned in offset order,
+up to the last due one, and never past one that is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from metadata.model import IndexEntry, ObjectType
+
+MiB = 1 << 20
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Consecutive WAL entries of one partition, to be decoded in order."""
+
+    topic: str
+    partition: int
+    entries: tuple[IndexEntry, ...]
+    first_offset: int  # the checkpoint, when it falls inside the first entry: records below it are skipped
+
+    @property
+    def last_offset(self) -> int:
+        return self.entries[-1].last_offset
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.entries)
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRead:
+    """One ranged GET: bytes [start, end) of an object, covering one or more entries' ranges."""
+
+    object_key: str
+    start: int
+    end: int
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    runs: tuple[Run, ...]
+    reads: tuple[ObjectRead, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(run.size for run in self.runs)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    tasks: tuple[Task, ...]
+    # Per partition, the offsets the cycle covers [first, last]: what the committer records in the
+    # snapshot summary and the next checkpoint (last + 1).
+    offsets: dict[TopicPartition, tuple[int, int]]
+
+    @property
+    def size(self) -> int:
+        return sum(task.size for task in self.tasks)
+
+
+def plan(
+    entries: Mapping[TopicPartition, Sequence[IndexEntry]],
+    checkpoints: Mapping[TopicPartition, int],
+    *,
+    now_ms: int,
+    freshness_ms: int = 2_000,
+    due_bytes: int = 64 * MiB,
+    parallelism: int = 1,
+    min_task_bytes: int = 4 * MiB,
+    max_task_bytes: int = 128 * MiB,
+    merge_gap: int = 0,
+) -> Plan:
+    """The cycle's tasks. `entries`: each partition's index entries in offset order (PARQUET ones
+    are skipped); `checkpoints`: each partition's next offset not in the table (0 when absent);
+    `parallelism`: the executors' cores, tasks are sized to give each about as many bytes, within
+    [min_task_bytes, max_task_bytes]. A task's ranges of one object that touch (or lie within
+    `merge_gap` bytes: fewer GETs, but the bytes between may be another task's too) are one read."""
+    runs: list[Run] = []
+    offsets: dict[TopicPartition, tuple[int, int]] = {}
+    for tp in sorted(entries):
+        due = _due(entries[tp], checkpoints.get(tp, 0), now_ms - freshness_ms, due_bytes)
+        if due:
+            first = max(due[0].base_offset, checkpoints.get(tp, 0))
+            runs.append(Run(tp[0], tp[1], tuple(due), first))
+            offsets[tp] = (first, due[-1].last_offset)
+    total = sum(run.size for run in runs)
+    target = min(max_task_bytes, max(min_task_bytes, -(-total // max(1, parallelism))))
+    pieces = [piece for run in runs for piece in _split(run, target)]
+    # Partitions flushed together share WAL objects: packing by first object puts their ranges in
+    # the same task, where adjacent sections are fetched by one read.
+    pieces.sort(key=lambda r: (r.entries[0].object_key, r.topic, r.partition, r.entries[0].base_offset))
+    tasks: list[Task] = []
+    current: list[Run] = []
+    size = 0
+    for piece in pieces:
+        if current and size + piece.size > target:
+            tasks.append(_task(current, merge_gap))
+            current, size = [], 0
+        current.append(piece)
+        size += piece.size
+    if current:
+        tasks.append(_task(current, merge_gap))
+    return Plan(tuple(tasks), offsets)
+
+
+def _due(entries: Sequence[IndexEntry], checkpoint: int, old_before_ms: int, due_bytes: int) -> list[IndexEntry]:
+    """The WAL entries holding offsets from `checkpoint` on, up to the last one that is due."""
+    pending = [e for e in entries if e.object_type == ObjectType.WAL and e.last_offset >= checkpoint]
+    # Consecutive from the checkpoint's side: a gap (an entry not yet visible) ends the run, so the
+    # table never skips offsets it has not seen.
+    run: list[IndexEntry] = []
+    for entry in pending:
+        if run and entry.base_offset != run[-1].last_offset + 1:
+            break
+        run.append(entry)
+    if sum(e.size for e in run) >= due_bytes:
+        return run
+    last_old = max((i for i, e in enumerate(run) if e.max_timestamp <= old_before_ms), default=-1)
+    return run[: last_old + 1]
+
+
+def _split(run: Run, target: int) -> list[Run]:
+    """A partition's run cut, between entries, into pieces of about `target` bytes."""
+    pieces: list[Run] = []
+    chunk: list[IndexEntry] = []
+    size = 0
+    first = run.first_offset
+    for entry in run.entries:
+        if chunk and size + entry.size > target:
+            pieces.append(Run(run.topic, run.partition, tuple(chunk), first))
+            first = entry.base_offset
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += entry.size
+    pieces.append(Run(run.topic, run.partition, tuple(chunk), first))
+    return pieces
+
+
+def _task(runs: list[Run], merge_gap: int) -> Task:
+    ranges = sorted((e.object_key, e.start, e.start + e.size) for run in runs for e in run.entries)
+    reads: list[ObjectRead] = []
+    for key, start, end in ranges:
+        last = reads[-1] if reads else None
+        if last is not None and last.object_key == key and start <= last.end + merge_gap:
+            reads[-1] = ObjectRead(key, last.start, max(last.end, end))
+        else:
+            reads.append(ObjectRead(key, start, end))
+    return Task(tuple(runs), tuple(reads))
