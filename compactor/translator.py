@@ -141,6 +141,7 @@ def _value(value: bytes, resolve: Resolver | None) -> tuple[str, Any, str | None
     assert layout is not None
     if layout.iceberg is None:
         return RAW, None, _unrepresentable(layout), schema_id
+    payload = bytes(payload)  # compared with the re-encoding below: bytes compare in one memcmp, memoryviews item by item
     source = io.BytesIO(payload)
     try:
         decoded = schemaless_reader(source, writer.parsed, None)
@@ -156,7 +157,7 @@ def _value(value: bytes, resolve: Resolver | None) -> tuple[str, Any, str | None
         schemaless_writer(again, writer.parsed, decoded)
     except Exception as e:  # a decoded value fastavro cannot write back
         return COLUMNS_RAW, columns, f"does not re-encode with schema {schema_id}: {type(e).__name__}: {e}", schema_id
-    if again.getbuffer() != payload:
+    if again.getvalue() != payload:
         return COLUMNS_RAW, columns, f"re-encoding with schema {schema_id} differs from the produced bytes", schema_id
     return COLUMNS, columns, None, schema_id
 
