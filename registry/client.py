@@ -1,12 +1,13 @@
-"""Schema by id, for the registry's readers (the compactor's resolver): from the metadata store
-when neve serves its own registry, or from an external registry's REST API (`registry.url`), each
-behind a cache (a schema id's schema never changes)."""
+"""Schema by id, and a subject's schemas, for the registry's readers (the compactor's resolver):
+from the metadata store when neve serves its own registry, or from an external registry's REST API
+(`registry.url`), each behind a cache (a schema id's schema never changes)."""
 
 from __future__ import annotations
 
 import abc
 import json
 from collections import OrderedDict
+from urllib.parse import quote
 
 from metadata.store import MetadataStore
 
@@ -37,6 +38,12 @@ class SchemaLookup(abc.ABC):
     @abc.abstractmethod
     async def _fetch(self, schema_id: int) -> Schema | None: ...
 
+    @abc.abstractmethod
+    async def subject_schemas(self, subject: str) -> list[tuple[int, int, Schema]]:
+        """(version, schema id, schema) of every version of `subject` in version order, soft-deleted
+        ones too (records framed with them may still be in a topic); empty for an unknown subject.
+        Raises StoreError when the registry cannot be asked."""
+
     async def close(self) -> None:
         pass
 
@@ -51,6 +58,14 @@ class StoreLookup(SchemaLookup):
     async def _fetch(self, schema_id: int) -> Schema | None:
         return await self._store.schema(schema_id)
 
+    async def subject_schemas(self, subject: str) -> list[tuple[int, int, Schema]]:
+        out = []
+        for v in (await self._store.versions(subject)).all:
+            schema = await self.schema(v.schema_id)
+            if schema is not None:  # a hard-deleted version's id is kept; this guards a torn read
+                out.append((v.version, v.schema_id, schema))
+        return out
+
 
 class UrlLookup(SchemaLookup):
     """An external registry speaking Confluent's REST API (Confluent, Karapace, Apicurio's ccompat)."""
@@ -61,13 +76,14 @@ class UrlLookup(SchemaLookup):
         self._timeout_s = timeout_s
         self._session = None
 
-    async def _fetch(self, schema_id: int) -> Schema | None:
+    async def _get(self, path: str):
+        """The decoded JSON answer to GET `path`, or None for a 404."""
         import aiohttp
 
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
         try:
-            async with self._session.get(f"{self.url}/schemas/ids/{schema_id}", headers={"Accept": "application/vnd.schemaregistry.v1+json, application/json"}) as response:
+            async with self._session.get(f"{self.url}{path}", headers={"Accept": "application/vnd.schemaregistry.v1+json, application/json"}) as response:
                 text = await response.text()
                 if response.status == 404:
                     return None
@@ -75,14 +91,33 @@ class UrlLookup(SchemaLookup):
                     raise StoreError(f"schema registry {self.url} answered {response.status}: {text[:200]}")
         except aiohttp.ClientError as e:
             raise StoreError(f"schema registry {self.url}: {e!r}") from e
-        d = json.loads(text)
-        refs = tuple(Reference(r["name"], r["subject"], r["version"]) for r in d.get("references") or ())
-        return Schema(SchemaType(d.get("schemaType") or "AVRO"), d["schema"], refs)
+        return json.loads(text)
+
+    async def _fetch(self, schema_id: int) -> Schema | None:
+        d = await self._get(f"/schemas/ids/{schema_id}")
+        return None if d is None else _schema(d)
+
+    async def subject_schemas(self, subject: str) -> list[tuple[int, int, Schema]]:
+        quoted = quote(subject, safe="")
+        versions = await self._get(f"/subjects/{quoted}/versions?deleted=true")
+        out = []
+        for version in sorted(versions or ()):
+            d = await self._get(f"/subjects/{quoted}/versions/{version}?deleted=true")
+            if d is not None:
+                schema = _schema(d)
+                self._cache.setdefault(d["id"], schema)
+                out.append((d["version"], d["id"], schema))
+        return out
 
     async def close(self) -> None:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def _schema(d: dict) -> Schema:
+    refs = tuple(Reference(r["name"], r["subject"], r["version"]) for r in d.get("references") or ())
+    return Schema(SchemaType(d.get("schemaType") or "AVRO"), d["schema"], refs)
 
 
 def load_lookup(settings: RegistrySettings, metadata: MetadataStore) -> SchemaLookup:

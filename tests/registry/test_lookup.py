@@ -39,3 +39,25 @@ async def test_store_and_url_lookups_agree_and_cache():
     finally:
         await server.stop()
         await metadata.close()
+
+
+async def test_a_subjects_schemas_come_in_version_order_with_soft_deleted_ones_from_both_lookups():
+    metadata = EmbeddedMetadataStore(None)
+    await metadata.start()
+    server = RegistryServer(metadata, "127.0.0.1", 0)
+    await server.start()
+    try:
+        registry = server.registry
+        v1 = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}]})
+        v2 = json.dumps({"type": "record", "name": "R", "fields": [{"name": "a", "type": "int"}, {"name": "b", "type": ["null", "string"], "default": None}]})
+        id1 = await registry.register("orders-value", Schema(SchemaType.AVRO, v1))
+        id2 = await registry.register("orders-value", Schema(SchemaType.AVRO, v2))
+        await registry.delete_version("orders-value", "1", permanent=False)
+        for lookup in (StoreLookup(metadata), UrlLookup(server.url)):
+            got = await lookup.subject_schemas("orders-value")
+            assert [(version, schema_id, json.loads(schema.text)) for version, schema_id, schema in got] == [(1, id1, json.loads(v1)), (2, id2, json.loads(v2))]
+            assert await lookup.subject_schemas("nothing-value") == []
+            await lookup.close()
+    finally:
+        await server.stop()
+        await metadata.close()
