@@ -225,3 +225,65 @@ def postgres_db(postgres_server) -> str:
     postgresql://postgres@127.0.0.1:PORT/NAME (trust auth, no password)."""
     return postgres_server.create_database(f"t{uuid.uuid4().hex[:12]}")
 
+
+# -- Iceberg catalogs and the one Spark session (tests/readers.py reads the tables) ------------------
+
+from tests.readers import IcebergCatalog  # noqa: E402
+
+ICEBERG_NAMESPACE = "neve"
+
+
+def _iceberg_catalog(config) -> IcebergCatalog:
+    from compactor.catalog import catalog_target, load_catalog
+
+    catalog = load_catalog(config)
+    catalog.create_namespace_if_not_exists(config.namespace)
+    return IcebergCatalog(config, catalog_target(config), catalog)
+
+
+@pytest.fixture(scope="session")
+def sqlite_catalog(tmp_path_factory) -> IcebergCatalog:
+    """A SQL catalog on SQLite, its warehouse a local directory, shared by the worker's tests
+    (each creates tables of its own names). Its name differs from the other catalogs' so the
+    one Spark session can hold them all (a JDBC catalog sees tables only under pyiceberg's name)."""
+    from compactor.config import CompactorConfig
+
+    root = tmp_path_factory.mktemp("sqlite-catalog")
+    return _iceberg_catalog(CompactorConfig(catalog_url=f"sqlite://{root / 'catalog.db'}", catalog_name="neve_sqlite", namespace=ICEBERG_NAMESPACE))
+
+
+@pytest.fixture(scope="session")
+def postgres_catalog(postgres_server, tmp_path_factory) -> IcebergCatalog:
+    """A SQL catalog on the worker's PostgreSQL (a database of its own), warehouse a local directory."""
+    from compactor.config import CompactorConfig
+
+    url = postgres_server.create_database("iceberg_catalog")
+    warehouse = tmp_path_factory.mktemp("postgres-warehouse").as_uri()
+    return _iceberg_catalog(CompactorConfig(catalog_url=url, warehouse=warehouse, catalog_name="neve_postgres", namespace=ICEBERG_NAMESPACE))
+
+
+@pytest.fixture(scope="session")
+def rest_catalog(seaweedfs) -> IcebergCatalog:
+    """SeaweedFS's Iceberg REST catalog (the worker's `seaweedfs`), tables in its table bucket on
+    its S3; the catalog takes the S3 keys as its OAuth2 client credential."""
+    from compactor.config import CompactorConfig
+    from tests.fixtures import S3_KEY, S3_SECRET
+
+    config = CompactorConfig(
+        catalog_url=f"rest+http://127.0.0.1:{seaweedfs.ports['s3.port.iceberg']}", catalog_name="neve_rest", namespace=ICEBERG_NAMESPACE,
+        warehouse=f"s3://{seaweedfs.table_bucket}/", s3_endpoint=seaweedfs.endpoint, s3_access_key_id=S3_KEY, s3_secret_access_key=S3_SECRET,
+    )  # fmt: skip
+    return _iceberg_catalog(config)
+
+
+@pytest.fixture(scope="session")
+def spark_session():
+    """The compactor's SparkSession (compactor/spark.py, local[2]) with the jars of every catalog
+    kind; a test registers its catalog with compactor.spark.register_catalog. One JVM per worker:
+    mark Spark tests @pytest.mark.xdist_group("spark") so that one worker runs them all."""
+    from compactor.config import CompactorConfig
+    from compactor.spark import spark_session as start
+
+    spark = start(CompactorConfig(spark_master="local[2]"), all_catalog_kinds=True)
+    yield spark
+    spark.stop()

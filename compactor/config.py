@@ -1,0 +1,41 @@
+"""The compactor's settings: which Iceberg catalog and warehouse, which namespace, the S3 the
+tables live on, and where Spark runs. The composition root loads them as the [compactor] section
+(NEVE_COMPACTOR_<FIELD>)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class CompactorConfig:
+    catalog_url: str = ""
+    """The Iceberg catalog, by URL: `sqlite:///path/catalog.db` (SQL catalog on SQLite, the
+    single-node default), `postgresql://user[:password]@host:port/db` (SQL catalog on PostgreSQL,
+    the one Spark's and Trino's JDBC catalogs share), or `rest+http://host:port` / `http://host:port`
+    (an Iceberg REST catalog, such as SeaweedFS's). Empty: no compaction."""
+    catalog_name: str = "neve"
+    """The catalog's name. SQL catalogs keep it in every row, and Spark's JDBC catalog of the same
+    database sees the tables only under the same name."""
+    warehouse: str = ""
+    """Where new tables' files go: `file:///dir` or `s3://bucket/prefix` (for a REST catalog, the
+    warehouse name it knows, e.g. `s3://warehouse/`). Empty for a SQLite catalog: a `warehouse`
+    directory beside the catalog file."""
+    namespace: str = "neve"
+    """The namespace (database) holding one table per topic."""
+    s3_endpoint: str = ""
+    """S3 endpoint URL for the table files (e.g. http://127.0.0.1:8333); empty: AWS's."""
+    s3_access_key_id: str = ""
+    """S3 access key for the table files; empty: the environment's (AWS_ACCESS_KEY_ID)."""
+    s3_secret_access_key: str = ""
+    """S3 secret key for the table files; empty: the environment's (AWS_SECRET_ACCESS_KEY)."""
+    s3_region: str = "us-east-1"
+    """S3 region for the table files."""
+    rest_credential: str = ""
+    """OAuth2 client credential `id:secret` for a REST catalog; empty: the S3 keys, which is what
+    SeaweedFS's catalog accepts."""
+    spark_master: str = "local[*]"
+    """Spark master URL: `local[*]` runs Spark inside the compactor; `spark://host:7077` or
+    `k8s://...` when one machine is not enough."""
+    spark_driver_memory: str = "1g"
+    """Spark driver heap (spark.driver.memory)."""
