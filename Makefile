@@ -11,7 +11,13 @@ KAFKAJS := tests/clients/kafkajs
 
 .PHONY: dev test test-slow lint bench clean
 
+# Debian packages of the table half (apt-get needs root; installed if missing): PostgreSQL 15, the
+# JDBC catalog's server in the tests, and the JDBC drivers Spark's Iceberg JdbcCatalog loads
+DEBIAN_PACKAGES := postgresql libpostgresql-jdbc-java libxerial-sqlite-jdbc-java
+
 $(VENV)/.installed: pyproject.toml
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get update -qq && apt-get install -y -qq $$missing; fi
 	$(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test,bench,s3,etcd,servers,table]'
