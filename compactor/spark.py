@@ -86,7 +86,7 @@ def aws_sdk_jars() -> list[Path]:
     return sorted(libs.glob(f"*-{version}.jar")) + sorted(libs.glob("reactive-streams-*.jar")) + sorted(libs.glob("eventstream-*.jar"))
 
 
-def spark_jars(target: CatalogTarget | None = None, *, everything: bool = False, extra: str = "") -> list[Path]:
+def spark_jars(target: CatalogTarget | None = None, *, everything: bool = False) -> list[Path]:
     """The jars a session needs for `target` (or, `everything`, for any catalog kind: the
     catalogs of a session may be added after its JVM started, its jars may not)."""
     jars = [iceberg_runtime_jar()]
@@ -97,7 +97,6 @@ def spark_jars(target: CatalogTarget | None = None, *, everything: bool = False,
         jars.append(jdbc_driver_jar("sqlite"))
     if everything or (target is not None and uses_s3(target)):
         jars += aws_sdk_jars()
-    jars += [Path(p) for p in extra.split(",") if p.strip()]
     return jars
 
 
@@ -148,22 +147,27 @@ def session_conf(config: CompactorConfig, jars: list[Path]) -> dict[str, str]:
         "spark.app.name": "neve-compactor",
         "spark.jars": ",".join(str(j) for j in jars),
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
-        # Iceberg's timestamps are micros; Spark's default INT96 would not read back as timestamptz
+        # Parquet that Spark's own writer produces and pyiceberg then commits must hold Iceberg's
+        # micros; Spark's default, INT96, is no Iceberg type
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
         "spark.sql.session.timeZone": "UTC",
-        "spark.driver.host": "127.0.0.1",
-        "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.memory": config.spark_driver_memory,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "8",  # the compactor's shuffles are small; 200 tasks each is pure overhead
     }
+    if is_local(config.spark_master):  # executors on other machines must reach a cluster's driver
+        conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     if target is not None:  # not the default catalog: `neve.t` would then name table t of no namespace
         conf |= catalog_conf(target)
     return conf
 
 
-def spark_session(config: CompactorConfig, *, all_catalog_kinds: bool = False, extra_jars: str = "") -> SparkSession:
+def is_local(master: str) -> bool:
+    return master == "local" or master.startswith("local[")
+
+
+def spark_session(config: CompactorConfig, *, all_catalog_kinds: bool = False) -> SparkSession:
     """Start the compactor's SparkSession (or return the running one: one JVM per process, whose
     jars are fixed at its start; `all_catalog_kinds` loads the jars of every catalog kind, so
     that any catalog can be registered later with `register_catalog`)."""
@@ -173,12 +177,13 @@ def spark_session(config: CompactorConfig, *, all_catalog_kinds: bool = False, e
     except ImportError as e:
         raise SparkStartError(f"the compactor needs pyspark 3.5: {TABLE_EXTRA} ({e})") from e
     target = catalog_target(config) if config.catalog_url else None
-    jars = spark_jars(target, everything=all_catalog_kinds, extra=extra_jars)
+    jars = spark_jars(target, everything=all_catalog_kinds)
     for jar in jars:
         if not jar.exists():
             raise SparkStartError(f"jar not found: {jar}")
     # the JVM that pyspark launches reads these: loopback only, and executors run this interpreter
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if is_local(config.spark_master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder
     for key, value in session_conf(config, jars).items():

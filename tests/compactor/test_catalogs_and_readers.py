@@ -216,7 +216,9 @@ def test_spark_settings(tmp_path):
     conf = session_conf(rest, jars)
     assert conf["spark.master"] == "spark://h:7077"
     assert conf["spark.sql.parquet.outputTimestampType"] == "TIMESTAMP_MICROS"
-    assert (conf["spark.driver.host"], conf["spark.driver.bindAddress"], conf["spark.ui.enabled"]) == ("127.0.0.1", "127.0.0.1", "false")
+    assert conf["spark.ui.enabled"] == "false" and "spark.driver.bindAddress" not in conf  # a cluster's executors must reach the driver
+    local = session_conf(CompactorConfig(), [])
+    assert (local["spark.master"], local["spark.driver.host"], local["spark.driver.bindAddress"]) == ("local[*]", "127.0.0.1", "127.0.0.1")
     assert conf["spark.sql.catalog.neve.type"] == "rest" and conf["spark.sql.catalog.neve.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
     assert conf["spark.sql.catalog.neve.s3.path-style-access"] == "true"
 
