@@ -1,0 +1,376 @@
+"""The compaction job between the plan and the commit: each planned task reads its WAL byte ranges
+(once), decodes the batches, translates every record and writes the task's Parquet files; run on
+Spark executors (`run_tasks`) or in this process (`run_tasks_in_process`). An executor gets all it
+needs in a picklable TaskContext (store and warehouse URLs, the table's schema and spec, the writer
+schemas the driver fetched): nothing comes from the driver's memory, the registry or a local path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import struct
+import time
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from metadata.model import IndexEntry
+from wal.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
+from wal.store import load_object_store
+
+from .manifest import FileSlice
+from .planner import ObjectRead, Task
+from .records import SERVED_LEADER_EPOCH, Batch, CorruptBatch, decode_records, iter_batches
+from .translator import OUTCOMES, RAW, Resolver, WriterSchema, kafka_columns, translate, writer_schema
+from .writer import TableWriter, WrittenFile
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from pyspark.sql import SparkSession
+
+# A batch that does not decode: one row holds its stored bytes (the writer counts it as raw).
+MALFORMED = "malformed"
+COUNTED = (*OUTCOMES, MALFORMED)
+READ_CONCURRENCY = 8  # ranged GETs in flight per task: object-store latency, not bandwidth, bounds a task
+# Catalog settings that reach table.io.properties but no FileIO reads (a PostgreSQL URI carries its
+# password): kept off the context that every executor receives.
+_CATALOG_ONLY = frozenset({"uri", "credential", "token", "oauth2-server-uri", "warehouse"})
+# A header's timestamps are trusted for a row only within Iceberg's years 1-9999 (a batch failing
+# its CRC may carry anything there); otherwise the entry's max timestamp stands in.
+_MIN_MS, _MAX_MS = -62_135_596_800_000, 253_402_300_799_999
+_HEADER = struct.Struct(">qiibIhiqqqhii")  # records.py's batch header, read here only for a batch it refused
+
+
+@dataclass(frozen=True, slots=True)
+class TaskContext:
+    """What every task of one cycle of one topic needs, sent to each executor with its task."""
+
+    cycle_id: str
+    topic: str
+    wal_url: str  # wal/store.py's factory URL: file:///dir, s3://bucket/prefix?endpoint=...
+    data_location: str  # where the table's data files go (its location provider's data path)
+    io_properties: dict[str, str]  # pyiceberg FileIO settings for data_location (S3 endpoint, keys)
+    table_schema: str  # pyiceberg Schema as JSON
+    partition_spec: str  # pyiceberg PartitionSpec as JSON
+    table_properties: dict[str, str]  # for the writer's column statistics (write.metadata.metrics.*)
+    # Schema id → (Avro schema text, raw_reason or None): every version of `<topic>-value`, fetched
+    # by the driver before the cycle. Empty: the topic has no schema, values stay raw.
+    writer_schemas: dict[int, tuple[str, str | None]] = field(default_factory=dict)
+
+    @classmethod
+    def for_table(cls, table: Any, *, cycle_id: str, topic: str, wal_url: str, writer_schemas: Mapping[int, tuple[str, str | None]]) -> TaskContext:
+        """The context of a cycle writing to `table` (a pyiceberg Table, as loaded by the driver)."""
+        return cls(
+            cycle_id=cycle_id,
+            topic=topic,
+            wal_url=wal_url,
+            data_location=table.location_provider().data_path,
+            io_properties={k: v for k, v in table.io.properties.items() if k not in _CATALOG_ONLY},
+            table_schema=table.schema().model_dump_json(),
+            partition_spec=table.spec().model_dump_json(),
+            table_properties=dict(table.properties),
+            writer_schemas=dict(writer_schemas),
+        )
+
+    @property
+    def subject(self) -> str:
+        return f"{self.topic}-value"
+
+
+@dataclass(slots=True)
+class TaskResult:
+    """What one task wrote and what it saw, sent back to the driver."""
+
+    index: int
+    attempt: int
+    files: list[WrittenFile]
+    outcomes: dict[int, dict[str, int]]  # Kafka partition → rows per outcome (COUNTED), as translated
+    bytes_read: int  # WAL bytes fetched by the task's reads
+    seconds: float
+    # (partition, offset of its row, why) for each batch that did not decode: for the service's log
+    malformed: list[tuple[int, int, str]] = field(default_factory=list)
+
+    @property
+    def rows(self) -> int:
+        return sum(sum(c.values()) for c in self.outcomes.values())
+
+
+def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0) -> TaskResult:
+    """Read, decode, translate and write one task; pure Python, runs on an executor or here (off any
+    event loop: it runs one of its own for the reads). Files are named `<cycle>-<index>-<attempt>-n`
+    so that a retried or speculative attempt never meets another's. A batch that does not decode
+    becomes one malformed row; any other failure deletes the files the task wrote, then raises."""
+    from pyiceberg.io import load_file_io
+    from pyiceberg.partitioning import PartitionSpec
+    from pyiceberg.schema import Schema
+
+    started = time.perf_counter()
+    for run in task.runs:
+        if run.topic != context.topic:
+            raise ValueError(f"task {index} holds a run of topic {run.topic!r}, the context is for {context.topic!r}")
+    data = asyncio.run(_fetch(context.wal_url, task.reads))
+    ranges = _Ranges(task.reads, data)
+    resolve = _resolver(context)
+    io = _RecordingIO(load_file_io(context.io_properties, context.data_location))
+    writer = TableWriter(
+        Schema.model_validate_json(context.table_schema),
+        PartitionSpec.model_validate_json(context.partition_spec),
+        context.data_location,
+        io,
+        file_prefix=f"{context.cycle_id}-{index:05d}-{attempt}",
+        table_properties=context.table_properties,
+    )
+    outcomes: dict[int, dict[str, int]] = {}
+    malformed: list[tuple[int, int, str]] = []
+    try:
+        # The writer takes each partition's rows together and in offset order; a task may hold
+        # several pieces of one partition's run, packed apart.
+        for run in sorted(task.runs, key=lambda r: (r.partition, r.first_offset)):
+            counts = outcomes.setdefault(run.partition, dict.fromkeys(COUNTED, 0))
+            for entry in run.entries:
+                for row, outcome in _entry_rows(run.partition, entry, ranges.slice(entry), run.first_offset, resolve):
+                    if outcome == MALFORMED:
+                        malformed.append((run.partition, row["kafka"]["offset"], row["value_error"]))
+                        writer.add(row, RAW)
+                    else:
+                        writer.add(row, outcome)
+                    counts[outcome] += 1
+        files = writer.close()
+    except BaseException:
+        writer.abort()
+        io.delete_created()
+        raise
+    return TaskResult(index, attempt, files, outcomes, sum(len(d) for d in data), time.perf_counter() - started, malformed)
+
+
+def run_task_tuple(item: tuple[TaskContext, int, Task]) -> TaskResult:
+    """run_task for Spark's map: the attempt number from Spark's own TaskContext."""
+    context, index, task = item
+    from pyspark import TaskContext as SparkTaskContext
+
+    spark_task = SparkTaskContext.get()
+    return run_task(context, task, index, spark_task.attemptNumber() if spark_task is not None else 0)
+
+
+def run_tasks(spark: SparkSession, context: TaskContext, tasks: Sequence[Task]) -> list[TaskResult]:
+    """Every task on Spark's executors, one Spark task each; the results in task order. Blocks for
+    the whole job: call it off the event loop. A failed job raises (Spark's error); the files its
+    finished tasks wrote stay behind, uncommitted (docs/GAPS.md)."""
+    if not tasks:
+        return []
+    items = [(context, i, task) for i, task in enumerate(tasks)]
+    with warnings.catch_warnings():
+        # pyspark 3.5 leaves the local socket collect() reads from to the garbage collector: its
+        # ResourceWarning is pyspark's, not a leak of ours (and an error where warnings are)
+        warnings.simplefilter("ignore", ResourceWarning)
+        results = spark.sparkContext.parallelize(items, numSlices=len(items)).map(run_task_tuple).collect()
+        gc.collect()
+    return results
+
+
+def run_tasks_in_process(context: TaskContext, tasks: Sequence[Task]) -> list[TaskResult]:
+    """Every task here, one after the other (Spark off: tests, a small `neve dev`). If one fails,
+    the files of those before it are deleted too, then its error raised."""
+    results: list[TaskResult] = []
+    try:
+        for i, task in enumerate(tasks):
+            results.append(run_task(context, task, i))
+    except BaseException:
+        if results:
+            from pyiceberg.io import load_file_io
+
+            io = load_file_io(context.io_properties, context.data_location)
+            for result in results:
+                for written in result.files:
+                    _delete_quietly(io, written.path)
+        raise
+    return results
+
+
+def partition_slices(results: Sequence[TaskResult]) -> dict[int, tuple[FileSlice, ...]]:
+    """Per Kafka partition, the file slices holding its rows (for the cycle's manifest), in offset order."""
+    slices: dict[int, list[FileSlice]] = {}
+    for result in results:
+        for written in result.files:
+            for partition, span in written.offsets.items():
+                slices.setdefault(partition, []).append(FileSlice(written.path, span.first_row, span.rows, span.first, span.last))
+    return {p: tuple(sorted(s, key=lambda s: (s.first_offset, s.path))) for p, s in sorted(slices.items())}
+
+
+def outcome_totals(results: Sequence[TaskResult]) -> dict[int, dict[str, int]]:
+    """Per Kafka partition, rows per outcome over all tasks."""
+    totals: dict[int, dict[str, int]] = {}
+    for result in results:
+        for partition, counts in result.outcomes.items():
+            total = totals.setdefault(partition, dict.fromkeys(COUNTED, 0))
+            for outcome, n in counts.items():
+                total[outcome] += n
+    return dict(sorted(totals.items()))
+
+
+# -- reading ----------------------------------------------------------------------------------------
+
+
+async def _fetch(url: str, reads: Sequence[ObjectRead]) -> list[bytes]:
+    store = load_object_store(url)
+    limit = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def get(read: ObjectRead) -> bytes:
+        async with limit:
+            data = await store.get(read.object_key, read.start, read.end)
+        if len(data) != read.end - read.start:
+            raise OSError(f"{read.object_key}: read [{read.start}, {read.end}) gave {len(data)} bytes")
+        return data
+
+    try:
+        return await asyncio.gather(*(get(r) for r in reads))
+    finally:
+        await store.close()
+
+
+class _Ranges:
+    """An index entry's bytes, sliced out of the task's reads (one read may hold many entries)."""
+
+    def __init__(self, reads: Sequence[ObjectRead], data: Sequence[bytes]) -> None:
+        self._by_object: dict[str, list[tuple[ObjectRead, memoryview]]] = {}
+        for read, chunk in zip(reads, data, strict=True):
+            self._by_object.setdefault(read.object_key, []).append((read, memoryview(chunk)))
+
+    def slice(self, entry: IndexEntry) -> memoryview:
+        end = entry.start + entry.size
+        for read, chunk in self._by_object.get(entry.object_key, ()):
+            if read.start <= entry.start and end <= read.end:
+                return chunk[entry.start - read.start : end - read.start]
+        raise ValueError(f"no read of the task covers {entry.object_key} [{entry.start}, {end}) (offsets {entry.base_offset}-{entry.last_offset})")
+
+
+def _resolver(context: TaskContext) -> Resolver | None:
+    """Schema id → WriterSchema from the context's map, each parsed on first use; an id not in the
+    map is raw with a reason. None for a topic without a schema: its values are raw, no error."""
+    if not context.writer_schemas:
+        return None
+    parsed: dict[int, WriterSchema] = {}
+    not_found = f"is not a version of subject {context.subject}"
+
+    def resolve(schema_id: int) -> WriterSchema:
+        writer = parsed.get(schema_id)
+        if writer is None:
+            known = context.writer_schemas.get(schema_id)
+            if known is None:
+                writer = WriterSchema(schema_id, None, None, f"schema id {schema_id} {not_found}")
+            else:
+                writer = writer_schema(schema_id, known[0], "AVRO", known[1])
+            parsed[schema_id] = writer
+        return writer
+
+    return resolve
+
+
+# -- rows -------------------------------------------------------------------------------------------
+
+
+def _entry_rows(partition: int, entry: IndexEntry, data: memoryview, first_offset: int, resolve: Resolver | None) -> Iterator[tuple[dict[str, Any], str]]:
+    """(row, outcome) for each record of one entry from `first_offset` on. A batch that does not
+    decode is one MALFORMED row at its first offset holding its stored bytes; when its framing is
+    broken (nothing after it can be found), the row holds the rest of the entry's bytes."""
+    pos, base = 0, entry.base_offset
+    while pos < len(data):
+        view = data[pos:]
+        try:
+            for batch in iter_batches(view, base):
+                if batch.last_offset < first_offset:
+                    continue
+                try:
+                    decode_records(view, batch)
+                except CorruptBatch as e:
+                    yield _malformed(partition, batch, view[batch.position : batch.position + batch.size], e, first_offset), MALFORMED
+                    continue
+                kafka = kafka_columns(partition, batch)
+                for record in batch.records:
+                    if record.offset >= first_offset:
+                        yield translate(record, kafka, resolve)
+            return
+        except CorruptBatch as e:  # iter_batches: framing, magic or CRC
+            batch, parsed = _header(view, e, entry)
+            framed = batch.size > 0
+            stored = view[e.position : e.position + batch.size] if framed else view[e.position :]
+            if not framed:
+                batch.last_offset_delta = entry.last_offset - batch.base_offset
+            if batch.last_offset >= first_offset:
+                yield _malformed(partition, batch, stored, e, first_offset, parsed), MALFORMED
+            if not framed:
+                return
+            pos += e.position + batch.size
+            base = batch.last_offset + 1
+
+
+def _header(view: memoryview, error: CorruptBatch, entry: IndexEntry) -> tuple[Batch, bool]:
+    """The header of a batch iter_batches refused, and whether it parsed (a whole magic-2 header).
+    Its size is 0 when its framing is broken; what does not parse is -1, its timestamps the entry's
+    max."""
+    at = error.position
+    fields = _HEADER.unpack_from(view, at) if len(view) - at >= BATCH_HEADER_SIZE else None
+    if fields is None or fields[3] != 2:
+        magic = view[at + 16] if len(view) - at > 16 else -1
+        return Batch(error.index, at, 0, error.base_offset, SERVED_LEADER_EPOCH, magic, 0, 0, entry.max_timestamp, entry.max_timestamp, -1, -1, -1, -1), False
+    (_, batch_length, _, magic, _, attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, record_count) = fields
+    size = LOG_OVERHEAD + batch_length
+    # A CRC failure with sound framing: the batch can be stepped over (by its own lastOffsetDelta,
+    # as a fetch of it would assign offsets) when that stays inside the entry.
+    sound = BATCH_HEADER_SIZE <= size <= len(view) - at and 0 <= last_offset_delta <= entry.last_offset - error.base_offset
+    batch = Batch(
+        error.index, at, size if sound else 0, error.base_offset, SERVED_LEADER_EPOCH, magic, attributes, last_offset_delta,
+        _ms(base_timestamp, entry.max_timestamp), _ms(max_timestamp, entry.max_timestamp), producer_id, producer_epoch, base_sequence, record_count,
+    )  # fmt: skip
+    return batch, True
+
+
+def _ms(timestamp: int, fallback: int) -> int:
+    return timestamp if _MIN_MS <= timestamp <= _MAX_MS else fallback
+
+
+def _malformed(partition: int, batch: Batch, stored: memoryview, error: CorruptBatch, first_offset: int, parsed: bool = True) -> dict[str, Any]:
+    kafka = kafka_columns(partition, batch)
+    # At the batch's first offset, or the checkpoint's when it falls inside the batch.
+    kafka["offset"] = max(batch.base_offset, first_offset)
+    kafka["timestamp"] = _ms(batch.base_timestamp, batch.max_timestamp) * 1000
+    if not parsed:
+        kafka["batch_compression"] = "unknown"
+    return {
+        "kafka": kafka,
+        "headers": [],
+        "key_raw": None,
+        "value": None,
+        "value_raw": bytes(stored),
+        "value_schema_id": None,
+        "value_error": f"batch does not decode: {error}",
+    }
+
+
+# -- files ------------------------------------------------------------------------------------------
+
+
+class _RecordingIO:
+    """A FileIO that remembers what it created, so a failed task deletes exactly its own files."""
+
+    def __init__(self, io: FileIO) -> None:
+        self._io = io
+        self.created: list[str] = []
+
+    def new_output(self, location: str) -> Any:
+        self.created.append(location)
+        return self._io.new_output(location)
+
+    def delete_created(self) -> None:
+        for location in self.created:
+            _delete_quietly(self._io, location)
+
+
+def _delete_quietly(io: FileIO, location: str) -> None:
+    try:
+        io.delete(location)
+    except (FileNotFoundError, OSError):  # never created, or already gone: the error being raised matters more
+        pass
+

@@ -1,0 +1,429 @@
+"""compactor/job.py: WAL byte ranges to Parquet rows, one per offset. Records that confluent-kafka
+produced to `neve dev` through every codec (raw values; Avro values from its AvroSerializer against
+neve's registry in two schema versions; tombstones; values framed with an unknown id, not framed,
+with bytes after them, or that do not decode), planned from the stopped node's index and written by
+the tasks in this process and on Spark, read back with pyarrow field by field. Batches that do not
+decode become one row each; a failed task leaves no files."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import decimal
+import json
+import pickle
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from compactor.avro_types import union_schema
+from compactor.catalog import load_catalog
+from compactor.config import CompactorConfig
+from compactor.job import MALFORMED, TaskContext, TaskResult, outcome_totals, partition_slices, run_task, run_tasks, run_tasks_in_process
+from compactor.layout import partition_spec, table_schema
+from compactor.manifest import new_cycle_id
+from compactor.planner import ObjectRead, Run, Task, plan
+from compactor.translator import COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, writer_schema
+from metadata.model import IndexEntry, ObjectType
+from metadata.store import load_metadata_store
+from registry.wire import frame
+from tests.batches import GZIP, frame_batch, make_batch
+from tests.fixtures import free_port
+
+UTC = dt.timezone.utc
+DAY_MS = 86_400_000
+T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+PARTITIONS = 2
+PER_CODEC = 60
+UNKNOWN_ID = 999_999
+EVENT = {
+    "type": "record", "name": "Event", "namespace": "neve.test",
+    "fields": [
+        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "id", "type": "long"},
+        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
+        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "origin", "type": {"type": "record", "name": "Origin", "fields": [{"name": "host", "type": "string"}, {"name": "port", "type": "int"}]}},
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "counts", "type": {"type": "map", "values": "long"}},
+        {"name": "uid", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "payload", "type": "bytes"},
+        {"name": "comment", "type": ["null", "string"], "default": None},
+    ],
+}  # fmt: skip
+EVENT_V2 = {**EVENT, "fields": [*EVENT["fields"], {"name": "email", "type": ["null", "string"], "default": None}]}
+
+
+def ms(timestamp_ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(timestamp_ms / 1000, UTC)
+
+
+# -- batches that do not decode (no node) ---------------------------------------------------------
+
+
+def _records(n: int, first: int) -> list:
+    return [(f"k{first + i}".encode(), f"v{first + i}".encode() * 3, [("h", str(first + i).encode())], T0 + first + i) for i in range(n)]
+
+
+def _context(tmp_path: Path, topic: str = "t") -> TaskContext:
+    schema = table_schema()
+    return TaskContext(
+        cycle_id="c0", topic=topic, wal_url=f"file://{tmp_path / 'objects'}", data_location=f"file://{tmp_path / 'data'}", io_properties={},
+        table_schema=schema.model_dump_json(), partition_spec=partition_spec(schema).model_dump_json(), table_properties={},
+    )  # fmt: skip
+
+
+def _put(tmp_path: Path, key: str, data: bytes) -> None:
+    (tmp_path / "objects").mkdir(exist_ok=True)
+    (tmp_path / "objects" / key).write_bytes(data)
+
+
+def _rows(results: list[TaskResult]) -> list[dict]:
+    rows = [row for r in results for f in r.files for row in pq.read_table(f.path, partitioning=None).to_pylist()]
+    return sorted(rows, key=lambda row: (row["kafka"]["partition"], row["kafka"]["offset"]))
+
+
+def _parquet_files(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.parquet")) if root.exists() else []
+
+
+@pytest.fixture
+def corrupt_wal(tmp_path):
+    """One object: entry A (offsets 0-7) holds a good batch (0-2), a batch failing its CRC (3-4),
+    one whose records do not decode (5), a good one (6-7); entry B (8-12) a good batch (8-9) and a
+    batch cut short (10-12: its header whole, its framing broken); entry C (13-14) a batch of magic
+    1 (no header parses). Returns the entries and each bad batch's bytes."""
+    good1 = make_batch(_records(3, 0), producer_id=7, producer_epoch=1, base_sequence=0)
+    crc = bytearray(make_batch(_records(2, 3), producer_id=7, producer_epoch=1, base_sequence=3, compression=GZIP))
+    crc[-1] ^= 0xFF
+    undecodable = frame_batch(b"\x7f" * 20, record_count=1, last_offset_delta=0, base_timestamp=T0 + 5, max_timestamp=T0 + 5, producer_id=7, producer_epoch=1, base_sequence=5)
+    good2 = make_batch(_records(2, 6), producer_id=7, producer_epoch=1, base_sequence=6)
+    good3 = make_batch(_records(2, 8))
+    cut = make_batch(_records(3, 10), producer_id=8)[:-9]
+    magic1 = bytearray(make_batch(_records(2, 13)))
+    magic1[16] = 1
+    a = good1 + bytes(crc) + undecodable + good2
+    b = good3 + cut
+    _put(tmp_path, "obj", b"head" + a + b + magic1)
+    entries = (
+        IndexEntry(0, 7, "obj", ObjectType.WAL, 4, len(a), T0 + 7),
+        IndexEntry(8, 12, "obj", ObjectType.WAL, 4 + len(a), len(b), T0 + 12),
+        IndexEntry(13, 14, "obj", ObjectType.WAL, 4 + len(a) + len(b), len(magic1), T0 + 99),
+    )
+    return entries, {3: bytes(crc), 5: undecodable, 10: cut, 13: bytes(magic1)}
+
+
+def _read_all(entries) -> tuple[ObjectRead, ...]:
+    return (ObjectRead("obj", 4, 4 + sum(e.size for e in entries)),)
+
+
+@pytest.mark.parametrize("first_offset", [0, 4])
+def test_batches_that_do_not_decode_are_one_row_each_and_the_rest_is_kept(tmp_path, corrupt_wal, first_offset):
+    entries, bad = corrupt_wal
+    task = Task((Run("t", 3, entries, first_offset),), _read_all(entries))
+    result = run_task(_context(tmp_path), task)
+    rows = _rows([result])
+    good = {o: r for o, r in enumerate(_records(10, 0)) if o not in (3, 4, 5)}
+    # A batch the checkpoint falls inside has its row at the checkpoint.
+    malformed_at = {max(3, first_offset): 3, 5: 5, 10: 10, 13: 13}
+    assert [row["kafka"]["offset"] for row in rows] == sorted(o for o in (*good, *malformed_at) if o >= first_offset)
+    for row in rows:
+        offset, kafka = row["kafka"]["offset"], row["kafka"]
+        assert kafka["partition"] == 3
+        if offset in good:
+            key, value, headers, timestamp = good[offset]
+            assert (row["key_raw"], row["value_raw"], row["value_error"], kafka["timestamp"]) == (key, value, None, ms(timestamp))
+            assert row["headers"] == [{"key": k, "value": v} for k, v in headers]
+            continue
+        batch_offset = malformed_at[offset]
+        assert (row["key_raw"], row["headers"], row["value_schema_id"], kafka["batch_base_offset"]) == (None, [], None, batch_offset)
+        assert row["value_raw"] == bad[batch_offset], offset
+        assert row["value_error"].startswith("batch does not decode: ")
+        assert {3: "fails its CRC-32C", 5: "records do not decode", 10: "does not fit", 13: "magic 1"}[batch_offset] in row["value_error"]
+    by_offset = {row["kafka"]["offset"]: row["kafka"] for row in rows}
+    # Header fields where they parse: all of the CRC failure's, the undecodable and the cut batch's; none of magic 1's.
+    crc_row = by_offset[max(3, first_offset)]
+    assert (crc_row["producer_id"], crc_row["producer_epoch"], crc_row["base_sequence"], crc_row["batch_compression"], crc_row["timestamp"]) == (7, 1, 3, "gzip", ms(T0 + 3))
+    assert (by_offset[5]["producer_id"], by_offset[5]["base_sequence"], by_offset[5]["timestamp"]) == (7, 5, ms(T0 + 5))
+    assert (by_offset[10]["producer_id"], by_offset[10]["batch_compression"], by_offset[10]["timestamp"]) == (8, "none", ms(T0 + 10))
+    assert (by_offset[13]["producer_id"], by_offset[13]["batch_magic"], by_offset[13]["batch_compression"], by_offset[13]["timestamp"]) == (-1, 1, "unknown", ms(T0 + 99))
+    assert result.outcomes == {3: {COLUMNS: 0, COLUMNS_RAW: 0, RAW: sum(o >= first_offset for o in good), TOMBSTONE: 0, MALFORMED: 4}}
+    assert [(p, o) for p, o, _ in result.malformed] == [(3, o) for o in sorted(malformed_at)]
+    assert result.bytes_read == sum(e.size for e in entries)
+    assert [f.offsets[3].first for f in result.files] == [first_offset]
+    assert sum(f.record_count for f in result.files) == len(rows)
+
+
+def test_a_failed_task_deletes_its_files_and_so_do_the_tasks_before_it(tmp_path, corrupt_wal):
+    entries, _ = corrupt_wal
+    reads = _read_all(entries)
+    good = Task((Run("t", 0, entries, 0),), reads)
+    # The same offsets twice in one task: the writer refuses the second run after files were opened.
+    twice = Task((Run("t", 1, entries, 0), Run("t", 1, entries, 0)), reads)
+    with pytest.raises(ValueError, match="offset order"):
+        run_task(_context(tmp_path), twice)
+    assert _parquet_files(tmp_path / "data") == []
+    with pytest.raises(ValueError, match="offset order"):
+        run_tasks_in_process(_context(tmp_path), [good, twice])
+    assert _parquet_files(tmp_path / "data") == []
+    (result,) = run_tasks_in_process(_context(tmp_path), [good])
+    assert [Path(f.path.removeprefix("file://")) for f in result.files] == _parquet_files(tmp_path / "data")
+    assert all(Path(f.path).name.startswith("c0-00000-0-") for f in result.files)
+
+
+def test_context_and_results_pickle(tmp_path, corrupt_wal):
+    entries, _ = corrupt_wal
+    context = dataclasses.replace(_context(tmp_path), writer_schemas={1: (json.dumps(EVENT), None)})
+    assert pickle.loads(pickle.dumps(context)) == context
+    result = run_task(context, Task((Run("t", 0, entries, 0),), _read_all(entries)), index=2, attempt=1)
+    back = pickle.loads(pickle.dumps(result))
+    assert (back.files, back.outcomes, back.malformed, back.index, back.attempt) == (result.files, result.outcomes, result.malformed, 2, 1)
+    assert all(Path(f.path).name.startswith("c0-00002-1-") for f in result.files)
+
+
+# -- records from a real client through `neve dev` ------------------------------------------------
+
+
+def event(i: int, v2: bool) -> dict:
+    value = {
+        "at": ms(T0 + i * 1000), "id": 2**40 + i, "kind": "AB"[i % 2], "amount": decimal.Decimal(i * 101 - 5000) / 100,
+        "day": dt.date(2024, 2, 29) + dt.timedelta(days=i), "origin": {"host": f"h{i % 7}" * (i % 4 + 1), "port": 9000 + i},
+        "tags": [f"t{j}" for j in range(i % 3)], "counts": {"a": i, "b": -i}, "uid": uuid.UUID(int=i + 1),
+        "payload": bytes([i % 256]) * (i % 5), "comment": None if i % 2 else f"comment {i}",
+    }  # fmt: skip
+    if v2:
+        value["email"] = None if i % 3 == 0 else f"u{i}@example.com"
+    return value
+
+
+@dataclasses.dataclass
+class Want:
+    """One produced record as its row must read."""
+
+    codec: str
+    key: bytes | None
+    headers: list
+    timestamp: int
+    outcome: str
+    value_raw: bytes | None = None
+    value: dict | None = None
+    schema_id: int | None = None
+    error: str | None = None  # exact, or a prefix when it ends with "…"
+
+
+@dataclasses.dataclass
+class Produced:
+    topic: str
+    want: dict[tuple[int, int], Want]
+    schemas: dict[int, tuple[str, None]]
+
+
+def _produce(bootstrap: str, topic: str, codec: str, items: list[tuple[int, Want, bytes | None]], want: dict) -> None:
+    from confluent_kafka import Producer
+
+    failures = []
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "compression.type": codec, "linger.ms": 5, "enable.idempotence": True})
+
+    def report(item: Want, partition: int):
+        def on_delivery(err, msg) -> None:
+            if err is not None:
+                failures.append(str(err))
+            else:
+                assert msg.partition() == partition
+                want[(partition, msg.offset())] = item
+
+        return on_delivery
+
+    for partition, item, value in items:
+        producer.produce(topic, value=value, key=item.key, partition=partition, timestamp=item.timestamp, headers=item.headers, on_delivery=report(item, partition))
+        producer.poll(0)
+    assert producer.flush(60) == 0
+    assert not failures, failures[:3]
+
+
+def _headers(i: int) -> list:
+    return [("trace", f"t{i}".encode()), ("empty", b""), ("null", None)][: i % 4]
+
+
+def produce_raw(bootstrap: str) -> Produced:
+    from tests.scenarios.records import create_topic
+
+    topic = create_topic(bootstrap, PARTITIONS, prefix="job-raw")
+    want: dict = {}
+    for n, codec in enumerate(CODECS):
+        items = []
+        for i in range(PER_CODEC):
+            j = n * PER_CODEC + i
+            value = None if i % 9 == 4 else (b"raw %d " % j) * (j % 13 + 1)
+            key = None if i % 11 == 0 else f"k{j}".encode()
+            items.append((j % PARTITIONS, Want(codec, key, _headers(j), T0 + (j % 3) * DAY_MS + j, TOMBSTONE if value is None else RAW, value_raw=value), value))
+        _produce(bootstrap, topic, codec, items, want)
+    return Produced(topic, want, {})
+
+
+def produce_avro(bootstrap: str, registry_url: str) -> Produced:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from tests.scenarios.records import create_topic
+
+    topic = create_topic(bootstrap, PARTITIONS, prefix="job-avro")
+    client = SchemaRegistryClient({"url": registry_url})
+    try:
+        subject = f"{topic}-value"
+        v1_id = client.register_schema(subject, Schema(json.dumps(EVENT), "AVRO"))
+        v2_id = client.register_schema(subject, Schema(json.dumps(EVENT_V2), "AVRO"))
+        serializers = {False: AvroSerializer(client, json.dumps(EVENT)), True: AvroSerializer(client, json.dumps(EVENT_V2))}
+        context = SerializationContext(topic, MessageField.VALUE)
+        want: dict = {}
+        for n, codec in enumerate(CODECS):
+            items = []
+            for i in range(PER_CODEC):
+                j = n * PER_CODEC + i
+                v2 = n >= 3  # v1 through none, gzip and snappy; v2 through lz4 and zstd
+                schema_id = v2_id if v2 else v1_id
+                value = event(j, v2)
+                encoded = serializers[v2](value, context)
+                row = Want(codec, None if i % 11 == 0 else f"k{j}".encode(), _headers(j), T0 + (j % 3) * DAY_MS + j, COLUMNS, value={**value, "email": value.get("email")}, schema_id=schema_id)
+                kind = i % 10
+                if kind == 1:
+                    row, encoded = dataclasses.replace(row, outcome=TOMBSTONE, value=None, schema_id=None), None
+                elif kind == 3:
+                    encoded = frame(UNKNOWN_ID, encoded[5:])
+                    row = dataclasses.replace(row, outcome=RAW, value=None, value_raw=encoded, schema_id=UNKNOWN_ID, error=f"schema id {UNKNOWN_ID} is not a version of subject {subject}")
+                elif kind == 5:
+                    encoded = json.dumps({"id": j}).encode()
+                    row = dataclasses.replace(row, outcome=RAW, value=None, value_raw=encoded, schema_id=None, error="not framed: magic byte 123, not 0")
+                elif kind == 7:
+                    encoded += b"\x00"
+                    row = dataclasses.replace(row, outcome=COLUMNS_RAW, value_raw=encoded, error=f"1 bytes after the value of schema {schema_id}")
+                elif kind == 9:
+                    encoded = frame(schema_id, b"\xff" * 3)
+                    row = dataclasses.replace(row, outcome=RAW, value=None, value_raw=encoded, error=f"does not decode with schema {schema_id}: …")
+                items.append((j % PARTITIONS, row, encoded))
+            _produce(bootstrap, topic, codec, items, want)
+        schemas = {v.schema_id: (v.schema.schema_str, None) for v in (client.get_version(subject, n) for n in client.get_versions(subject))}
+    finally:
+        client.close()
+    assert set(schemas) == {v1_id, v2_id}
+    return Produced(topic, want, schemas)
+
+
+async def _index(data_dir: Path, topic: str) -> dict[tuple[str, int], list[IndexEntry]]:
+    store = load_metadata_store(f"sqlite:///{data_dir.resolve() / 'metadata.db'}")
+    await store.start()
+    try:
+        info = store.topics()[topic]
+        out = {}
+        for partition in range(info.partitions):
+            entries: list[IndexEntry] = []
+            while more := store.entries(info.topic_id, partition, entries[-1].last_offset + 1 if entries else 0, 1000):
+                entries += more
+            out[(topic, partition)] = entries
+        return out
+    finally:
+        await store.close()
+
+
+def _table(catalog, topic: str, schemas: dict[int, tuple[str, None]]):
+    """The topic's table as the service makes it: created raw, each writer schema's value type unioned in."""
+    raw = table_schema()
+    table = catalog.create_table(("neve", topic), schema=raw, partition_spec=partition_spec(raw))
+    for schema_id in sorted(schemas):
+        layout = writer_schema(schema_id, schemas[schema_id][0]).layout
+        with table.update_schema() as update:
+            update.union_by_name(union_schema(layout.iceberg))
+    return table
+
+
+def compact(node, tmp_path: Path, produced: list[Produced], run) -> dict[str, tuple[list[dict], list[TaskResult], object]]:
+    catalog = load_catalog(CompactorConfig(catalog_url=f"sqlite:///{tmp_path / 'catalog.db'}"))
+    catalog.create_namespace("neve")
+    out = {}
+    for p in produced:
+        entries = asyncio.run(_index(Path(node.data_dir), p.topic))
+        cycle = plan(entries, {}, now_ms=int(time.time() * 1000), freshness_ms=0, parallelism=3, min_task_bytes=1)
+        assert len(cycle.tasks) > 1
+        table = _table(catalog, p.topic, p.schemas)
+        context = TaskContext.for_table(table, cycle_id=new_cycle_id(), topic=p.topic, wal_url=f"file://{Path(node.data_dir).resolve() / 'objects'}", writer_schemas=p.schemas)
+        results = run(context, list(cycle.tasks))
+        out[p.topic] = (_rows(results), results, table)
+    return out
+
+
+def check(p: Produced, rows: list[dict], results: list[TaskResult], table) -> None:
+    assert [(r["kafka"]["partition"], r["kafka"]["offset"]) for r in rows] == sorted(p.want), "one row per acknowledged offset"
+    seen_codecs: dict[str, set] = {}
+    for row in rows:
+        kafka = row["kafka"]
+        want = p.want[(kafka["partition"], kafka["offset"])]
+        where = f"{p.topic} {kafka['partition']}:{kafka['offset']} ({want.outcome})"
+        seen_codecs.setdefault(want.codec, set()).add(kafka["batch_compression"])
+        assert (kafka["timestamp"], kafka["timestamp_type"], kafka["batch_magic"]) == (ms(want.timestamp), 0, 2), where
+        assert kafka["producer_id"] >= 0 and kafka["batch_base_offset"] <= kafka["offset"] and not kafka["is_control"], where
+        assert row["key_raw"] == want.key, where
+        assert row["headers"] == [{"key": k, "value": v} for k, v in want.headers], where
+        assert row["value_raw"] == want.value_raw, where
+        assert row["value_schema_id"] == want.schema_id, where
+        if want.error is not None and want.error.endswith("…"):
+            assert row["value_error"].startswith(want.error[:-1]), where
+        else:
+            assert row["value_error"] == want.error, where
+        if p.schemas:
+            value = row["value"]
+            if value is not None:
+                value["counts"] = dict(value["counts"])  # Arrow gives maps back as pairs
+            assert value == want.value, where
+        else:
+            assert "value" not in row
+    for codec, compressions in seen_codecs.items():
+        # librdkafka sends a batch its codec would not shrink uncompressed
+        assert codec in compressions and compressions <= {codec, "none"}, (codec, compressions)
+    wanted: dict[int, dict[str, int]] = {}
+    for (partition, _), want in p.want.items():
+        counts = wanted.setdefault(partition, dict.fromkeys((COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, MALFORMED), 0))
+        counts[want.outcome] += 1
+    assert outcome_totals(results) == wanted
+    for partition, slices in partition_slices(results).items():
+        assert sum(s.rows for s in slices) == sum(1 for tp in p.want if tp[0] == partition)
+    assert all(r.bytes_read > 0 for r in results)
+    # The DataFiles a committer appends: pyiceberg reads back the same offsets.
+    with table.transaction() as txn, txn.update_snapshot().fast_append() as append:
+        for result in results:
+            for written in result.files:
+                append.append_data_file(written.data_file(table.spec()))
+    scanned = table.scan(selected_fields=("kafka",)).to_arrow().column("kafka").to_pylist()
+    assert sorted((k["partition"], k["offset"]) for k in scanned) == sorted(p.want)
+
+
+@pytest.fixture
+def produced(neve_factory):
+    port = free_port()
+    node = neve_factory(env={"NEVE_REGISTRY_PORT": str(port), "NEVE_WAL_LINGER_MS": "5"})
+    topics = [produce_raw(node.bootstrap), produce_avro(node.bootstrap, f"http://127.0.0.1:{port}")]
+    assert node.stop() == 0
+    return node, topics
+
+
+@pytest.mark.integration
+def test_records_from_a_client_become_one_row_per_offset(produced, tmp_path):
+    node, topics = produced
+    for p, (rows, results, table) in zip(topics, compact(node, tmp_path, topics, run_tasks_in_process).values(), strict=True):
+        check(p, rows, results, table)
+
+
+@pytest.mark.integration
+@pytest.mark.xdist_group("spark")
+def test_the_same_rows_through_spark(produced, tmp_path, spark_session):
+    node, topics = produced
+    for p, (rows, results, table) in zip(topics, compact(node, tmp_path, topics, lambda c, t: run_tasks(spark_session, c, t)).values(), strict=True):
+        assert [r.index for r in results] == list(range(len(results)))
+        check(p, rows, results, table)
+
