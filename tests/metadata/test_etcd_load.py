@@ -147,3 +147,46 @@ async def _read_at(store, revision: int):
     from aetcd import rpc
 
     return await store._client.kvstub.Range(rpc.RangeRequest(key=store.keys.topic("t"), revision=revision), timeout=10, metadata=store._client.metadata)
+
+
+# Issue 20's acceptance load, scaled to the suite: the 1,000 partitions and 2,000 idempotent
+# producers of `python -m bench.metadata_load` (which writes the whole 50 GiB, 12,800 commits,
+# and records its figures in bench/RESULTS.md), with as many 4 MiB objects as a minute allows.
+SUITE_COMMITS_PER_TOPIC = 200  # 2,000 objects: 7.8 GiB
+
+
+@pytest.mark.integration
+@pytest.mark.timeout(900)
+@pytest.mark.xdist_group("etcd-heavy")
+async def test_a_broker_starts_serves_and_follows_on_the_metadata_of_1000_partitions_and_2000_producers(etcd_server, tmp_path):
+    """Written through the store's own commit path (one 4 MiB object of 100 one-batch appends per
+    commit, the batches of 200 producers per topic with sequences running on); then a fresh store
+    loads every high watermark exactly and finds the entries of old and new objects, follows
+    another store's commits, and `neve broker` starts on it and answers every partition's high
+    watermark through ListOffsets. Start times and memory are printed."""
+    from bench import metadata_load as load
+    from bench.servers import terminate
+
+    port = etcd_server.ports["client"]
+    root = "acceptance-load"
+    topic_ids = await load.create_topics(port, root)
+    setup_s = await asyncio.to_thread(load.populate, port, root, topic_ids, SUITE_COMMITS_PER_TOPIC, 2)
+    store, start_s, rss = await load.start_store(port, root)
+    try:
+        assert load.check_view(store, topic_ids, SUITE_COMMITS_PER_TOPIC) == 10 * 3 * 4 * 2
+        follow_s = await load.follows(store, port, root, topic_ids, SUITE_COMMITS_PER_TOPIC, load.FOLLOWED)
+    finally:
+        await store.close()
+    proc, bootstrap, broker_start_s, broker_rss = await asyncio.to_thread(load.start_broker, port, root, tmp_path)
+    try:
+        hws = await asyncio.to_thread(load.broker_high_watermarks, bootstrap, topic_ids)
+        made = {load.topic_name(t): SUITE_COMMITS_PER_TOPIC + (load.FOLLOWED if t == 0 else 0) for t in topic_ids}
+        assert len(hws) == 1_000
+        assert {tp: hw for tp, hw in hws.items() if hw != load.high_watermark(int(tp[0].split("-")[1]), tp[1], made[tp[0]])} == {}
+    finally:
+        await asyncio.to_thread(terminate, proc, timeout=30)
+    print(
+        f"\n{SUITE_COMMITS_PER_TOPIC * 10} commits ({SUITE_COMMITS_PER_TOPIC * 10 * 4 / 1024:.1f} GiB) written in {setup_s:.1f} s; "
+        f"store start {start_s:.2f} s, +{rss / 2**20:.0f} MiB RSS, followed {load.FOLLOWED} commits in {follow_s:.2f} s; "
+        f"neve broker listening after {broker_start_s:.2f} s at {broker_rss / 2**20:.0f} MiB RSS"
+    )
