@@ -20,7 +20,6 @@ from metadata.model import IndexEntry
 from wal.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
 from wal.store import load_object_store
 
-from .manifest import FileSlice
 from .planner import ObjectRead, Task
 from .records import SERVED_LEADER_EPOCH, Batch, CorruptBatch, decode_records, iter_batches
 from .translator import OUTCOMES, RAW, Resolver, WriterSchema, kafka_columns, translate, writer_schema
@@ -49,34 +48,38 @@ class TaskContext:
 
     cycle_id: str
     topic: str
-    wal_url: str  # wal/store.py's factory URL: file:///dir, s3://bucket/prefix?endpoint=...
+    objects_url: str  # the WAL's object store, wal/store.py's factory URL: file:///dir, s3://bucket/prefix?endpoint=...
     data_location: str  # where the table's data files go (its location provider's data path)
     io_properties: dict[str, str]  # pyiceberg FileIO settings for data_location (S3 endpoint, keys)
     table_schema: str  # pyiceberg Schema as JSON
     partition_spec: str  # pyiceberg PartitionSpec as JSON
     table_properties: dict[str, str]  # for the writer's column statistics (write.metadata.metrics.*)
-    # Schema id → (Avro schema text, raw_reason or None): every version of `<topic>-value`, fetched
-    # by the driver before the cycle. Empty: the topic has no schema, values stay raw.
-    writer_schemas: dict[int, tuple[str, str | None]] = field(default_factory=dict)
+    # Schema id → (Avro schema text, raw_reason or None): every version of `subject`, fetched by
+    # the driver before the cycle. Empty: the topic has no schema, values stay raw.
+    schemas: dict[int, tuple[str, str | None]] = field(default_factory=dict)
+    subject: str = ""  # the subject `schemas` are the versions of; "" means `<topic>-value`
 
     @classmethod
-    def for_table(cls, table: Any, *, cycle_id: str, topic: str, wal_url: str, writer_schemas: Mapping[int, tuple[str, str | None]]) -> TaskContext:
+    def for_table(
+        cls, table: Any, *, cycle_id: str, topic: str, objects_url: str, schemas: Mapping[int, tuple[str, str | None]], subject: str = ""
+    ) -> TaskContext:
         """The context of a cycle writing to `table` (a pyiceberg Table, as loaded by the driver)."""
         return cls(
             cycle_id=cycle_id,
             topic=topic,
-            wal_url=wal_url,
+            objects_url=objects_url,
             data_location=table.location_provider().data_path,
             io_properties={k: v for k, v in table.io.properties.items() if k not in _CATALOG_ONLY},
             table_schema=table.schema().model_dump_json(),
             partition_spec=table.spec().model_dump_json(),
             table_properties=dict(table.properties),
-            writer_schemas=dict(writer_schemas),
+            schemas=dict(schemas),
+            subject=subject,
         )
 
     @property
-    def subject(self) -> str:
-        return f"{self.topic}-value"
+    def value_subject(self) -> str:
+        return self.subject or f"{self.topic}-value"
 
 
 @dataclass(slots=True)
@@ -86,15 +89,24 @@ class TaskResult:
     index: int
     attempt: int
     files: list[WrittenFile]
-    outcomes: dict[int, dict[str, int]]  # Kafka partition → rows per outcome (COUNTED), as translated
+    partition_outcomes: dict[int, dict[str, int]]  # Kafka partition → rows per outcome (COUNTED), as translated
     bytes_read: int  # WAL bytes fetched by the task's reads
     seconds: float
     # (partition, offset of its row, why) for each batch that did not decode: for the service's log
     malformed: list[tuple[int, int, str]] = field(default_factory=list)
 
     @property
+    def outcomes(self) -> dict[str, int]:
+        """Rows per outcome (COUNTED) over the task's partitions."""
+        totals = dict.fromkeys(COUNTED, 0)
+        for counts in self.partition_outcomes.values():
+            for outcome, n in counts.items():
+                totals[outcome] += n
+        return totals
+
+    @property
     def rows(self) -> int:
-        return sum(sum(c.values()) for c in self.outcomes.values())
+        return sum(self.outcomes.values())
 
 
 def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0) -> TaskResult:
@@ -110,7 +122,8 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
     for run in task.runs:
         if run.topic != context.topic:
             raise ValueError(f"task {index} holds a run of topic {run.topic!r}, the context is for {context.topic!r}")
-    data = asyncio.run(_fetch(context.wal_url, task.reads))
+    data: list[bytes] = [b""] * len(task.reads)
+    asyncio.run(_fetch(context.objects_url, task.reads, data))
     ranges = _Ranges(task.reads, data)
     resolve = _resolver(context)
     io = _RecordingIO(load_file_io(context.io_properties, context.data_location))
@@ -189,43 +202,25 @@ def run_tasks_in_process(context: TaskContext, tasks: Sequence[Task]) -> list[Ta
     return results
 
 
-def partition_slices(results: Sequence[TaskResult]) -> dict[int, tuple[FileSlice, ...]]:
-    """Per Kafka partition, the file slices holding its rows (for the cycle's manifest), in offset order."""
-    slices: dict[int, list[FileSlice]] = {}
-    for result in results:
-        for written in result.files:
-            for partition, span in written.offsets.items():
-                slices.setdefault(partition, []).append(FileSlice(written.path, span.first_row, span.rows, span.first, span.last))
-    return {p: tuple(sorted(s, key=lambda s: (s.first_offset, s.path))) for p, s in sorted(slices.items())}
-
-
-def outcome_totals(results: Sequence[TaskResult]) -> dict[int, dict[str, int]]:
-    """Per Kafka partition, rows per outcome over all tasks."""
-    totals: dict[int, dict[str, int]] = {}
-    for result in results:
-        for partition, counts in result.outcomes.items():
-            total = totals.setdefault(partition, dict.fromkeys(COUNTED, 0))
-            for outcome, n in counts.items():
-                total[outcome] += n
-    return dict(sorted(totals.items()))
-
-
 # -- reading ----------------------------------------------------------------------------------------
 
 
-async def _fetch(url: str, reads: Sequence[ObjectRead]) -> list[bytes]:
+async def _fetch(url: str, reads: Sequence[ObjectRead], into: list[bytes]) -> None:
+    """Each read's bytes into `into`. Not returned: on the main thread asyncio.run ends by looking
+    up its SIGINT handler, whose failed enum lookup formats the main task's repr, result included
+    (a second per 24 MiB, CPython 3.11)."""
     store = load_object_store(url)
     limit = asyncio.Semaphore(READ_CONCURRENCY)
 
-    async def get(read: ObjectRead) -> bytes:
+    async def get(i: int, read: ObjectRead) -> None:
         async with limit:
             data = await store.get(read.object_key, read.start, read.end)
         if len(data) != read.end - read.start:
             raise OSError(f"{read.object_key}: read [{read.start}, {read.end}) gave {len(data)} bytes")
-        return data
+        into[i] = data
 
     try:
-        return await asyncio.gather(*(get(r) for r in reads))
+        await asyncio.gather(*(get(i, r) for i, r in enumerate(reads)))
     finally:
         await store.close()
 
@@ -249,15 +244,15 @@ class _Ranges:
 def _resolver(context: TaskContext) -> Resolver | None:
     """Schema id → WriterSchema from the context's map, each parsed on first use; an id not in the
     map is raw with a reason. None for a topic without a schema: its values are raw, no error."""
-    if not context.writer_schemas:
+    if not context.schemas:
         return None
     parsed: dict[int, WriterSchema] = {}
-    not_found = f"is not a version of subject {context.subject}"
+    not_found = f"is not a version of subject {context.value_subject}"
 
     def resolve(schema_id: int) -> WriterSchema:
         writer = parsed.get(schema_id)
         if writer is None:
-            known = context.writer_schemas.get(schema_id)
+            known = context.schemas.get(schema_id)
             if known is None:
                 writer = WriterSchema(schema_id, None, None, f"schema id {schema_id} {not_found}")
             else:

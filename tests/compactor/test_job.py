@@ -23,9 +23,8 @@ import pytest
 from compactor.avro_types import union_schema
 from compactor.catalog import load_catalog
 from compactor.config import CompactorConfig
-from compactor.job import MALFORMED, TaskContext, TaskResult, outcome_totals, partition_slices, run_task, run_tasks, run_tasks_in_process
+from compactor.job import MALFORMED, TaskContext, TaskResult, run_task, run_tasks, run_tasks_in_process
 from compactor.layout import partition_spec, table_schema
-from compactor.manifest import new_cycle_id
 from compactor.planner import ObjectRead, Run, Task, plan
 from compactor.translator import COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, writer_schema
 from metadata.model import IndexEntry, ObjectType
@@ -74,7 +73,7 @@ def _records(n: int, first: int) -> list:
 def _context(tmp_path: Path, topic: str = "t") -> TaskContext:
     schema = table_schema()
     return TaskContext(
-        cycle_id="c0", topic=topic, wal_url=f"file://{tmp_path / 'objects'}", data_location=f"file://{tmp_path / 'data'}", io_properties={},
+        cycle_id="c0", topic=topic, objects_url=f"file://{tmp_path / 'objects'}", data_location=f"file://{tmp_path / 'data'}", io_properties={},
         table_schema=schema.model_dump_json(), partition_spec=partition_spec(schema).model_dump_json(), table_properties={},
     )  # fmt: skip
 
@@ -153,7 +152,7 @@ def test_batches_that_do_not_decode_are_one_row_each_and_the_rest_is_kept(tmp_pa
     assert (by_offset[5]["producer_id"], by_offset[5]["base_sequence"], by_offset[5]["timestamp"]) == (7, 5, ms(T0 + 5))
     assert (by_offset[10]["producer_id"], by_offset[10]["batch_compression"], by_offset[10]["timestamp"]) == (8, "none", ms(T0 + 10))
     assert (by_offset[13]["producer_id"], by_offset[13]["batch_magic"], by_offset[13]["batch_compression"], by_offset[13]["timestamp"]) == (-1, 1, "unknown", ms(T0 + 99))
-    assert result.outcomes == {3: {COLUMNS: 0, COLUMNS_RAW: 0, RAW: sum(o >= first_offset for o in good), TOMBSTONE: 0, MALFORMED: 4}}
+    assert result.partition_outcomes == {3: {COLUMNS: 0, COLUMNS_RAW: 0, RAW: sum(o >= first_offset for o in good), TOMBSTONE: 0, MALFORMED: 4}}
     assert [(p, o) for p, o, _ in result.malformed] == [(3, o) for o in sorted(malformed_at)]
     assert result.bytes_read == sum(e.size for e in entries)
     assert [f.offsets[3].first for f in result.files] == [first_offset]
@@ -179,11 +178,11 @@ def test_a_failed_task_deletes_its_files_and_so_do_the_tasks_before_it(tmp_path,
 
 def test_context_and_results_pickle(tmp_path, corrupt_wal):
     entries, _ = corrupt_wal
-    context = dataclasses.replace(_context(tmp_path), writer_schemas={1: (json.dumps(EVENT), None)})
+    context = dataclasses.replace(_context(tmp_path), schemas={1: (json.dumps(EVENT), None)})
     assert pickle.loads(pickle.dumps(context)) == context
     result = run_task(context, Task((Run("t", 0, entries, 0),), _read_all(entries)), index=2, attempt=1)
     back = pickle.loads(pickle.dumps(result))
-    assert (back.files, back.outcomes, back.malformed, back.index, back.attempt) == (result.files, result.outcomes, result.malformed, 2, 1)
+    assert (back.files, back.partition_outcomes, back.malformed, back.index, back.attempt) == (result.files, result.partition_outcomes, result.malformed, 2, 1)
     assert all(Path(f.path).name.startswith("c0-00002-1-") for f in result.files)
 
 
@@ -352,7 +351,7 @@ def compact(node, tmp_path: Path, produced: list[Produced], run) -> dict[str, tu
         cycle = plan(entries, {}, now_ms=int(time.time() * 1000), freshness_ms=0, parallelism=3, min_task_bytes=1)
         assert len(cycle.tasks) > 1
         table = _table(catalog, p.topic, p.schemas)
-        context = TaskContext.for_table(table, cycle_id=new_cycle_id(), topic=p.topic, wal_url=f"file://{Path(node.data_dir).resolve() / 'objects'}", writer_schemas=p.schemas)
+        context = TaskContext.for_table(table, cycle_id=uuid.uuid4().hex, topic=p.topic, objects_url=f"file://{Path(node.data_dir).resolve() / 'objects'}", schemas=p.schemas)
         results = run(context, list(cycle.tasks))
         out[p.topic] = (_rows(results), results, table)
     return out
@@ -390,9 +389,16 @@ def check(p: Produced, rows: list[dict], results: list[TaskResult], table) -> No
     for (partition, _), want in p.want.items():
         counts = wanted.setdefault(partition, dict.fromkeys((COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, MALFORMED), 0))
         counts[want.outcome] += 1
-    assert outcome_totals(results) == wanted
-    for partition, slices in partition_slices(results).items():
-        assert sum(s.rows for s in slices) == sum(1 for tp in p.want if tp[0] == partition)
+    got: dict[int, dict[str, int]] = {}
+    for result in results:
+        for partition, counts in result.partition_outcomes.items():
+            for outcome, n in counts.items():
+                got.setdefault(partition, dict.fromkeys(counts, 0))[outcome] += n
+    assert got == wanted
+    assert {o: sum(r.outcomes[o] for r in results) for o in (COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, MALFORMED)} == {o: sum(c[o] for c in wanted.values()) for o in (COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, MALFORMED)}
+    # Each partition's rows in the files, by the offset spans a manifest records
+    for partition in wanted:
+        assert sum(f.offsets[partition].rows for r in results for f in r.files if partition in f.offsets) == sum(wanted[partition].values())
     assert all(r.bytes_read > 0 for r in results)
     # The DataFiles a committer appends: pyiceberg reads back the same offsets.
     with table.transaction() as txn, txn.update_snapshot().fast_append() as append:
