@@ -5,6 +5,7 @@ own commit path."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 
 import grpc
 import pytest
@@ -165,10 +166,22 @@ async def test_a_broker_starts_serves_and_follows_on_the_metadata_of_1000_partit
     another store's commits, and `neve broker` starts on it and answers every partition's high
     watermark through ListOffsets. Start times and memory are printed."""
     from bench import metadata_load as load
-    from bench.servers import terminate
 
     port = etcd_server.ports["client"]
-    root = "acceptance-load"
+    root = f"acceptance-load-{uuid.uuid4().hex[:8]}"
+    try:
+        await _acceptance_load(load, port, root, tmp_path)
+    finally:  # the worker's etcd serves other tests: 90 MB of keys less to keep
+        cleaner = await open_etcd_store(etcd_server, root)
+        try:
+            await cleaner._client.delete_prefix(cleaner.keys.prefix())
+        finally:
+            await cleaner.close()
+
+
+async def _acceptance_load(load, port: int, root: str, tmp_path) -> None:
+    from bench.servers import terminate
+
     topic_ids = await load.create_topics(port, root)
     setup_s = await asyncio.to_thread(load.populate, port, root, topic_ids, SUITE_COMMITS_PER_TOPIC, 2)
     store, start_s, rss = await load.start_store(port, root)
