@@ -3,14 +3,19 @@ from the object store, with concurrent reads of the same range sharing one GET (
 
 A fetch that needs several ranges (many partitions, or several index entries of one) asks for
 them together (`read_many`): ranges of one object that lie close together are read with one
-ranged GET, and the GETs run concurrently instead of one after another."""
+ranged GET, and the GETs run concurrently instead of one after another.
+
+A compacted index entry names a cycle manifest (wal/manifest.py) and a range of the WAL bytes it
+replaced: the reader maps that range back to the WAL objects (manifests cached, each read once)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
+from wal.manifest import CycleManifest, is_manifest
 from wal.store import ObjectStore, ObjectStoreError
 
 from .recent import RecentObjects
@@ -18,6 +23,8 @@ from .recent import RecentObjects
 Range = tuple[str, int, int]  # object key, start, size
 
 log = logging.getLogger("neve.cache.reader")
+
+MANIFESTS_CACHED = 1024  # decoded cycle manifests kept (a few KB each for a cycle of ten partitions)
 
 MERGE_GAP_BYTES = 256 * 1024
 """Ranges of one object at most this far apart are read with one GET: the gap's bytes cost less
@@ -30,10 +37,42 @@ class ObjectReader:
         self.recent = recent
         self._on_get = on_get  # called with the size of every GET this reader makes
         self._inflight: dict[tuple[str, int, int], asyncio.Future] = {}
+        self._manifests: OrderedDict[str, CycleManifest] = OrderedDict()
+
+    async def manifest(self, key: str) -> CycleManifest:
+        """The cycle manifest stored under `key` (read once, then cached: manifests never change)."""
+        found = self._manifests.get(key)
+        if found is not None:
+            self._manifests.move_to_end(key)
+            return found
+        data = await self._get(key, 0, None)
+        try:
+            found = CycleManifest.decode(data) if len(data) < 65536 else await asyncio.to_thread(CycleManifest.decode, data)
+        except (ValueError, KeyError, TypeError) as e:  # the fetch answers KAFKA_STORAGE_ERROR for it, as for a failed GET
+            raise ObjectStoreError(f"cycle manifest {key} does not decode: {e!r}") from e
+        self._manifests[key] = found
+        if len(self._manifests) > MANIFESTS_CACHED:
+            self._manifests.popitem(last=False)
+        return found
+
+    async def _read_compacted(self, key: str, start: int, size: int) -> bytes | memoryview:
+        try:
+            ranges = (await self.manifest(key)).resolve(start, size)
+        except ValueError as e:
+            raise ObjectStoreError(str(e)) from e
+        if len(ranges) == 1:
+            return await self.read(*ranges[0])
+        parts = await self.read_many(ranges)
+        return b"".join([parts[r] if r in parts else await self.read(*r) for r in ranges])
 
     async def read(self, key: str, start: int, size: int) -> bytes | memoryview:
-        end = start + size
-        cached = self.recent.get(key, start, end)
+        if is_manifest(key):
+            return await self._read_compacted(key, start, size)
+        return await self._get(key, start, start + size)
+
+    async def _get(self, key: str, start: int, end: int | None) -> bytes | memoryview:
+        """Bytes [start, end) of `key` (to its end when `end` is None), single flight."""
+        cached = self.recent.get(key, start, end) if end is not None else None
         if cached is not None:
             return cached
         slot = (key, start, end)
@@ -66,9 +105,13 @@ class ObjectReader:
         (during an outage, each read is the store's whole retry schedule again)."""
         by_key: dict[str, list[tuple[int, int]]] = {}
         out: dict[Range, bytes | memoryview] = {}
+        compacted: list[Range] = []
         recent = self.recent
         for key, start, size in ranges:
             if size <= 0:
+                continue
+            if is_manifest(key):
+                compacted.append((key, start, size))
                 continue
             if recent.has(key):
                 cached = recent.get(key, start, start + size)
@@ -87,6 +130,15 @@ class ObjectReader:
                 span_end = max(span_end, start + size)
                 members.append((start, size))
             spans.append((key, span_start, span_end, members))
+        if compacted:  # each maps to WAL ranges of its own (read_many again, inside)
+            results = await asyncio.gather(*(self.read(*r) for r in compacted), return_exceptions=True)
+            for r, data in zip(compacted, results, strict=True):
+                if isinstance(data, asyncio.CancelledError):
+                    raise data
+                if not isinstance(data, BaseException):
+                    out[r] = data
+                elif failures is not None and isinstance(data, ObjectStoreError):
+                    failures[r] = data
         if not spans:
             return out
         results = await asyncio.gather(*(self.read(key, start, end - start) for key, start, end, _ in spans), return_exceptions=True)

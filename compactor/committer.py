@@ -16,7 +16,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from .manifest import CycleManifest
+from wal.manifest import CycleManifest
 
 log = logging.getLogger("neve.compactor.committer")
 

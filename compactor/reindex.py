@@ -1,7 +1,8 @@
 """The index swap: once a cycle's snapshot is committed, each partition's WAL entries that the cycle
-compacted become one PARQUET entry naming the cycle's manifest, through the metadata store's range
-replace (atomic per partition). Idempotent: a partition already swapped to this manifest is left as
-it is, so a restarted compactor can run the swap of its last cycle again (`finish_last_cycle`).
+compacted become one PARQUET entry naming the cycle's manifest (and its byte range of the
+manifest's replaced bytes, see wal/manifest.py), through the metadata store's range replace (atomic
+per partition). Idempotent: a partition already swapped to this manifest is left as it is, so a
+restarted compactor can run the swap of its last cycle again (`finish_last_cycle`).
 """
 
 from __future__ import annotations
@@ -10,12 +11,12 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from metadata.model import ObjectType
+from metadata.model import IndexEntry, ObjectType
 from metadata.store import MetadataStore, UnknownTopic
+from wal.manifest import CycleManifest, PartitionCompaction
 from wal.store import ObjectNotFound, ObjectStore
 
 from .committer import last_cycle
-from .manifest import CycleManifest
 
 log = logging.getLogger("neve.compactor.reindex")
 
@@ -28,12 +29,23 @@ class SwapOutcome:
     topic_gone: bool = False
 
 
-async def swap(store: MetadataStore, manifest: CycleManifest, manifest_size: int) -> SwapOutcome:
+def replaced_entries(part: PartitionCompaction) -> list[IndexEntry]:
+    """The WAL index entries `part` replaces, as the index holds them (the replace compares them)."""
+    return [IndexEntry(r.base_offset, r.last_offset, r.object_key, ObjectType.WAL, r.start, r.size, r.max_timestamp) for r in part.replaced]
+
+
+def replacement(manifest: CycleManifest, part: PartitionCompaction) -> IndexEntry:
+    """The PARQUET entry standing for `part`'s offsets: its range of the manifest's replaced bytes."""
+    start, size = manifest.partition_range(part.partition)
+    return IndexEntry(part.first_offset, part.last_offset, manifest.key, ObjectType.PARQUET, start, size, part.max_timestamp)
+
+
+async def swap(store: MetadataStore, manifest: CycleManifest) -> SwapOutcome:
     outcome = SwapOutcome()
     for part in manifest.partitions:
-        replacement = manifest.replacement(part, manifest_size)
+        new = replacement(manifest, part)
         try:
-            if await store.replace_entries(manifest.topic_id, part.partition, part.replaced, replacement):
+            if await store.replace_entries(manifest.topic_id, part.partition, replaced_entries(part), new):
                 outcome.swapped.append(part.partition)
                 continue
         except UnknownTopic:
@@ -62,7 +74,7 @@ async def finish_last_cycle(store: MetadataStore, objects: ObjectStore, table) -
         log.error("the table's last cycle names a manifest that is not in the object store", extra={"cycle": cycle.cycle_id, "manifest": cycle.manifest_key})
         raise
     manifest = CycleManifest.decode(data)
-    outcome = await swap(store, manifest, len(data))
+    outcome = await swap(store, manifest)
     if outcome.swapped:
         log.info("finished the index swap of a cycle committed before a restart", extra={"cycle": cycle.cycle_id, "partitions": len(outcome.swapped)})
     return outcome

@@ -12,6 +12,7 @@ commit deadline): that timing rule used to be the only guard, and is now a secon
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -21,11 +22,14 @@ from .store import ObjectStore
 log = logging.getLogger("neve.wal.sweeper")
 
 Fence = Callable[[Collection[str]], Awaitable[set[str]]]
+# The keys of every object still referenced: by an index entry, or by a cycle manifest an index entry
+# names (the WAL objects a compaction replaced stay readable through it until the table serves them).
+Referenced = Callable[[], set[str] | Awaitable[set[str]]]
 
 
 async def sweep_once(
     store: ObjectStore,
-    referenced: Callable[[], set[str]],
+    referenced: Referenced,
     fence: Fence,
     grace_s: float,
     prefix: str = "wal/",
@@ -37,6 +41,8 @@ async def sweep_once(
     if not candidates:
         return []
     refs = referenced()  # read after listing: anything committed before the listing is in it
+    if inspect.isawaitable(refs):
+        refs = await refs
     unreferenced = [key for key in candidates if key not in refs]
     if not unreferenced:
         return []
@@ -56,7 +62,7 @@ async def sweep_once(
 
 async def run_sweeper(
     store: ObjectStore,
-    referenced: Callable[[], set[str]],
+    referenced: Referenced,
     fence: Fence,
     is_current: Callable[[], bool],
     grace_s: float,

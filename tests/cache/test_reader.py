@@ -90,3 +90,37 @@ async def test_a_failed_get_leaves_only_its_ranges_out():
     assert {r: bytes(v) for r, v in got.items()} == {("a", 3, 4): OBJECT[3:7]}
     with pytest.raises(ObjectNotFound):  # the caller's own read of it fails as before
         await reader.read("gone", 0, 10)
+
+
+async def test_a_compacted_entry_reads_the_wal_bytes_its_manifest_replaced_and_the_manifest_once():
+    import uuid
+
+    from wal.manifest import CycleManifest, PartitionCompaction, WalRange
+
+    store = MemoryObjectStore()
+    await store.put("wal/a", OBJECT)
+    await store.put("wal/b", OBJECT[::-1])
+    p0 = PartitionCompaction(0, (WalRange("wal/a", 100, 50, 0, 4, 1), WalRange("wal/b", 0, 30, 5, 6, 2)), ())
+    p1 = PartitionCompaction(1, (WalRange("wal/a", 150, 20, 0, 1, 3),), ())
+    manifest = CycleManifest("c1", uuid.uuid4(), "t", "neve.t", (p0, p1))
+    await store.put(manifest.key, manifest.encode())
+    gets = []
+    reader = ObjectReader(store, RecentObjects(0), on_get=gets.append)
+
+    assert bytes(await reader.read(manifest.key, 0, 80)) == OBJECT[100:150] + OBJECT[::-1][0:30]
+    assert bytes(await reader.read(manifest.key, 80, 20)) == OBJECT[150:170]
+    many = await reader.read_many([(manifest.key, 0, 80), (manifest.key, 80, 20), ("wal/a", 0, 10)])
+    assert {r: bytes(v) for r, v in many.items()} == {(manifest.key, 0, 80): OBJECT[100:150] + OBJECT[::-1][0:30], (manifest.key, 80, 20): OBJECT[150:170], ("wal/a", 0, 10): OBJECT[:10]}
+    assert gets.count(len(manifest.encode())) == 1  # the manifest was read once
+
+
+async def test_a_compacted_entry_whose_manifest_is_missing_or_broken_is_a_storage_error():
+    from wal.store import ObjectStoreError
+
+    store = MemoryObjectStore()
+    await store.put("compacted/x/broken.json", b"{not json")
+    reader = ObjectReader(store, RecentObjects(0))
+    with pytest.raises(ObjectNotFound):
+        await reader.read("compacted/x/missing.json", 0, 10)
+    with pytest.raises(ObjectStoreError):
+        await reader.read("compacted/x/broken.json", 0, 10)

@@ -15,10 +15,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import BinaryType, IntegerType, LongType, NestedField
 
 from compactor.committer import commit_cycle, committed_cycle, last_cycle
-from compactor.manifest import CycleManifest, FileSlice, PartitionCompaction, new_cycle_id
-from compactor.reindex import finish_last_cycle, swap
+from compactor.reindex import finish_last_cycle, replacement, swap
 from metadata.model import Append, IndexEntry, ObjectCommit, ObjectType
 from metadata.store import load_metadata_store
+from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
 from wal.store import MemoryObjectStore
 
 SCHEMA = Schema(
@@ -63,9 +63,13 @@ def write_rows(table, tmp_path, name, rows):
     return parquet_file_to_data_file(table.io, table.metadata, f"file://{path}")
 
 
+def ranges(entries):
+    return tuple(WalRange(e.object_key, e.start, e.size, e.base_offset, e.last_offset, e.max_timestamp) for e in entries)
+
+
 def manifest_for(topic_id, partition, entries, path):
     rows = entries[-1].last_offset - entries[0].base_offset + 1
-    part = PartitionCompaction(partition, tuple(entries), (FileSlice(f"file://{path}", 0, rows, entries[0].base_offset, entries[-1].last_offset),))
+    part = PartitionCompaction(partition, ranges(entries), (FileSlice(f"file://{path}", 0, rows, entries[0].base_offset, entries[-1].last_offset),))
     return CycleManifest(new_cycle_id(), topic_id, "t", "neve.t", (part,))
 
 
@@ -113,13 +117,14 @@ async def test_a_restart_between_the_commit_and_the_swap_finishes_the_swap_once(
     assert [e.object_type for e in store.entries(info.topic_id, 1, 0)] == [ObjectType.WAL] * 3
     outcome = await finish_last_cycle(store, objects, table.refresh())
     assert outcome.swapped == [1]
-    assert store.entries(info.topic_id, 1, 0) == [IndexEntry(0, 5, manifest.key, ObjectType.PARQUET, 0, len(data), 1002)]
+    # the entry's bytes are the replaced WAL bytes laid end to end: 100 a record here
+    assert store.entries(info.topic_id, 1, 0) == [IndexEntry(0, 5, manifest.key, ObjectType.PARQUET, 0, 600, 1002)]
     for offset in range(6):
         assert store.entries(info.topic_id, 1, offset, max_entries=1)[0].object_key == manifest.key
 
     again = await finish_last_cycle(store, objects, table.refresh())  # a second restart changes nothing
     assert (again.swapped, again.already) == ([], [1])
-    assert store.entries(info.topic_id, 1, 0) == [IndexEntry(0, 5, manifest.key, ObjectType.PARQUET, 0, len(data), 1002)]
+    assert store.entries(info.topic_id, 1, 0) == [IndexEntry(0, 5, manifest.key, ObjectType.PARQUET, 0, 600, 1002)]
     assert store.high_watermark(info.topic_id, 1) == 6
 
 
@@ -127,7 +132,7 @@ async def test_the_swap_keeps_later_wal_entries_and_commits_after_it_continue(ta
     info = await store.create_topic("t", 1)
     entries = await commit_wal(store, info.topic_id, 0, [2, 2, 2])
     manifest = manifest_for(info.topic_id, 0, entries[:2], f"{tmp_path}/a.parquet")
-    outcome = await swap(store, manifest, 123)
+    outcome = await swap(store, manifest)
     await commit_wal(store, info.topic_id, 0, [4])
 
     got = store.entries(info.topic_id, 0, 0)
@@ -142,10 +147,19 @@ async def test_a_table_without_cycles_has_nothing_to_finish(table, store):
     assert await finish_last_cycle(store, MemoryObjectStore(), table) is None
 
 
-def test_a_manifest_decodes_to_what_was_encoded():
-    entries = (IndexEntry(5, 9, "wal/a", ObjectType.WAL, 10, 90, 7), IndexEntry(10, 10, "wal/b", ObjectType.WAL, 0, 30, 8))
-    part = PartitionCompaction(3, entries, (FileSlice("s3://w/a.parquet", 4, 3, 5, 9), FileSlice("s3://w/b.parquet", 0, 3, 6, 10)))
-    manifest = CycleManifest(new_cycle_id(), uuid.uuid4(), "orders", "neve.orders", (part,))
+def test_a_manifest_decodes_to_what_was_encoded_and_maps_its_replaced_bytes_back_to_wal_ranges():
+    a = (WalRange("wal/a", 10, 90, 5, 9, 7), WalRange("wal/b", 0, 30, 10, 10, 8))
+    b = (WalRange("wal/a", 100, 40, 0, 3, 6),)
+    parts = (PartitionCompaction(3, a, (FileSlice("s3://w/a.parquet", 4, 3, 5, 9), FileSlice("s3://w/b.parquet", 0, 3, 6, 10))), PartitionCompaction(4, b, ()))
+    manifest = CycleManifest(new_cycle_id(), uuid.uuid4(), "orders", "neve.orders", parts)
     assert CycleManifest.decode(manifest.encode()) == manifest
-    assert manifest.offsets() == {3: (5, 10)}
-    assert manifest.replacement(part, 77) == IndexEntry(5, 10, manifest.key, ObjectType.PARQUET, 0, 77, 8)
+    assert manifest.offsets() == {3: (5, 10), 4: (0, 3)}
+    assert (manifest.partition_range(3), manifest.partition_range(4)) == ((0, 120), (120, 40))
+    assert replacement(manifest, parts[0]) == IndexEntry(5, 10, manifest.key, ObjectType.PARQUET, 0, 120, 8)
+    assert replacement(manifest, parts[1]) == IndexEntry(0, 3, manifest.key, ObjectType.PARQUET, 120, 40, 6)
+    assert manifest.resolve(0, 120) == [("wal/a", 10, 90), ("wal/b", 0, 30)]
+    assert manifest.resolve(85, 40) == [("wal/a", 95, 5), ("wal/b", 0, 30), ("wal/a", 100, 5)]
+    assert manifest.resolve(120, 40) == [("wal/a", 100, 40)]
+    assert manifest.wal_objects() == {"wal/a", "wal/b"}
+    with pytest.raises(ValueError):
+        manifest.resolve(150, 20)

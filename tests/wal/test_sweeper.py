@@ -50,3 +50,17 @@ async def test_references_are_read_after_listing_and_nothing_referenced_is_fence
 
     assert await sweep_once(store, referenced, fence, grace_s=0, now=time.time() + 1) == []
     assert calls == ["refs"]
+
+
+async def test_references_may_be_awaited_and_what_they_name_is_kept():
+    store = MemoryObjectStore()
+    now = await aged(store, ["wal/compacted", "wal/orphan"], young=[])
+
+    async def referenced():  # e.g. the WAL objects of the cycle manifests compacted entries name
+        return {"wal/compacted"}
+
+    async def fence(keys):
+        return set(keys)
+
+    assert await sweep_once(store, referenced, fence, grace_s=600, now=now) == ["wal/orphan"]
+    assert [o.key async for o in store.list()] == ["wal/compacted"]
