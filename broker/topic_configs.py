@@ -120,8 +120,9 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
         _c("message.timestamp.type", T.STRING, "CreateTime", "Records keep the producer's CreateTime; LogAppendTime is not supported (a gap).", broker_synonym="log.message.timestamp.type", choices=("CreateTime",), read_only=True),
         _c("compression.type", T.STRING, "producer", "Batches are stored exactly as produced, with the producer's compression; neve never recompresses.", broker_synonym="compression.type", choices=("producer",), read_only=True),
         # neve's own
-        _c("neve.iceberg.enabled", T.BOOLEAN, "false", "Whether the compactor maintains an Apache Iceberg table for this topic."),
-        _c("neve.iceberg.table", T.STRING, "", "The Iceberg table (namespace.table) of this topic; empty: derived from the topic name."),
+        _c("neve.iceberg.enabled", T.BOOLEAN, "true", "Whether the compactor maintains an Apache Iceberg table for this topic (every topic is one unless this is false)."),
+        _c("neve.iceberg.table", T.STRING, "", "The Iceberg table (namespace.table) of this topic; empty: the topic's name (with . and - made _) in the compactor's namespace."),
+        _c("neve.iceberg.partition.by", T.STRING, "day(timestamp)", "How the topic's table is partitioned, set when the compactor creates it: day(timestamp), hour(timestamp), month(timestamp), year(timestamp) of the Kafka timestamp, identity(partition), bucket[N](partition), several separated by commas, or none."),
         # Kafka's, with no meaning for neve
         _c("delete.retention.ms", T.LONG, "86400000", "How long delete tombstones are kept on compacted topics." + NO_COMPACTION, broker_synonym="log.cleaner.delete.retention.ms", minimum=0),
         _c("min.compaction.lag.ms", T.LONG, "0", "Minimum time a record stays uncompacted." + NO_COMPACTION, broker_synonym="log.cleaner.min.compaction.lag.ms", minimum=0),

@@ -39,3 +39,25 @@ class CompactorConfig:
     `k8s://...` when one machine is not enough."""
     spark_driver_memory: str = "1g"
     """Spark driver heap (spark.driver.memory)."""
+    runner: str = "spark"
+    """Where a cycle's tasks run: `spark` (the session above; started on the first cycle that has
+    work) or `in-process` (threads of the compactor itself: no JVM, for small machines and tests)."""
+    parallelism: int = 2
+    """Tasks a cycle is cut into at most per topic (about the executors' cores)."""
+    interval_ms: int = 1000
+    """Pause between cycles that found nothing due (a cycle with work is followed at once)."""
+    freshness_ms: int = 2000
+    """WAL entries wait this long after their newest record before compaction takes them, so
+    that a cycle takes a few seconds of records at once instead of every object as it lands (few,
+    larger files); rows are visible about this long after their acknowledgement, plus a cycle."""
+    due_bytes: int = 64 * 1024 * 1024
+    """A partition with this many WAL bytes waiting is compacted without waiting for freshness."""
+    tables_by_default: bool = True
+    """Whether a topic without a `neve.iceberg.enabled` config gets a table (every topic is a table
+    unless switched off)."""
+    in_node: bool = False
+    """Run the compactor inside the node (`neve dev`: true, with a SQLite catalog and a warehouse
+    in the data dir unless `catalog_url` names another). A cluster runs `neve compactor` instead."""
+    fault_kill_after: str = ""
+    """Test-only fault injection: kill this process (SIGKILL) right after a cycle's Parquet files are
+    `written`, its snapshot `committed`, or its index `swapped`. Empty: off."""

@@ -1,5 +1,6 @@
 """The `neve` command: `neve dev` runs a single node with no external services; `neve broker`
-runs one broker of a cluster over etcd and S3; `neve registry` serves only the schema registry
+runs one broker of a cluster over etcd and S3; `neve compactor` turns WAL objects into each topic's
+Iceberg table; `neve registry` serves only the schema registry
 over the metadata store; `neve config` prints every option with its default and environment
 variable."""
 
@@ -30,8 +31,45 @@ def _parser() -> argparse.ArgumentParser:
     registry.add_argument("--config", help="TOML config file (see `neve config`); NEVE_* variables override it")
     registry.add_argument("--port", type=int, help="registry port (default 8081)")
     registry.add_argument("--data-dir", help="without metadata.url: the data dir whose SQLite metadata it serves")
+    compactor = sub.add_parser("compactor", help="run the compaction service: WAL objects into each topic's Iceberg table (set compactor.catalog_url)")
+    compactor.add_argument("--config", help="TOML config file (see `neve config`); NEVE_* variables override it")
+    compactor.add_argument("--data-dir", help="without metadata.url and wal.object_store: a data dir no node is running on")
+    compactor.add_argument("--once", action="store_true", help="compact everything there is now (freshness 0), print each cycle, and exit")
     sub.add_parser("config", help="print every option, its default and its environment variable")
     return parser
+
+
+async def _run_compactor(config, once: bool) -> int:
+    from .compaction import CompactorNode
+    from .node import StartupError
+
+    node = CompactorNode(config)
+    try:
+        await node.start(cycle=not once)
+    except StartupError as e:
+        print(f"neve: {e}", file=sys.stderr)
+        return 1
+    settings = node.running.settings
+    print(f"neve compactor: metadata {node.metadata_url}; catalog {settings.catalog_url.split('@')[-1]}; tasks run {settings.runner}", flush=True)
+    if once:
+        def progress(c) -> None:
+            offsets = ", ".join(f"{p}:{a}-{b}" for p, (a, b) in sorted(c.offsets.items()))
+            print(f"{c.topic} -> {c.table}: {c.rows} rows in {c.files} files, snapshot {c.snapshot_id} (partition:offsets {offsets})", flush=True)
+
+        try:
+            done = await node.running.run_until_caught_up(progress)
+        finally:
+            await node.stop()
+        print(f"caught up: {len(done)} cycles, {sum(c.rows for c in done)} rows", flush=True)
+        return 0
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    print("neve compactor stopping", flush=True)
+    await node.stop()
+    return 0
 
 
 async def _run_node(config, command: str) -> int:
@@ -65,11 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         if args.command == "dev":
-            config = load_config(args.config, data_dir=args.data_dir, broker__port=args.port, broker__host=args.host)
+            config = load_config(args.config, dev=True, data_dir=args.data_dir, broker__port=args.port, broker__host=args.host)
         elif args.command == "registry":
             config = load_config(args.config, data_dir=args.data_dir, registry__port=args.port)
             if config.registry.url:
                 raise ConfigError("registry.url names an external registry: `neve registry` would serve none")
+        elif args.command == "compactor":
+            config = load_config(args.config, data_dir=args.data_dir, **({"compactor__freshness_ms": 0} if args.once else {}))
         else:
             config = load_config(args.config, broker__port=args.port)
             if not config.metadata.url or not config.wal.object_store:
@@ -81,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     _tune_gc(config.broker.gc_young_threshold)
     import uvloop
 
+    if args.command == "compactor":
+        return uvloop.run(_run_compactor(config, args.once))
     return uvloop.run(_run_node(config, args.command))
 
 

@@ -1,7 +1,7 @@
 """neve's configuration: typed sections with documented defaults, loaded in one place.
 
 Precedence, lowest to highest: the defaults below → a TOML config file (`--config FILE`, sections
-named like the dataclasses: [broker], [wal], [metadata], [registry], [faults]) → environment variables
+named like the dataclasses: [broker], [wal], [metadata], [registry], [compactor], [faults]) → environment variables
 `NEVE_<SECTION>_<FIELD>` (e.g. NEVE_WAL_LINGER_MS=5) → command-line flags.
 """
 
@@ -12,6 +12,8 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
+
+from compactor.config import CompactorConfig
 
 
 @dataclass
@@ -45,7 +47,8 @@ class BrokerConfig:
     so what it held back still joins that object; the pause is at most a tenth of
     `wal.linger_ms`. 0: never."""
     auto_create_topics: bool = False
-    """Create unknown topics on Metadata requests that allow it (Kafka's auto.create.topics.enable)."""
+    """Create unknown topics on Metadata requests that allow it (Kafka's auto.create.topics.enable).
+    `neve dev`: true, as Kafka's own default (quick starts and librdkafka's tests rely on it)."""
     default_partitions: int = 1
     """Partition count of auto-created topics and CreateTopics with num_partitions -1."""
     max_message_bytes: int = 10 * 1024 * 1024
@@ -80,7 +83,9 @@ class WalConfig:
     s3://bucket/prefix?endpoint=URL&region=R&timeout=S&retries=N&unsigned_payload=true|false, see
     wal/s3.py); empty in `neve dev`: <data-dir>/objects."""
     linger_ms: int = 200
-    """Longest a produce request waits in the buffer before its WAL object is flushed."""
+    """Longest a produce request waits in the buffer before its WAL object is flushed. `neve dev`:
+    5 (a local disk has no per-request price to batch against; a Java producer with one request in
+    flight could not send 10,000 records within its delivery timeout at 200)."""
     flush_bytes: int = 4 * 1024 * 1024
     """Flush as soon as the buffer holds this many bytes (target WAL object size)."""
     max_inflight_uploads: int = 4
@@ -151,6 +156,7 @@ class Config:
     wal: WalConfig = field(default_factory=WalConfig)
     metadata: MetadataConfig = field(default_factory=MetadataConfig)
     registry: RegistryConfig = field(default_factory=RegistryConfig)
+    compactor: CompactorConfig = field(default_factory=CompactorConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     data_dir: str = "neve-data"
     """Where `neve dev` keeps its objects and metadata."""
@@ -159,6 +165,15 @@ class Config:
 
 class ConfigError(ValueError):
     pass
+
+
+# `neve dev`'s defaults where they differ from a cluster's: the whole product on one machine, on a
+# local disk. Applied before the config file, so every layer above still overrides them.
+DEV_DEFAULTS: dict[str, dict[str, Any]] = {
+    "wal": {"linger_ms": 5},
+    "broker": {"auto_create_topics": True},
+    "compactor": {"in_node": True},
+}
 
 
 def _coerce(value: Any, kind: Any, where: str) -> Any:
@@ -187,11 +202,15 @@ def _apply(section: Any, values: dict[str, Any], where: str) -> None:
         setattr(section, key, _coerce(value, names[key].type, f"{where}.{key}"))
 
 
-def load_config(path: str | None = None, env: dict[str, str] | None = None, **overrides: Any) -> Config:
-    """Defaults, then the TOML file, then NEVE_* environment variables, then `overrides` given as
-    `section__field=value` (e.g. broker__port=9093) or top-level names."""
+def load_config(path: str | None = None, env: dict[str, str] | None = None, *, dev: bool = False, **overrides: Any) -> Config:
+    """Defaults (`DEV_DEFAULTS` over them when `dev`), then the TOML file, then NEVE_* environment
+    variables, then `overrides` given as `section__field=value` (e.g. broker__port=9093) or
+    top-level names."""
     config = Config()
     sections = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if dataclasses.is_dataclass(getattr(config, f.name))}
+    if dev:
+        for section_name, values in DEV_DEFAULTS.items():
+            _apply(sections[section_name], values, "neve dev's defaults")
     if path:
         try:
             with open(path, "rb") as f:

@@ -21,6 +21,7 @@ from metadata.model import BrokerRegistration
 from metadata.store import MetadataError, MetadataStore, load_metadata_store
 from registry.config import DEFAULT_PORT as REGISTRY_PORT
 from registry.server import RegistryServer
+from wal.manifest import is_manifest
 from wal.store import ObjectStoreError, load_object_store
 from wal.sweeper import run_sweeper
 from wal.writer import WalWriter
@@ -105,6 +106,7 @@ class Node:
         self.server: KafkaServer | None = None
         self._sweeper: asyncio.Task | None = None
         self._retention: asyncio.Task | None = None
+        self.compactor = None  # neve.compaction.RunningCompactor when compactor.in_node
 
     def _lock_data_dir(self) -> None:
         self._lock_fd = lock_data_dir(self.data_dir)
@@ -177,11 +179,24 @@ class Node:
             raise StartupError(f"cannot register broker {settings.node_id} in {self.metadata_url}: {e!r}") from None
         if c.wal.sweep_interval_s > 0:
             self._sweeper = asyncio.create_task(
-                run_sweeper(self.objects, self.metadata.referenced_objects, self.metadata.fence_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s)
+                run_sweeper(self.objects, self._referenced_objects, self.metadata.fence_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s)
             )
         if c.broker.retention_check_interval_ms > 0:
             self._retention = asyncio.create_task(run_retention(self.metadata, c.broker.retention_check_interval_ms / 1000))
+        if c.compactor.in_node:
+            from .compaction import RunningCompactor, compactor_settings
+
+            self.compactor = RunningCompactor(c, compactor_settings(c, self.data_dir), self.metadata, self.objects, self.object_store_url)
+            self.compactor.start()
         log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
+
+    async def _referenced_objects(self) -> set[str]:
+        """What the orphan sweeper keeps: objects index entries name, and the WAL objects of the
+        cycle manifests compacted entries name (reads of compacted offsets still go to them)."""
+        keys = self.metadata.referenced_objects()
+        for key in [k for k in keys if is_manifest(k)]:
+            keys |= (await self.services.reader.manifest(key)).wal_objects()
+        return keys
 
     @property
     def port(self) -> int:
@@ -189,6 +204,8 @@ class Node:
         return self.server.port
 
     async def stop(self) -> None:
+        if self.compactor is not None:
+            await self.compactor.stop()  # a cycle under way finishes (or is redone after a restart)
         for task in (self._sweeper, self._retention):
             if task is not None:
                 task.cancel()

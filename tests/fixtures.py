@@ -43,9 +43,10 @@ class NeveNode:
 
     def start(self) -> NeveNode:
         self._starts += 1
-        # A node serves the schema registry only when its test gives it a port: parallel tests
-        # would otherwise race for the default 8081.
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "NEVE_REGISTRY_PORT": "0", **self.env}
+        # A node serves the schema registry only when its test gives it a port (parallel tests
+        # would otherwise race for the default 8081), and compacts into a table only when its test
+        # asks (each would start a Spark JVM).
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "NEVE_REGISTRY_PORT": "0", "NEVE_COMPACTOR_IN_NODE": "false", **self.env}
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         log.write(f"--- start #{self._starts}\n".encode())
         log.flush()

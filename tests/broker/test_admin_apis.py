@@ -93,7 +93,7 @@ def test_topic_configs_create_describe_alter(neve_factory):
         "retention.bytes": ("-1", DEFAULT, False, True),
         "max.message.bytes": (str(10 * 1024 * 1024), DEFAULT, False, True),
         "message.timestamp.type": ("CreateTime", DEFAULT, True, True),
-        "neve.iceberg.enabled": ("false", DEFAULT, False, True),
+        "neve.iceberg.enabled": ("true", DEFAULT, False, True),
         "neve.iceberg.table": ("", DEFAULT, False, True),
     }
     assert all(not e.is_sensitive for e in entries.values())
@@ -105,7 +105,7 @@ def test_topic_configs_create_describe_alter(neve_factory):
         incremental_configs=[
             ConfigEntry("retention.bytes", "1048576", incremental_operation=AlterConfigOpType.SET),
             ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE),
-            ConfigEntry("neve.iceberg.enabled", "true", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("neve.iceberg.enabled", "false", incremental_operation=AlterConfigOpType.SET),
         ],
     )
     client.incremental_alter_configs([resource])[resource].result(T)
@@ -114,7 +114,7 @@ def test_topic_configs_create_describe_alter(neve_factory):
         "retention.bytes": ("1048576", TOPIC_SET, False, False),
         "retention.ms": ("604800000", DEFAULT, False, True),
         "cleanup.policy": ("compact,delete", TOPIC_SET, False, False),
-        "neve.iceberg.enabled": ("true", TOPIC_SET, False, False),
+        "neve.iceberg.enabled": ("false", TOPIC_SET, False, False),
     }
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.SUBTRACT)])
     client.incremental_alter_configs([resource])[resource].result(T)
@@ -339,7 +339,8 @@ def test_describe_configs_of_the_broker(neve_node):
     assert summary(entries, ["broker.id", "message.max.bytes", "auto.create.topics.enable"]) == {
         "broker.id": ("0", ConfigSource.STATIC_BROKER_CONFIG.value, True, False),
         "message.max.bytes": (str(10 * 1024 * 1024), DEFAULT, True, True),
-        "auto.create.topics.enable": ("false", DEFAULT, True, True),
+        # neve dev creates topics on first use, as Kafka's default does: its own setting, not the default
+        "auto.create.topics.enable": ("true", ConfigSource.STATIC_BROKER_CONFIG.value, True, False),
     }
     # broker configs cannot be altered through the API
     alter = ConfigResource(ResourceType.BROKER, "0", set_config={"message.max.bytes": "1"})

@@ -65,3 +65,13 @@ def test_the_broker_pauses_reading_produce_requests_for_at_most_a_tenth_of_the_l
     from neve.node import broker_settings
 
     assert broker_settings(load_config(env=env)).produce_read_pause_ms == pause_ms
+
+
+def test_neve_dev_lingers_briefly_and_creates_topics_and_every_layer_still_overrides(tmp_path):
+    dev = load_config(env={}, dev=True)
+    assert (dev.wal.linger_ms, dev.broker.auto_create_topics) == (5, True)
+    path = tmp_path / "neve.toml"
+    path.write_text("[wal]\nlinger_ms = 50\n")
+    assert load_config(str(path), env={}, dev=True).wal.linger_ms == 50
+    assert load_config(env={"NEVE_BROKER_AUTO_CREATE_TOPICS": "false"}, dev=True).broker.auto_create_topics is False
+    assert (load_config(env={}).wal.linger_ms, load_config(env={}).broker.auto_create_topics) == (200, False)

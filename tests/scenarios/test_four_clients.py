@@ -34,7 +34,9 @@ from tests.clients.member import ABANDONED, Batch, Board, Member
 pytestmark = pytest.mark.integration
 
 
-LINGER = {"NEVE_WAL_LINGER_MS": "10"}
+# Topics are created and deleted by the tests themselves: with `neve dev`'s auto-creation on (as
+# Kafka's default), a client's Metadata request would bring a deleted topic back, as it would in Kafka.
+LINGER = {"NEVE_WAL_LINGER_MS": "10", "NEVE_BROKER_AUTO_CREATE_TOPICS": "false"}
 WAIT = 45.0  # the longest any one awaited event may take; healthy runs take a few seconds
 
 

@@ -1,0 +1,32 @@
+"""Prometheus metrics of the compactor (served with the node's metrics, or by `neve compactor`)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+CYCLES = Counter("neve_compactor_cycles", "Compaction cycles committed (one Iceberg snapshot each)", ["topic"])
+CYCLE_FAILURES = Counter("neve_compactor_cycle_failures", "Compaction cycles of a topic that failed and are retried")
+CYCLE_SECONDS = Histogram("neve_compactor_cycle_seconds", "Time of a committed cycle, plan to index swap", buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
+ROWS = Counter("neve_compactor_rows", "Rows committed to tables, by how the value was kept (columns, columns+raw, raw, tombstone, malformed)", ["topic", "outcome"])
+FILES = Counter("neve_compactor_files", "Parquet files committed", ["topic"])
+FILES_PER_COMMIT = Histogram("neve_compactor_files_per_commit", "Parquet files in one cycle's snapshot", buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+BYTES_READ = Counter("neve_compactor_wal_bytes_read", "WAL bytes read by compaction tasks", ["topic"])
+BYTES_WRITTEN = Counter("neve_compactor_parquet_bytes", "Parquet bytes committed", ["topic"])
+LAG_OFFSETS = Gauge("neve_compactor_table_lag_offsets", "Offsets of a partition not in its table yet (high watermark - first WAL offset)", ["topic", "partition"])
+LAG_SECONDS = Gauge("neve_compactor_table_lag_seconds", "Age of the oldest record timestamp of a partition not in its table yet", ["topic", "partition"])
+
+
+def set_lag(topic: str, partition: int, offsets: int, seconds: float) -> None:
+    LAG_OFFSETS.labels(topic, str(partition)).set(offsets)
+    LAG_SECONDS.labels(topic, str(partition)).set(seconds)
+
+
+def observe_cycle(cycle, seconds: float) -> None:
+    CYCLES.labels(cycle.topic).inc()
+    CYCLE_SECONDS.observe(seconds)
+    FILES.labels(cycle.topic).inc(cycle.files)
+    FILES_PER_COMMIT.observe(cycle.files)
+    BYTES_READ.labels(cycle.topic).inc(cycle.bytes_read)
+    BYTES_WRITTEN.labels(cycle.topic).inc(cycle.bytes_written)
+    for outcome, n in cycle.outcomes.items():
+        ROWS.labels(cycle.topic, outcome).inc(n)

@@ -1,0 +1,267 @@
+"""The compaction service: the single owner of every topic's table, cycling plan → Spark tasks →
+manifest → one Iceberg commit → index swap, topic by topic (`neve compactor`, and inside `neve dev`).
+
+Each cycle of a topic: its table is loaded or created and evolved by the topic's registered value
+schemas; the last cycle's index swap is finished if a crash cut it short (reindex.py); the WAL
+entries older than the freshness setting are planned into tasks (planner.py); the job turns them
+into Parquet files (job.py, on Spark or in this process); the cycle's manifest is written; the
+committer appends the files in one snapshot naming the manifest (committer.py); the index swap
+replaces the WAL entries by one PARQUET entry per partition. A crash anywhere is finished or redone
+by the next cycle: files written but not committed are orphans (never in the table), a commit
+without its swap is swapped, a swap is idempotent. Blocking work (pyiceberg, Spark, Parquet) runs
+in threads, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from metadata.model import IndexEntry, ObjectType, TopicInfo
+from metadata.store import MetadataError, MetadataStore
+from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
+from wal.store import ObjectStore
+
+from . import metrics, planner, tables
+from .committer import commit_cycle
+from .config import CompactorConfig
+from .reindex import finish_last_cycle, swap
+
+log = logging.getLogger("neve.compactor")
+
+MAX_ENTRIES_PER_PARTITION = 4096  # a cycle plans at most this many WAL entries of a partition
+
+
+@dataclass(slots=True)
+class TopicCycle:
+    """What one cycle did to one topic's table."""
+
+    topic: str
+    table: str
+    cycle_id: str | None = None  # None: nothing was due
+    snapshot_id: int | None = None
+    rows: int = 0
+    files: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
+    outcomes: dict[str, int] = field(default_factory=dict)
+
+
+class CompactionService:
+    """`objects` is the WAL object store (`objects_url` names it for the executors, which open their
+    own); `schemas` is a registry.client.SchemaLookup (neve's own registry or an external one)."""
+
+    def __init__(
+        self,
+        config: CompactorConfig,
+        metadata: MetadataStore,
+        objects: ObjectStore,
+        objects_url: str,
+        schemas,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.objects = objects
+        self.objects_url = objects_url
+        self.schemas = schemas
+        self._clock = clock
+        self._catalog = None
+        self._spark = None
+        # per (topic id, partition): the next offset not yet in the table, once known
+        self._checkpoints: dict[tuple, int] = {}
+        self._recovered: set[str] = set()  # tables whose last cycle was checked since start
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Cycle until `stop` is set: a cycle, then a pause of `interval_ms` (none while a topic
+        still had more due than a cycle took). A failed cycle is logged, counted and retried."""
+        while not stop.is_set():
+            busy = False
+            try:
+                for cycle in await self.run_once():
+                    busy = busy or cycle.cycle_id is not None
+            except Exception:
+                metrics.CYCLE_FAILURES.inc()
+                log.exception("compaction cycle failed; retrying")
+            if not busy or stop.is_set():
+                try:
+                    await asyncio.wait_for(stop.wait(), self.config.interval_ms / 1000)
+                except TimeoutError:
+                    pass
+
+    async def run_once(self) -> list[TopicCycle]:
+        """One cycle over every topic whose table is on. A topic that fails is logged and counted;
+        the others still run."""
+        done = []
+        for info in sorted(self.metadata.topics().values(), key=lambda t: t.name):
+            if not tables.is_enabled(info.configs, self.config.tables_by_default):
+                continue
+            try:
+                done.append(await self.compact_topic(info))
+            except MetadataError as e:
+                log.warning("topic skipped this cycle", extra={"topic": info.name, "reason": repr(e)})
+            except Exception:
+                metrics.CYCLE_FAILURES.inc()
+                log.exception("topic's compaction failed; it is retried next cycle", extra={"topic": info.name})
+        return done
+
+    # -- one topic ------------------------------------------------------------------------------
+
+    async def compact_topic(self, info: TopicInfo) -> TopicCycle:
+        from .job import TaskContext
+
+        started = time.monotonic()
+        catalog = await self._load_catalog()
+        identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
+        cycle = TopicCycle(info.name, identifier)
+        table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY))
+        if identifier not in self._recovered:
+            await finish_last_cycle(self.metadata, self.objects, table)
+            self._recovered.add(identifier)
+        versions = await self.schemas.subject_schemas(tables.value_subject(info.name))
+        table, resolved = await asyncio.to_thread(tables.apply_schemas, table, versions)
+
+        entries = self._wal_entries(info)
+        self._export_lag(info, entries)
+        plan = planner.plan(
+            {(info.name, p): e for p, e in entries.items()},
+            {(info.name, p): e[0].base_offset for p, e in entries.items() if e},
+            now_ms=int(self._clock() * 1000),
+            freshness_ms=self.config.freshness_ms,
+            due_bytes=self.config.due_bytes,
+            parallelism=self.config.parallelism,
+        )
+        if not plan.tasks:
+            return cycle
+
+        cycle.cycle_id = new_cycle_id()
+        context = TaskContext.for_table(
+            table,
+            topic=info.name,
+            cycle_id=cycle.cycle_id,
+            objects_url=self.objects_url,
+            schemas={sid: (r.text, r.raw_reason) for sid, r in resolved.items()},
+            subject=tables.value_subject(info.name),
+        )
+        results = await self._run_tasks(context, plan.tasks)
+        written = [f for r in results for f in r.files]
+        self._fault("written")
+        manifest = _manifest(cycle.cycle_id, info, identifier, plan, written)
+        data = manifest.encode()
+        await self.objects.put(manifest.key, data)
+        spec = table.spec()
+        data_files = [f.data_file(spec, table.format_version) for f in written]
+        committed = await asyncio.to_thread(commit_cycle, table, manifest, data_files)
+        self._fault("committed")
+        outcome = await swap(self.metadata, manifest)
+        self._fault("swapped")
+        for part in manifest.partitions:
+            if part.partition in outcome.swapped or part.partition in outcome.already:
+                self._checkpoints[(info.topic_id, part.partition)] = part.last_offset + 1
+
+        cycle.snapshot_id = committed.snapshot_id
+        cycle.offsets = manifest.offsets()
+        cycle.files = len(written)
+        cycle.rows = sum(f.record_count for f in written)
+        cycle.bytes_read = sum(r.bytes_read for r in results)
+        cycle.bytes_written = sum(f.file_size for f in written)
+        for r in results:
+            for name, n in r.outcomes.items():
+                cycle.outcomes[name] = cycle.outcomes.get(name, 0) + n
+        metrics.observe_cycle(cycle, time.monotonic() - started)
+        log.info(
+            "cycle committed",
+            extra={"topic": info.name, "table": identifier, "cycle": cycle.cycle_id, "snapshot": committed.snapshot_id, "rows": cycle.rows, "files": cycle.files, "partitions": len(manifest.partitions)},
+        )
+        return cycle
+
+    def _wal_entries(self, info: TopicInfo) -> dict[int, list[IndexEntry]]:
+        """Each partition's WAL entries from its checkpoint on, in offset order, up to the first
+        entry that is not WAL and at most MAX_ENTRIES_PER_PARTITION: what the table does not hold
+        yet. The PARQUET entries before them move the checkpoint (read once after a start)."""
+        out: dict[int, list[IndexEntry]] = {}
+        for p in range(info.partitions):
+            key = (info.topic_id, p)
+            offset = self._checkpoints.get(key, 0)
+            wal: list[IndexEntry] = []
+            full = False
+            while not full and (page := self.metadata.entries(info.topic_id, p, offset, max_entries=1024)):
+                for e in page:
+                    if e.object_type == ObjectType.WAL:
+                        wal.append(e)
+                        full = len(wal) >= MAX_ENTRIES_PER_PARTITION
+                    elif not wal:
+                        self._checkpoints[key] = e.last_offset + 1
+                    else:
+                        full = True  # only a rewrite by maintenance could put one after WAL entries
+                    if full:
+                        break
+                offset = page[-1].last_offset + 1
+            if wal:
+                out[p] = wal
+        return out
+
+    def _export_lag(self, info: TopicInfo, entries: Mapping[int, list[IndexEntry]]) -> None:
+        now_ms = int(self._clock() * 1000)
+        for p in range(info.partitions):
+            wal = entries.get(p, ())
+            lag = (self.metadata.high_watermark(info.topic_id, p) - wal[0].base_offset) if wal else 0
+            oldest = min((e.max_timestamp for e in wal), default=None)
+            metrics.set_lag(info.name, p, lag, 0.0 if oldest is None else max(0.0, (now_ms - oldest) / 1000))
+
+    def _fault(self, point: str) -> None:
+        if self.config.fault_kill_after == point:
+            log.warning("fault injection: killing this process", extra={"after": point})
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    # -- resources ------------------------------------------------------------------------------
+
+    async def _load_catalog(self):
+        if self._catalog is None:
+            from .catalog import load_catalog
+
+            self._catalog = await asyncio.to_thread(load_catalog, self.config)
+        return self._catalog
+
+    async def _run_tasks(self, context, tasks):
+        from . import job
+
+        if self.config.runner == "in-process":
+            return await asyncio.to_thread(job.run_tasks_in_process, context, tasks)
+        if self._spark is None:
+            from .spark import spark_session
+
+            self._spark = await asyncio.to_thread(spark_session, self.config)
+        return await asyncio.to_thread(job.run_tasks, self._spark, context, tasks)
+
+    async def close(self) -> None:
+        if self._spark is not None:
+            spark, self._spark = self._spark, None
+            await asyncio.to_thread(spark.stop)
+
+
+def _manifest(cycle_id: str, info: TopicInfo, identifier: str, plan: planner.Plan, written) -> CycleManifest:
+    """The cycle's manifest: per partition, the WAL entries its runs read (in offset order) and
+    the row ranges of the files holding its rows."""
+    replaced: dict[int, list[IndexEntry]] = {}
+    for task in plan.tasks:
+        for run in task.runs:
+            replaced.setdefault(run.partition, []).extend(run.entries)
+    slices: dict[int, list[FileSlice]] = {}
+    for f in written:
+        for p, span in f.offsets.items():
+            slices.setdefault(p, []).append(FileSlice(f.path, span.first_row, span.rows, span.first, span.last))
+    parts = []
+    for p in sorted(replaced):
+        ranges = tuple(WalRange(e.object_key, e.start, e.size, e.base_offset, e.last_offset, e.max_timestamp) for e in sorted(replaced[p], key=lambda e: e.base_offset))
+        parts.append(PartitionCompaction(p, ranges, tuple(sorted(slices.get(p, ()), key=lambda s: (s.first_offset, s.path)))))
+    return CycleManifest(cycle_id, info.topic_id, info.name, identifier, tuple(parts))

@@ -1,0 +1,112 @@
+"""Wiring of the compactor: inside a node (`neve dev`, where it shares the node's stores) and alone
+(`neve compactor`, beside a cluster's brokers on etcd and S3)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import replace
+
+from compactor.config import CompactorConfig
+from compactor.service import CompactionService, TopicCycle
+from metadata.store import MetadataStore
+from registry.client import load_lookup
+from registry.config import RegistrySettings
+from wal.store import ObjectStore
+
+from .config import Config
+
+log = logging.getLogger("neve.compaction")
+
+
+def compactor_settings(config: Config, data_dir: str) -> CompactorConfig:
+    """The [compactor] section, with a node's local defaults filled in: a SQLite catalog and a
+    warehouse in the data dir when no catalog is named."""
+    c = config.compactor
+    if not c.catalog_url:
+        c = replace(c, catalog_url=f"sqlite:///{os.path.join(data_dir, 'catalog.db')}", warehouse=c.warehouse or f"file://{os.path.join(data_dir, 'warehouse')}")
+    return c
+
+
+class RunningCompactor:
+    """A CompactionService cycling in this process's event loop until `stop`."""
+
+    def __init__(self, config: Config, settings: CompactorConfig, metadata: MetadataStore, objects: ObjectStore, objects_url: str) -> None:
+        self.settings = settings
+        self.lookup = load_lookup(RegistrySettings(url=config.registry.url), metadata)
+        self.service = CompactionService(settings, metadata, objects, objects_url, self.lookup)
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self.service.run(self._stop))
+        log.info("compactor_started", extra={"catalog": self.settings.catalog_url, "runner": self.settings.runner, "namespace": self.settings.namespace})
+
+    async def run_until_caught_up(self, on_cycle=None, max_rounds: int = 1000) -> list[TopicCycle]:
+        """`neve compactor --once`: cycles until one finds nothing due; `on_cycle` sees each topic's."""
+        done: list[TopicCycle] = []
+        for _ in range(max_rounds):
+            cycles = [c for c in await self.service.run_once() if c.cycle_id is not None]
+            for c in cycles:
+                if on_cycle is not None:
+                    on_cycle(c)
+            done.extend(cycles)
+            if not cycles:
+                break
+        return done
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+        await self.service.close()
+        await self.lookup.close()
+
+
+class CompactorNode:
+    """`neve compactor`: the compaction service alone, over a cluster's metadata store and WAL object
+    store (metadata.url, wal.object_store), or over a data dir no node is running on."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.data_dir = os.path.abspath(config.data_dir)
+        self.objects_url = config.wal.object_store or f"file://{os.path.join(self.data_dir, 'objects')}"
+        self.metadata_url = config.metadata.url or f"sqlite://{os.path.join(self.data_dir, 'metadata.db')}"
+        self.running: RunningCompactor | None = None
+        self._lock_fd: int | None = None
+
+    async def start(self, *, cycle: bool = True) -> None:
+        from metadata.store import MetadataError, load_metadata_store
+        from wal.store import ObjectStoreError, load_object_store
+
+        from .node import StartupError, lock_data_dir
+
+        if self.objects_url.startswith("file:") or self.metadata_url.startswith("sqlite:"):
+            self._lock_fd = lock_data_dir(self.data_dir)
+        m = self.config.metadata
+        try:
+            self.objects = load_object_store(self.objects_url)
+            self.metadata = load_metadata_store(self.metadata_url, timeout_ms=m.timeout_ms, lease_ttl_s=m.lease_ttl_s, compact_interval_s=m.compact_interval_s, producer_expiry_ms=m.producer_expiry_ms)
+            await self.objects.probe()
+            await self.metadata.start()
+        except (ValueError, ImportError, ObjectStoreError, MetadataError) as e:
+            raise StartupError(str(e)) from None
+        settings = compactor_settings(self.config, self.data_dir)
+        try:
+            from compactor.catalog import load_catalog
+
+            await asyncio.to_thread(load_catalog, settings)
+        except Exception as e:  # an unreachable or misnamed catalog: say so at start, not at the first cycle
+            raise StartupError(f"Iceberg catalog {settings.catalog_url.split('@')[-1]}: {e}") from None
+        self.running = RunningCompactor(self.config, settings, self.metadata, self.objects, self.objects_url)
+        if cycle:
+            self.running.start()
+
+    async def stop(self) -> None:
+        if self.running is not None:
+            await self.running.stop()
+        await self.metadata.close()
+        await self.objects.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
