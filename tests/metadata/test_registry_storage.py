@@ -76,9 +76,13 @@ async def test_durable_across_reopen(open_store):
     assert not await second.registry_write({"schemas/7": b"x"}, {"schemas/7": 0})
 
 
-async def test_two_stores_on_one_location_see_each_others_writes(open_store, request):
-    if "sqlite" in request.node.callspec.id:
-        pytest.skip("one SQLite file has one owner process (the node's data-dir lock)")
+async def test_two_etcd_stores_on_one_root_see_each_others_writes(tmp_path, request):
+    # Brokers share etcd; one SQLite file has one owner process (the node's data-dir lock), so
+    # only etcd has two stores on one location.
+    from tests.metadata.conftest import _opener
+
+    opened: list = []
+    open_store = _opener("etcd", tmp_path, opened, request)
     a, b = await open_store(), await open_store()
     await a.registry_write({"x": b"from a"}, {})
     item = await b.registry_get("x")
@@ -86,3 +90,5 @@ async def test_two_stores_on_one_location_see_each_others_writes(open_store, req
     assert not await b.registry_write({"x": b"from b"}, {"x": 0})
     assert await b.registry_write({"x": b"from b"}, {"x": item.revision})
     assert (await a.registry_get("x")).value == b"from b"
+    for store in opened:
+        await store.close()
