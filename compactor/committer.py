@@ -3,7 +3,9 @@ pyiceberg) whose summary names the cycle, its manifest and the Kafka offsets it 
 
 Exactly once (seed 002): before every attempt the committer reads the table's history back, and a
 cycle already in the current snapshot's ancestry is not appended again, so an attempt whose answer
-was lost (a timeout, a crash, CommitStateUnknown) is never doubled. The summary is also how a
+was lost (a timeout, a crash, CommitStateUnknown) is never doubled; nor is a cycle whose offsets
+another cycle already holds (two compactors planning the same entries: the second to commit
+finds the first's offsets in the refreshed table and appends nothing). The summary is also how a
 restarted compactor finds the last cycle whose index swap may not have happened (`last_cycle`).
 
 Synchronous (pyiceberg is): the service runs it off the event loop.
@@ -24,6 +26,11 @@ CYCLE = "neve.cycle"
 MANIFEST = "neve.manifest"
 TOPIC_ID = "neve.topic-id"
 OFFSETS = "neve.offsets"  # {"<partition>": [first, last], ...}: the Kafka offsets this snapshot added
+
+
+class CycleOverlap(Exception):
+    """Another cycle in the table already holds some of this cycle's offsets (a second compactor
+    got there first): appending would duplicate rows, so nothing is appended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,16 @@ def committed_cycle(table, cycle_id: str) -> CommittedCycle | None:
     return next((c for c in _cycles(table) if c.cycle_id == cycle_id), None)
 
 
+def overlapping_cycle(table, offsets: dict[int, tuple[int, int]]) -> CommittedCycle | None:
+    """A cycle in the table's history holding some of `offsets` (partition -> first, last)."""
+    for cycle in _cycles(table):
+        for p, (first, last) in cycle.offsets.items():
+            mine = offsets.get(p)
+            if mine is not None and first <= mine[1] and mine[0] <= last:
+                return cycle
+    return None
+
+
 def last_cycle(table) -> CommittedCycle | None:
     """The newest neve cycle in the table's current history."""
     return next(iter(_cycles(table)), None)
@@ -82,6 +99,8 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
             if attempt:
                 log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})
             return done
+        if (other := overlapping_cycle(table, manifest.offsets())) is not None:
+            raise CycleOverlap(f"cycle {other.cycle_id} (snapshot {other.snapshot_id}) already holds offsets of cycle {manifest.cycle_id}")
         try:
             with table.transaction() as txn, txn.update_snapshot(snapshot_properties=props).fast_append() as append:
                 for data_file in data_files:

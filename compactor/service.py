@@ -28,7 +28,7 @@ from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange
 from wal.store import ObjectStore
 
 from . import metrics, planner, tables
-from .committer import commit_cycle
+from .committer import CycleOverlap, commit_cycle
 from .config import CompactorConfig
 from .reindex import finish_last_cycle, swap
 
@@ -55,7 +55,9 @@ class TopicCycle:
 
 class CompactionService:
     """`objects` is the WAL object store (`objects_url` names it for the executors, which open their
-    own); `schemas` is a registry.client.SchemaLookup (neve's own registry or an external one)."""
+    own); `schemas` is a registry.client.SchemaLookup (neve's own registry or an external one);
+    `spark` a SparkSession to run the tasks on (the runner `spark`) instead of one this service
+    starts on first need: its owner stops it, close() does not."""
 
     def __init__(
         self,
@@ -66,6 +68,7 @@ class CompactionService:
         schemas,
         *,
         clock: Callable[[], float] = time.time,
+        spark=None,
     ) -> None:
         self.config = config
         self.metadata = metadata
@@ -74,7 +77,8 @@ class CompactionService:
         self.schemas = schemas
         self._clock = clock
         self._catalog = None
-        self._spark = None
+        self._spark = spark
+        self._owns_spark = spark is None
         # per (topic id, partition): the next offset not yet in the table, once known
         self._checkpoints: dict[tuple, int] = {}
         self._recovered: set[str] = set()  # tables whose last cycle was checked since start
@@ -160,7 +164,12 @@ class CompactionService:
         await self.objects.put(manifest.key, data)
         spec = table.spec()
         data_files = [f.data_file(spec, table.format_version) for f in written]
-        committed = await asyncio.to_thread(commit_cycle, table, manifest, data_files)
+        try:
+            committed = await asyncio.to_thread(commit_cycle, table, manifest, data_files)
+        except CycleOverlap as e:  # another compactor committed these offsets first: ours are not needed
+            log.warning("cycle not committed: another compactor's cycle holds its offsets", extra={"topic": info.name, "cycle": cycle.cycle_id, "reason": str(e)})
+            await asyncio.to_thread(_delete_files, table.io, [f.path for f in written])
+            return TopicCycle(info.name, identifier)
         self._fault("committed")
         outcome = await swap(self.metadata, manifest)
         self._fault("swapped")
@@ -244,9 +253,17 @@ class CompactionService:
         return await asyncio.to_thread(job.run_tasks, self._spark, context, tasks)
 
     async def close(self) -> None:
-        if self._spark is not None:
+        if self._spark is not None and self._owns_spark:
             spark, self._spark = self._spark, None
             await asyncio.to_thread(spark.stop)
+
+
+def _delete_files(io, paths: list[str]) -> None:
+    for path in paths:
+        try:
+            io.delete(path)
+        except OSError as e:
+            log.warning("could not delete an uncommitted file", extra={"path": path, "error": repr(e)})
 
 
 def _manifest(cycle_id: str, info: TopicInfo, identifier: str, plan: planner.Plan, written) -> CycleManifest:

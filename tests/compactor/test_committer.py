@@ -163,3 +163,17 @@ def test_a_manifest_decodes_to_what_was_encoded_and_maps_its_replaced_bytes_back
     assert manifest.wal_objects() == {"wal/a", "wal/b"}
     with pytest.raises(ValueError):
         manifest.resolve(150, 20)
+
+
+async def test_a_second_compactors_cycle_over_the_same_offsets_appends_nothing(table, tmp_path, store):
+    from compactor.committer import CycleOverlap
+
+    info = await store.create_topic("t", 1)
+    entries = await commit_wal(store, info.topic_id, 0, [2, 2])
+    first = manifest_for(info.topic_id, 0, entries, f"{tmp_path}/a.parquet")
+    commit_cycle(table, first, [write_rows(table, tmp_path, "a", [(0, o, None) for o in range(4)])])
+    # another compactor planned the same entries (and one more offset) before seeing the first's commit
+    rival = manifest_for(info.topic_id, 0, entries[1:], f"{tmp_path}/b.parquet")
+    with pytest.raises(CycleOverlap):
+        commit_cycle(table, rival, [write_rows(table, tmp_path, "b", [(0, o, None) for o in range(2, 4)])])
+    assert rows_of(table) == [(0, o) for o in range(4)]
