@@ -8,15 +8,15 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import gc
-import importlib.util
 import threading
+import uuid
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from compactor.catalog import CatalogTarget
 from compactor.config import CompactorConfig
+from neve.sql import duckdb_connect, set_s3_secret
 
 UTC = dt.timezone.utc
 
@@ -31,15 +31,23 @@ class IcebergCatalog:
 
 
 def normalize(value: Any) -> Any:
-    """One engine's Python value as every reader returns it."""
+    """One engine's Python value as every reader returns it, and as a test writes what it expects:
+    timestamps with a time zone in UTC; maps as dicts (Arrow, so pyiceberg and DuckDB, gives a map
+    as a list of (key, value) tuples, which no other type gives; an empty map reads as [] there and
+    {} in Spark, so expect a non-empty one); UUIDs as their text (DuckDB's and Spark's form); binary
+    as bytes."""
     if isinstance(value, dict):
         return {k: normalize(v) for k, v in value.items()}
+    if isinstance(value, list) and value and all(isinstance(v, tuple) and len(v) == 2 for v in value):
+        return {normalize(k): normalize(v) for k, v in value}
     if isinstance(value, (list, tuple)):
         return [normalize(v) for v in value]
     if isinstance(value, (bytearray, memoryview)):
         return bytes(value)
     if isinstance(value, dt.datetime) and value.tzinfo is not None:
         return value.astimezone(UTC)
+    if isinstance(value, uuid.UUID):
+        return str(value)
     return value
 
 
@@ -60,42 +68,13 @@ def rows_pyiceberg(table, snapshot_id: int | None = None) -> list[dict]:
 
 # -- DuckDB --------------------------------------------------------------------------------------------
 
-DUCKDB_EXTENSIONS = ("httpfs", "avro", "iceberg")  # httpfs and avro first: iceberg reads through them
 _duckdb_lock = threading.Lock()
-
-
-def duckdb_extension_path(name: str) -> Path:
-    """The extension file the PyPI package duckdb-extension-NAME installs (no download at run time)."""
-    spec = importlib.util.find_spec(f"duckdb_extension_{name}")
-    if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"duckdb-extension-{name} is not installed (the test extra has it)")
-    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob(f"extensions/*/{name}.duckdb_extension"))
-    if not found:
-        raise RuntimeError(f"no {name}.duckdb_extension inside duckdb-extension-{name}")
-    return found[-1]
 
 
 @functools.cache
 def duckdb_connection():
-    """One in-memory DuckDB per process with the three extensions loaded from their files (each
-    load takes a fraction of a second), autoloading off so nothing is fetched, time zone UTC."""
-    import duckdb
-
-    con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
-    for name in DUCKDB_EXTENSIONS:
-        con.execute(f"LOAD '{duckdb_extension_path(name)}'")
-    con.execute("SET TimeZone = 'UTC'")
-    return con
-
-
-def _duckdb_s3_secret(con, io: dict[str, str]) -> None:
-    """An S3 secret from pyiceberg's FileIO properties (s3.endpoint, keys, region)."""
-    endpoint = io.get("s3.endpoint", "")
-    settings = [f"KEY_ID '{io.get('s3.access-key-id', '')}'", f"SECRET '{io.get('s3.secret-access-key', '')}'", f"REGION '{io.get('s3.region', 'us-east-1')}'"]
-    if endpoint:
-        # DuckDB takes the endpoint without its scheme, and needs path-style URLs for a local S3
-        settings += [f"ENDPOINT '{endpoint.split('://', 1)[-1]}'", "URL_STYLE 'path'", f"USE_SSL {str(endpoint.startswith('https://')).lower()}"]
-    con.execute(f"CREATE OR REPLACE SECRET neve_s3 (TYPE s3, {', '.join(settings)})")
+    """One in-memory DuckDB per process, its extensions loaded as `neve sql` loads them."""
+    return duckdb_connect()
 
 
 def rows_duckdb(table, snapshot_id: int | None = None) -> list[dict]:
@@ -106,7 +85,7 @@ def rows_duckdb(table, snapshot_id: int | None = None) -> list[dict]:
     with _duckdb_lock:
         con = duckdb_connection()
         if location.startswith("s3://"):
-            _duckdb_s3_secret(con, dict(table.io.properties))
+            set_s3_secret(con, dict(table.io.properties))
         result = con.execute(f"SELECT * FROM iceberg_scan('{location}'{at})").to_arrow_table()
     return sorted_rows(result.to_pylist())
 
@@ -120,7 +99,7 @@ def rows_duckdb_rest(target: CatalogTarget, identifier: str, snapshot_id: int | 
     namespace, table = identifier.split(".")
     with _duckdb_lock:
         con = duckdb_connection()
-        _duckdb_s3_secret(con, target.io)
+        set_s3_secret(con, target.io)
         attached = {r[0] for r in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
         if alias not in attached:
             con.execute(f"CREATE OR REPLACE SECRET {alias} (TYPE iceberg, CLIENT_ID '{client_id}', CLIENT_SECRET '{client_secret}', "

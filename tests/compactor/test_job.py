@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime as dt
-import decimal
 import json
 import pickle
 import time
@@ -29,39 +27,9 @@ from compactor.planner import ObjectRead, Run, Task, plan
 from compactor.translator import COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, writer_schema
 from metadata.model import IndexEntry, ObjectType
 from metadata.store import load_metadata_store
-from registry.wire import frame
 from tests.batches import GZIP, frame_batch, make_batch
+from tests.compactor.produced import EVENT, T0, Produced, check_rows, ms, produce_avro, produce_raw
 from tests.fixtures import free_port
-
-UTC = dt.timezone.utc
-DAY_MS = 86_400_000
-T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
-CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
-PARTITIONS = 2
-PER_CODEC = 60
-UNKNOWN_ID = 999_999
-EVENT = {
-    "type": "record", "name": "Event", "namespace": "neve.test",
-    "fields": [
-        {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
-        {"name": "id", "type": "long"},
-        {"name": "kind", "type": {"type": "enum", "name": "Kind", "symbols": ["A", "B"]}},
-        {"name": "amount", "type": {"type": "bytes", "logicalType": "decimal", "precision": 10, "scale": 2}},
-        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-        {"name": "origin", "type": {"type": "record", "name": "Origin", "fields": [{"name": "host", "type": "string"}, {"name": "port", "type": "int"}]}},
-        {"name": "tags", "type": {"type": "array", "items": "string"}},
-        {"name": "counts", "type": {"type": "map", "values": "long"}},
-        {"name": "uid", "type": {"type": "string", "logicalType": "uuid"}},
-        {"name": "payload", "type": "bytes"},
-        {"name": "comment", "type": ["null", "string"], "default": None},
-    ],
-}  # fmt: skip
-EVENT_V2 = {**EVENT, "fields": [*EVENT["fields"], {"name": "email", "type": ["null", "string"], "default": None}]}
-
-
-def ms(timestamp_ms: int) -> dt.datetime:
-    return dt.datetime.fromtimestamp(timestamp_ms / 1000, UTC)
-
 
 # -- batches that do not decode (no node) ---------------------------------------------------------
 
@@ -189,132 +157,6 @@ def test_context_and_results_pickle(tmp_path, corrupt_wal):
 # -- records from a real client through `neve dev` ------------------------------------------------
 
 
-def event(i: int, v2: bool) -> dict:
-    value = {
-        "at": ms(T0 + i * 1000), "id": 2**40 + i, "kind": "AB"[i % 2], "amount": decimal.Decimal(i * 101 - 5000) / 100,
-        "day": dt.date(2024, 2, 29) + dt.timedelta(days=i), "origin": {"host": f"h{i % 7}" * (i % 4 + 1), "port": 9000 + i},
-        "tags": [f"t{j}" for j in range(i % 3)], "counts": {"a": i, "b": -i}, "uid": uuid.UUID(int=i + 1),
-        "payload": bytes([i % 256]) * (i % 5), "comment": None if i % 2 else f"comment {i}",
-    }  # fmt: skip
-    if v2:
-        value["email"] = None if i % 3 == 0 else f"u{i}@example.com"
-    return value
-
-
-@dataclasses.dataclass
-class Want:
-    """One produced record as its row must read."""
-
-    codec: str
-    key: bytes | None
-    headers: list
-    timestamp: int
-    outcome: str
-    value_raw: bytes | None = None
-    value: dict | None = None
-    schema_id: int | None = None
-    error: str | None = None  # exact, or a prefix when it ends with "…"
-
-
-@dataclasses.dataclass
-class Produced:
-    topic: str
-    want: dict[tuple[int, int], Want]
-    schemas: dict[int, tuple[str, None]]
-
-
-def _produce(bootstrap: str, topic: str, codec: str, items: list[tuple[int, Want, bytes | None]], want: dict) -> None:
-    from confluent_kafka import Producer
-
-    failures = []
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "compression.type": codec, "linger.ms": 5, "enable.idempotence": True})
-
-    def report(item: Want, partition: int):
-        def on_delivery(err, msg) -> None:
-            if err is not None:
-                failures.append(str(err))
-            else:
-                assert msg.partition() == partition
-                want[(partition, msg.offset())] = item
-
-        return on_delivery
-
-    for partition, item, value in items:
-        producer.produce(topic, value=value, key=item.key, partition=partition, timestamp=item.timestamp, headers=item.headers, on_delivery=report(item, partition))
-        producer.poll(0)
-    assert producer.flush(60) == 0
-    assert not failures, failures[:3]
-
-
-def _headers(i: int) -> list:
-    return [("trace", f"t{i}".encode()), ("empty", b""), ("null", None)][: i % 4]
-
-
-def produce_raw(bootstrap: str) -> Produced:
-    from tests.scenarios.records import create_topic
-
-    topic = create_topic(bootstrap, PARTITIONS, prefix="job-raw")
-    want: dict = {}
-    for n, codec in enumerate(CODECS):
-        items = []
-        for i in range(PER_CODEC):
-            j = n * PER_CODEC + i
-            value = None if i % 9 == 4 else (b"raw %d " % j) * (j % 13 + 1)
-            key = None if i % 11 == 0 else f"k{j}".encode()
-            items.append((j % PARTITIONS, Want(codec, key, _headers(j), T0 + (j % 3) * DAY_MS + j, TOMBSTONE if value is None else RAW, value_raw=value), value))
-        _produce(bootstrap, topic, codec, items, want)
-    return Produced(topic, want, {})
-
-
-def produce_avro(bootstrap: str, registry_url: str) -> Produced:
-    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
-    from confluent_kafka.schema_registry.avro import AvroSerializer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from tests.scenarios.records import create_topic
-
-    topic = create_topic(bootstrap, PARTITIONS, prefix="job-avro")
-    client = SchemaRegistryClient({"url": registry_url})
-    try:
-        subject = f"{topic}-value"
-        v1_id = client.register_schema(subject, Schema(json.dumps(EVENT), "AVRO"))
-        v2_id = client.register_schema(subject, Schema(json.dumps(EVENT_V2), "AVRO"))
-        serializers = {False: AvroSerializer(client, json.dumps(EVENT)), True: AvroSerializer(client, json.dumps(EVENT_V2))}
-        context = SerializationContext(topic, MessageField.VALUE)
-        want: dict = {}
-        for n, codec in enumerate(CODECS):
-            items = []
-            for i in range(PER_CODEC):
-                j = n * PER_CODEC + i
-                v2 = n >= 3  # v1 through none, gzip and snappy; v2 through lz4 and zstd
-                schema_id = v2_id if v2 else v1_id
-                value = event(j, v2)
-                encoded = serializers[v2](value, context)
-                row = Want(codec, None if i % 11 == 0 else f"k{j}".encode(), _headers(j), T0 + (j % 3) * DAY_MS + j, COLUMNS, value={**value, "email": value.get("email")}, schema_id=schema_id)
-                kind = i % 10
-                if kind == 1:
-                    row, encoded = dataclasses.replace(row, outcome=TOMBSTONE, value=None, schema_id=None), None
-                elif kind == 3:
-                    encoded = frame(UNKNOWN_ID, encoded[5:])
-                    row = dataclasses.replace(row, outcome=RAW, value=None, value_raw=encoded, schema_id=UNKNOWN_ID, error=f"schema id {UNKNOWN_ID} is not a version of subject {subject}")
-                elif kind == 5:
-                    encoded = json.dumps({"id": j}).encode()
-                    row = dataclasses.replace(row, outcome=RAW, value=None, value_raw=encoded, schema_id=None, error="not framed: magic byte 123, not 0")
-                elif kind == 7:
-                    encoded += b"\x00"
-                    row = dataclasses.replace(row, outcome=COLUMNS_RAW, value_raw=encoded, error=f"1 bytes after the value of schema {schema_id}")
-                elif kind == 9:
-                    encoded = frame(schema_id, b"\xff" * 3)
-                    row = dataclasses.replace(row, outcome=RAW, value=None, value_raw=encoded, error=f"does not decode with schema {schema_id}: …")
-                items.append((j % PARTITIONS, row, encoded))
-            _produce(bootstrap, topic, codec, items, want)
-        schemas = {v.schema_id: (v.schema.schema_str, None) for v in (client.get_version(subject, n) for n in client.get_versions(subject))}
-    finally:
-        client.close()
-    assert set(schemas) == {v1_id, v2_id}
-    return Produced(topic, want, schemas)
-
-
 async def _index(data_dir: Path, topic: str) -> dict[tuple[str, int], list[IndexEntry]]:
     store = load_metadata_store(f"sqlite:///{data_dir.resolve() / 'metadata.db'}")
     await store.start()
@@ -358,33 +200,7 @@ def compact(node, tmp_path: Path, produced: list[Produced], run) -> dict[str, tu
 
 
 def check(p: Produced, rows: list[dict], results: list[TaskResult], table) -> None:
-    assert [(r["kafka"]["partition"], r["kafka"]["offset"]) for r in rows] == sorted(p.want), "one row per acknowledged offset"
-    seen_codecs: dict[str, set] = {}
-    for row in rows:
-        kafka = row["kafka"]
-        want = p.want[(kafka["partition"], kafka["offset"])]
-        where = f"{p.topic} {kafka['partition']}:{kafka['offset']} ({want.outcome})"
-        seen_codecs.setdefault(want.codec, set()).add(kafka["batch_compression"])
-        assert (kafka["timestamp"], kafka["timestamp_type"], kafka["batch_magic"]) == (ms(want.timestamp), 0, 2), where
-        assert kafka["producer_id"] >= 0 and kafka["batch_base_offset"] <= kafka["offset"] and not kafka["is_control"], where
-        assert row["key_raw"] == want.key, where
-        assert row["headers"] == [{"key": k, "value": v} for k, v in want.headers], where
-        assert row["value_raw"] == want.value_raw, where
-        assert row["value_schema_id"] == want.schema_id, where
-        if want.error is not None and want.error.endswith("…"):
-            assert row["value_error"].startswith(want.error[:-1]), where
-        else:
-            assert row["value_error"] == want.error, where
-        if p.schemas:
-            value = row["value"]
-            if value is not None:
-                value["counts"] = dict(value["counts"])  # Arrow gives maps back as pairs
-            assert value == want.value, where
-        else:
-            assert "value" not in row
-    for codec, compressions in seen_codecs.items():
-        # librdkafka sends a batch its codec would not shrink uncompressed
-        assert codec in compressions and compressions <= {codec, "none"}, (codec, compressions)
+    check_rows(p, rows)
     wanted: dict[int, dict[str, int]] = {}
     for (partition, _), want in p.want.items():
         counts = wanted.setdefault(partition, dict.fromkeys((COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, MALFORMED), 0))

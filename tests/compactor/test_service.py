@@ -21,7 +21,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from metadata.model import ObjectType
 from metadata.store import load_metadata_store
-from tests.compactor.test_job import PARTITIONS, Produced, produce_avro, produce_raw
+from tests.compactor.produced import PARTITIONS, Produced, produce_avro, produce_raw
 from tests.fixtures import free_port
 
 WAIT_S = 240.0  # an event awaited (every row in the table): generous for a slow, busy machine
