@@ -111,7 +111,15 @@ def load_catalog(config: CompactorConfig | CatalogTarget) -> Catalog:
     except ImportError as e:  # psycopg2, or sqlalchemy's dialect for it
         raise CatalogError(f"the catalog {target.display} needs a driver: {TABLE_EXTRA} ({e})") from e
     except Exception as e:  # unreachable server, refused login, bad database: all mean no catalog
-        raise CatalogError(f"cannot open the Iceberg catalog {target.display}: {type(e).__name__}: {e}") from e
+        hint = "check compactor.catalog_url, NEVE_COMPACTOR_CATALOG_URL, and that its server runs"
+        raise CatalogError(f"cannot open the Iceberg catalog {target.display}: {_first_line(e)} ({hint})") from e
+
+
+def _first_line(e: Exception) -> str:
+    """The driver's own reason, in one line: SQLAlchemy wraps it (`orig`) in several, with a link."""
+    cause = getattr(e, "orig", None) or e
+    lines = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
 
 
 def _s3_properties(config: CompactorConfig) -> dict[str, str]:

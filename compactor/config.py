@@ -58,6 +58,9 @@ class CompactorConfig:
     in_node: bool = False
     """Run the compactor inside the node (`neve dev`: true, with a SQLite catalog and a warehouse
     in the data dir unless `catalog_url` names another). A cluster runs `neve compactor` instead."""
+    metrics_port: int = 0
+    """Prometheus metrics HTTP port of `neve compactor` (on broker.host); 0: off. A node with the
+    compactor inside serves the compactor's metrics with its own, on broker.metrics_port."""
     fault_kill_after: str = ""
     """Test-only fault injection: kill this process (SIGKILL) right after a cycle's Parquet files are
     `written`, its snapshot `committed`, or its index `swapped`. Empty: off."""

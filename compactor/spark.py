@@ -38,9 +38,11 @@ class SparkStartError(RuntimeError):
 
 def check_java() -> str:
     """`java -version`'s first line, or SparkStartError if there is no working Java."""
-    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin") if os.environ.get("JAVA_HOME") else None)
+    home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java", path=os.path.join(home, "bin") if home else None)
     if java is None:
-        raise SparkStartError("the compactor needs Java 17 for Spark and found no `java` (apt-get install openjdk-17-jre-headless, or set JAVA_HOME)")
+        where = f"JAVA_HOME={home} has no bin/java" if home else "no `java` on PATH"
+        raise SparkStartError(f"the compactor runs its tasks on Spark, which needs Java 17: {where} (apt-get install openjdk-17-jre-headless, or set JAVA_HOME to a JDK)")
     try:
         done = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:

@@ -1,14 +1,15 @@
 """The `neve` command: `neve dev` runs a single node with no external services; `neve broker`
 runs one broker of a cluster over etcd and S3; `neve compactor` turns WAL objects into each topic's
 Iceberg table; `neve registry` serves only the schema registry
-over the metadata store; `neve config` prints every option with its default and environment
-variable."""
+over the metadata store; `neve sql` queries the tables with DuckDB; `neve config` prints every
+option with its default and environment variable."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import gc
+import os
 import signal
 import sys
 
@@ -35,6 +36,12 @@ def _parser() -> argparse.ArgumentParser:
     compactor.add_argument("--config", help="TOML config file (see `neve config`); NEVE_* variables override it")
     compactor.add_argument("--data-dir", help="without metadata.url and wal.object_store: a data dir no node is running on")
     compactor.add_argument("--once", action="store_true", help="compact everything there is now (freshness 0), print each cycle, and exit")
+    compactor.add_argument("--metrics-port", type=int, help="Prometheus metrics on this port (compactor.metrics_port)")
+    sql = sub.add_parser("sql", help="query the topics' Iceberg tables with DuckDB: one view per table, e.g. neve sql \"SELECT * FROM orders\"")
+    sql.add_argument("query", nargs="?", help="the SQL (DuckDB's dialect); without it, the tables there are")
+    sql.add_argument("--data-dir", help="the data dir of the `neve dev` whose tables to read (default ./neve-data)")
+    sql.add_argument("--config", help="TOML config file (see `neve config`): its [compactor] catalog")
+    sql.add_argument("--format", choices=("box", "csv", "json"), default="box", help="DuckDB's boxes (default), CSV, or one JSON object a line")
     sub.add_parser("config", help="print every option, its default and its environment variable")
     return parser
 
@@ -75,7 +82,7 @@ async def _run_compactor(config, once: bool) -> int:
 async def _run_node(config, command: str) -> int:
     from .node import Node, RegistryNode, StartupError
 
-    node = RegistryNode(config) if command == "registry" else Node(config, dev=command == "dev")
+    node = RegistryNode(config) if command == "registry" else Node(config, dev=command == "dev", on_cycle=_table_announcer(config))
     try:
         await node.start()
     except StartupError as e:
@@ -86,6 +93,8 @@ async def _run_node(config, command: str) -> int:
     else:
         registry = f"; schema registry on {node.registry.url}" if node.registry is not None else ""
         print(f"neve listening on {config.broker.host}:{node.port}; data in {node.data_dir}{registry}", flush=True)
+        if command == "dev" or node.compactor is not None:
+            print(_where_things_are(config, node), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -101,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "config":
         sys.stdout.write(describe_defaults())
         return 0
+    if args.command == "sql":
+        return _sql(args)
     try:
         if args.command == "dev":
             config = load_config(args.config, dev=True, data_dir=args.data_dir, broker__port=args.port, broker__host=args.host)
@@ -109,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             if config.registry.url:
                 raise ConfigError("registry.url names an external registry: `neve registry` would serve none")
         elif args.command == "compactor":
-            config = load_config(args.config, data_dir=args.data_dir, **({"compactor__freshness_ms": 0} if args.once else {}))
+            config = load_config(args.config, data_dir=args.data_dir, compactor__metrics_port=args.metrics_port, **({"compactor__freshness_ms": 0} if args.once else {}))
         else:
             config = load_config(args.config, broker__port=args.port)
             if not config.metadata.url or not config.wal.object_store:
@@ -124,6 +135,63 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "compactor":
         return uvloop.run(_run_compactor(config, args.once))
     return uvloop.run(_run_node(config, args.command))
+
+
+def _where_things_are(config, node) -> str:
+    """`neve dev`'s word to a new user: where Kafka, the registry and the tables are, and a line to
+    paste that reads a topic's table."""
+    lines = [f"  Kafka      bootstrap.servers={config.broker.host}:{node.port}" + (" (a topic is created on first use)" if config.broker.auto_create_topics else "")]
+    if node.registry is not None:
+        lines.append(f"  registry   {node.registry.url}")
+    if node.compactor is None:
+        lines.append("  tables     none: the compactor is off (compactor.in_node)")
+        return "\n".join(lines)
+    from compactor.catalog import catalog_target
+
+    from .sql import one_liner, pyiceberg_one_liner, sqlite_path, table_query
+
+    settings = node.compactor.settings
+    target = catalog_target(settings)
+    ns = settings.namespace
+    lines.append(f"  tables     {ns}.<topic> (. and - made _), one Iceberg table per topic, its rows there seconds after the acknowledgement;")
+    lines.append(f"             catalog {sqlite_path(target) or target.display}, warehouse {target.warehouse}, tasks on {settings.runner}")
+    lines.append(f"  query      {one_liner(table_query('<topic>'), None if config.compactor.catalog_url else node.data_dir)}")
+    if (line := pyiceberg_one_liner(target, f"{ns}.<topic>")) is not None:
+        lines.append(f"  pyiceberg  {line}")
+    return "\n".join(lines)
+
+
+def _table_announcer(config):
+    """A node's `on_cycle`: prints, at the first rows of each table since start, the line that
+    reads it."""
+    seen: set[str] = set()
+
+    def announce(cycle) -> None:
+        if cycle.table in seen:
+            return
+        seen.add(cycle.table)
+        from .sql import one_liner, table_query
+
+        data_dir = None if config.compactor.catalog_url else os.path.abspath(config.data_dir)
+        name = cycle.table.rsplit(".", 1)[-1]
+        print(f"table {cycle.table} of topic {cycle.topic} has rows; read them: {one_liner(table_query(name), data_dir)}", flush=True)
+
+    return announce
+
+
+def _sql(args) -> int:
+    from compactor.catalog import CatalogError
+
+    from .compaction import compactor_settings
+    from .sql import SqlError, run
+
+    try:
+        config = load_config(args.config, data_dir=args.data_dir)
+        run(compactor_settings(config, os.path.abspath(config.data_dir)), args.query, args.format)
+    except (ConfigError, CatalogError, SqlError) as e:
+        print(f"neve sql: {e}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _tune_gc(young_threshold: int) -> None:

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import replace
 
+from compactor.catalog import CatalogError, catalog_target, load_catalog
 from compactor.config import CompactorConfig
 from compactor.service import CompactionService, TopicCycle
 from metadata.store import MetadataStore
@@ -25,17 +28,71 @@ def compactor_settings(config: Config, data_dir: str) -> CompactorConfig:
     warehouse in the data dir when no catalog is named."""
     c = config.compactor
     if not c.catalog_url:
-        c = replace(c, catalog_url=f"sqlite:///{os.path.join(data_dir, 'catalog.db')}", warehouse=c.warehouse or f"file://{os.path.join(data_dir, 'warehouse')}")
+        c = replace(c, catalog_url=f"sqlite://{os.path.join(data_dir, 'catalog.db')}", warehouse=c.warehouse or f"file://{os.path.join(data_dir, 'warehouse')}")
     return c
+
+
+async def check_prerequisites(settings: CompactorConfig, *, escape: str) -> None:
+    """What the compactor needs, checked at start so that a missing piece is one line then and not
+    a failed cycle later (StartupError): the catalog reachable, and for the Spark runner Java,
+    pyspark and the jars of that catalog's kind. `escape` says how to run without them."""
+    from .node import StartupError
+
+    try:
+        target = catalog_target(settings)
+        if settings.runner == "spark":
+            from compactor.spark import SparkStartError, check_java, spark_jars
+
+            try:
+                await asyncio.to_thread(check_java)
+                if importlib.util.find_spec("pyspark") is None:
+                    raise SparkStartError("the compactor's Spark runner needs pyspark 3.5: pip install 'neve[table]'")
+                spark_jars(target)
+            except SparkStartError as e:
+                raise StartupError(f"{e}; {escape}") from None
+        elif settings.runner != "in-process":
+            raise StartupError(f"compactor.runner {settings.runner!r}: use spark or in-process")
+        await asyncio.to_thread(load_catalog, target)
+    except CatalogError as e:
+        raise StartupError(str(e)) from None
+
+
+def serve_metrics(host: str, port: int) -> None:
+    """Prometheus metrics of this process (the compactor's, and a node's) on host:port."""
+    from prometheus_client import start_http_server
+
+    from .node import StartupError
+
+    try:
+        start_http_server(port, addr=host)
+    except OSError as e:
+        raise StartupError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
+
+
+class CompactionLoop(CompactionService):
+    """The service with a word on each committed cycle (`on_cycle`), for what a node prints."""
+
+    on_cycle: Callable[[TopicCycle], None] | None = None
+
+    async def run_once(self) -> list[TopicCycle]:
+        cycles = await super().run_once()
+        if self.on_cycle is not None:
+            for cycle in cycles:
+                if cycle.cycle_id is not None:
+                    self.on_cycle(cycle)
+        return cycles
 
 
 class RunningCompactor:
     """A CompactionService cycling in this process's event loop until `stop`."""
 
-    def __init__(self, config: Config, settings: CompactorConfig, metadata: MetadataStore, objects: ObjectStore, objects_url: str) -> None:
+    def __init__(
+        self, config: Config, settings: CompactorConfig, metadata: MetadataStore, objects: ObjectStore, objects_url: str, on_cycle: Callable[[TopicCycle], None] | None = None
+    ) -> None:
         self.settings = settings
         self.lookup = load_lookup(RegistrySettings(url=config.registry.url), metadata)
-        self.service = CompactionService(settings, metadata, objects, objects_url, self.lookup)
+        self.service = CompactionLoop(settings, metadata, objects, objects_url, self.lookup)
+        self.service.on_cycle = on_cycle
         self._stop = asyncio.Event()
         self._task: asyncio.Task | None = None
 
@@ -84,6 +141,10 @@ class CompactorNode:
 
         if self.objects_url.startswith("file:") or self.metadata_url.startswith("sqlite:"):
             self._lock_fd = lock_data_dir(self.data_dir)
+        settings = compactor_settings(self.config, self.data_dir)
+        await check_prerequisites(settings, escape="or run the tasks without Spark: NEVE_COMPACTOR_RUNNER=in-process")
+        if settings.metrics_port:
+            serve_metrics(self.config.broker.host, settings.metrics_port)
         m = self.config.metadata
         try:
             self.objects = load_object_store(self.objects_url)
@@ -92,13 +153,6 @@ class CompactorNode:
             await self.metadata.start()
         except (ValueError, ImportError, ObjectStoreError, MetadataError) as e:
             raise StartupError(str(e)) from None
-        settings = compactor_settings(self.config, self.data_dir)
-        try:
-            from compactor.catalog import load_catalog
-
-            await asyncio.to_thread(load_catalog, settings)
-        except Exception as e:  # an unreachable or misnamed catalog: say so at start, not at the first cycle
-            raise StartupError(f"Iceberg catalog {settings.catalog_url.split('@')[-1]}: {e}") from None
         self.running = RunningCompactor(self.config, settings, self.metadata, self.objects, self.objects_url)
         if cycle:
             self.running.start()

@@ -95,9 +95,12 @@ async def start_registry(config: Config, metadata: MetadataStore, port: int, opt
 
 
 class Node:
-    def __init__(self, config: Config, dev: bool = False) -> None:
+    """`on_cycle` hears of each cycle the compactor inside commits (compactor.in_node)."""
+
+    def __init__(self, config: Config, dev: bool = False, on_cycle=None) -> None:
         self.config = config
         self.dev = dev
+        self.on_cycle = on_cycle
         self.registry: RegistryServer | None = None
         self.data_dir = os.path.abspath(config.data_dir)
         self.object_store_url = config.wal.object_store or f"file://{os.path.join(self.data_dir, 'objects')}"
@@ -119,6 +122,11 @@ class Node:
         if self.uses_data_dir:
             self._lock_data_dir()
         c = self.config
+        if c.compactor.in_node:  # before anything listens: a node without what its tables need does not start
+            from .compaction import check_prerequisites, compactor_settings
+
+            escape = "or run the tasks without Spark: NEVE_COMPACTOR_RUNNER=in-process, or the node without tables: NEVE_COMPACTOR_IN_NODE=false"
+            await check_prerequisites(compactor_settings(c, self.data_dir), escape=escape)
         try:
             self.objects = load_object_store(self.object_store_url)
             m = c.metadata
@@ -186,7 +194,7 @@ class Node:
         if c.compactor.in_node:
             from .compaction import RunningCompactor, compactor_settings
 
-            self.compactor = RunningCompactor(c, compactor_settings(c, self.data_dir), self.metadata, self.objects, self.object_store_url)
+            self.compactor = RunningCompactor(c, compactor_settings(c, self.data_dir), self.metadata, self.objects, self.object_store_url, on_cycle=self.on_cycle)
             self.compactor.start()
         log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
 
