@@ -28,6 +28,37 @@ def cpu_seconds(pid: int) -> float | None:
     return (utime + stime) / _TICKS
 
 
+def tree_cpu_seconds(root: int) -> float | None:
+    """CPU seconds of `root` and every process below it (a Spark driver's JVM and Python workers),
+    each counting its reaped children too (cutime, cstime), so a worker that exited inside a
+    window still counts; None once `root` is gone. Differences over a window are what was spent."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read().decode()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        fields = raw[raw.rindex(")") + 2 :].split()
+        pid = int(name)
+        parents[pid] = int(fields[1])
+        cpu[pid] = sum(int(x) for x in fields[11:15]) / _TICKS  # utime, stime, cutime, cstime
+    if root not in cpu:
+        return None
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, 0.0)
+        todo.extend(children.get(pid, ()))
+    return total
+
+
 def cpu_delta(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float]:
     """CPU-seconds each process used between two readings by name (those read both times)."""
     return {name: round(cpu - before[name], 3) for name, cpu in after.items() if cpu is not None and before.get(name) is not None}

@@ -4,6 +4,16 @@ with `run.ceiling(...)` and judges the issue-5 targets with `run.target(...)`.""
 
 from __future__ import annotations
 
-from . import catchup, cost, e2e, fanout, partitions, produce, put_ceiling
+from . import (
+    catchup,
+    compaction,
+    cost,
+    e2e,
+    fanout,
+    freshness,
+    partitions,
+    produce,
+    put_ceiling,
+)
 
-SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling)}
+SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness)}
