@@ -56,11 +56,11 @@ READERS = ["pyiceberg", "duckdb", "spark"]
 # -- the node and the service --------------------------------------------------------------------
 
 
-def start_node(data_dir: Path, registry_port: int, port: int | None = None) -> NeveNode:
+def start_node(data_dir: Path, registry_port: int) -> NeveNode:
     """`neve dev` with its registry on `registry_port`, the compactor off (the test runs it)."""
     data_dir.mkdir(parents=True, exist_ok=True)
     env = {"NEVE_REGISTRY_PORT": str(registry_port), "NEVE_WAL_LINGER_MS": "5", "NEVE_COMPACTOR_IN_NODE": "false"}
-    node = NeveNode(data_dir=data_dir, log_path=data_dir.parent / f"{data_dir.name}.log", env=env, **({"port": port} if port else {}))
+    node = NeveNode(data_dir=data_dir, log_path=data_dir.parent / f"{data_dir.name}.log", env=env)
     return node.start()
 
 
@@ -80,8 +80,8 @@ def compact(data_dir: Path, iceberg: IcebergCatalog, spark, topic: str) -> list[
             done = []
             while (cycle := await service.compact_topic(metadata.topics()[topic])).cycle_id is not None:
                 done.append(cycle)
-            entries = metadata.topics()[topic]
-            types = {e.object_type for p in range(entries.partitions) for e in metadata.entries(entries.topic_id, p, 0, max_entries=10_000)}
+            info = metadata.topics()[topic]
+            types = {e.object_type for p in range(info.partitions) for e in metadata.entries(info.topic_id, p, 0, max_entries=10_000)}
             assert types == {ObjectType.PARQUET}, f"{topic}: the index still names WAL entries"
             return done
         finally:
