@@ -7,6 +7,7 @@ from prometheus_client import Counter, Gauge, Histogram
 CYCLES = Counter("neve_compactor_cycles", "Compaction cycles committed (one Iceberg snapshot each)", ["topic"])
 CYCLE_FAILURES = Counter("neve_compactor_cycle_failures", "Compaction cycles of a topic that failed and are retried")
 CYCLE_SECONDS = Histogram("neve_compactor_cycle_seconds", "Time of a committed cycle, plan to index swap", buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
+TASK_SECONDS = Histogram("neve_compactor_task_seconds", "Time of one compaction task (a Spark task, or a task run in the compactor's process)", buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
 ROWS = Counter("neve_compactor_rows", "Rows committed to tables, by how the value was kept (columns, columns+raw, raw, tombstone, malformed)", ["topic", "outcome"])
 FILES = Counter("neve_compactor_files", "Parquet files committed", ["topic"])
 FILES_PER_COMMIT = Histogram("neve_compactor_files_per_commit", "Parquet files in one cycle's snapshot", buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
@@ -21,8 +22,10 @@ def set_lag(topic: str, partition: int, offsets: int, seconds: float) -> None:
     LAG_SECONDS.labels(topic, str(partition)).set(seconds)
 
 
-def observe_cycle(cycle, seconds: float) -> None:
+def observe_cycle(cycle, seconds: float, task_seconds=()) -> None:
     CYCLES.labels(cycle.topic).inc()
+    for t in task_seconds:
+        TASK_SECONDS.observe(t)
     CYCLE_SECONDS.observe(seconds)
     FILES.labels(cycle.topic).inc(cycle.files)
     FILES_PER_COMMIT.observe(cycle.files)

@@ -186,7 +186,7 @@ class CompactionService:
         for r in results:
             for name, n in r.outcomes.items():
                 cycle.outcomes[name] = cycle.outcomes.get(name, 0) + n
-        metrics.observe_cycle(cycle, time.monotonic() - started)
+        metrics.observe_cycle(cycle, time.monotonic() - started, [r.seconds for r in results])
         log.info(
             "cycle committed",
             extra={"topic": info.name, "table": identifier, "cycle": cycle.cycle_id, "snapshot": committed.snapshot_id, "rows": cycle.rows, "files": cycle.files, "partitions": len(manifest.partitions)},
