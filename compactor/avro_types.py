@@ -9,6 +9,7 @@ incompatible, never raised: the topic's values then stay raw and the topic never
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import uuid
@@ -41,7 +42,6 @@ from pyiceberg.types import (
     StructType,
     TimestampType,
     TimestamptzType,
-    TimeType,
     UUIDType,
 )
 
@@ -57,11 +57,12 @@ _PRIMITIVES: dict[str, IcebergType] = {
     "bytes": BinaryType(),
     "string": StringType(),
 }
-# Avro's timestamps are instants (UTC), its local timestamps wall-clock times.
+# Avro's timestamps are instants (UTC), its local timestamps wall-clock times. Its times of day are
+# kept as microseconds since midnight (long), not Iceberg `time`: Spark 3.5's Iceberg runtime
+# refuses to read any table with a time column at all ("Spark does not support time fields").
+_TIMES_OF_DAY = ("time-millis", "time-micros")
 _LOGICAL: dict[str, IcebergType] = {
     "date": DateType(),
-    "time-millis": TimeType(),
-    "time-micros": TimeType(),
     "timestamp-millis": TimestamptzType(),
     "timestamp-micros": TimestamptzType(),
     "local-timestamp-millis": TimestampType(),
@@ -142,6 +143,8 @@ class _Converter:
             if not 0 < precision <= MAX_DECIMAL_PRECISION:
                 return self._lose(path, f"decimal precision {precision} is outside Iceberg's 1-{MAX_DECIMAL_PRECISION}")
             return DecimalType(precision, scale), None
+        if logical in _TIMES_OF_DAY and kind in ("int", "long"):
+            return LongType(), _time_micros
         if logical in _LOGICAL and (logical != "uuid" or kind == "string" or avro.get("size") == 16):
             return _LOGICAL[logical], _uuid_bytes if logical == "uuid" else None
         if kind == "record":
@@ -204,6 +207,13 @@ class _Converter:
                 return self._lose(path, f"record {name} has no fields")
             return None, None
         return StructType(*fields), _record_fix(dropped, fixes)
+
+
+def _time_micros(value: Any) -> Any:
+    """A time of day as fastavro decodes it (datetime.time) in microseconds since midnight."""
+    if isinstance(value, datetime.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
+    return value
 
 
 def _uuid_bytes(value: Any) -> Any:

@@ -26,7 +26,6 @@ from pathlib import Path
 
 import pytest
 from pyiceberg.types import LongType
-from pyspark.errors import UnsupportedOperationException
 
 from compactor.catalog import load_catalog
 from compactor.committer import OFFSETS
@@ -120,8 +119,8 @@ CLOCK = {
 
 
 def produce_clock(bootstrap: str, registry_url: str) -> Produced:
-    """Avro values with Avro's two time types (Iceberg `time`), kept apart from the other Avro
-    topic: Spark 3.5 cannot read a table that has a time column at all."""
+    """Avro values with Avro's two time types, kept as microseconds since midnight (Spark 3.5
+    cannot read a table that has an Iceberg time column at all)."""
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -136,7 +135,8 @@ def produce_clock(bootstrap: str, registry_url: str) -> Produced:
         items, want = [], {}
         for j in range(20):
             value = {"n": j, "t_ms": dt.time(j, 59, 58, j * 1000), "t_us": dt.time(23, j, 0, 999_999 - j)}
-            row = Want("zstd", key_of(j, j), headers_of(j), timestamp_of(j), COLUMNS, value=value, schema_id=schema_id)
+            micros = {"t_ms": ((j * 60 + 59) * 60 + 58) * 1_000_000 + j * 1000, "t_us": ((23 * 60 + j) * 60) * 1_000_000 + 999_999 - j}
+            row = Want("zstd", key_of(j, j), headers_of(j), timestamp_of(j), COLUMNS, value={**value, **micros}, schema_id=schema_id)
             items.append((j % PARTITIONS, row, serializer(value, context)))
         produce(bootstrap, topic, "zstd", items, want)
     finally:
@@ -197,16 +197,8 @@ def test_every_reader_sees_exactly_the_acknowledged_records(compacted, produced,
             check_rows(p, rows, where=f"{iceberg.config.catalog_name} {how}")
 
 
-SPARK_HAS_NO_TIME = pytest.mark.xfail(
-    strict=True,
-    raises=UnsupportedOperationException,
-    reason="Spark 3.5's Iceberg runtime reads no table with a time column ('Spark does not support time fields'): "
-    "Avro time-millis/micros become Iceberg time (compactor/avro_types.py), which leaves such a table unreadable by Spark",
-)
-
-
-@pytest.mark.parametrize("reader", ["pyiceberg", "duckdb", pytest.param("spark", marks=SPARK_HAS_NO_TIME)])
-def test_time_fields_read_as_times(compacted, produced, reader, spark_session):
+@pytest.mark.parametrize("reader", READERS)
+def test_time_fields_read_as_microseconds_of_the_day(compacted, produced, reader, spark_session):
     iceberg, cycles = compacted
     clock = produced[2]
     for how, rows in read(reader, iceberg, cycles[clock.topic].table, spark_session).items():

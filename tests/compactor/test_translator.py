@@ -4,6 +4,7 @@ without a schema, unframed, of unknown schema ids, and tombstones are rows too."
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
 import uuid
@@ -34,8 +35,12 @@ def record(value: bytes | None, offset: int = 44) -> Record:
 
 
 def uuids_as_bytes(value):
+    """A decoded value as its columns hold it: UUIDs as their 16 bytes, times of day as
+    microseconds since midnight."""
     if isinstance(value, uuid.UUID):
         return value.bytes
+    if isinstance(value, datetime.time):
+        return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
     if isinstance(value, dict):
         return {k: uuids_as_bytes(v) for k, v in value.items()}
     if isinstance(value, list):

@@ -102,7 +102,8 @@ def test_rows_of_every_type_read_back_exactly_with_field_ids(writer_setup):
         value = row["value"]
         assert value["attrs"] == [("w", 1.5), ("z", None)]  # Arrow gives maps back as pairs
         value["attrs"] = dict(value["attrs"])
-        assert value == order(i), i  # uuids stored as UUID columns come back as UUIDs
+        # uuids stored as UUID columns come back as UUIDs; times of day are microseconds since midnight
+        assert value == {**order(i), "at": 86_399_999_000, "at_us": 1}, i
         assert row["kafka"]["offset"] == 10 + i and row["kafka"]["timestamp"] == datetime.datetime.fromtimestamp((T0 + i) / 1000, UTC)
         assert row["kafka"]["batch_max_timestamp"] == datetime.datetime.fromtimestamp((T0 + 2 * DAY_MS) / 1000, UTC)
         assert (row["key_raw"], row["headers"], row["value_raw"], row["value_schema_id"], row["value_error"]) == (f"k{i}".encode(), [{"key": "h", "value": b"v"}], None, 21, None)
