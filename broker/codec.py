@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_payload_module, load_request_schema, load_response_schema
-from kio.static.constants import EntityType
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 
 _HEAD = struct.Struct(">hhi")  # api key, api version, correlation id: common to every header
 _SIZE = struct.Struct(">i")  # a frame's length prefix

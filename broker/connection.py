@@ -17,9 +17,9 @@ import logging
 from .codec import PRODUCE, MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
 from .framing import FrameSizeError, FrameStream
+from .handlers.api18_api_versions import unsupported_version_response
 from .metrics import requests_of
 from .registry import HANDLERS
-from .handlers.api18_api_versions import unsupported_version_response
 
 log = logging.getLogger("neve.broker.connection")
 

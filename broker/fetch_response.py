@@ -126,7 +126,7 @@ def _layout(version: int, read_committed: bool) -> _Layout:
         pack = struct.Struct(">ihqqq").pack
     else:
         four = struct.Struct(">ihqq").pack
-        pack = lambda i, c, h, l, _s: four(i, c, h, l)  # noqa: E731
+        pack = lambda i, c, h, log_start, _s: four(i, c, h, log_start)  # noqa: E731
     # aborted transactions: an empty array for read_committed, else null
     if flexible:
         tail = struct.pack(">B", 1 if read_committed else 0)

@@ -27,8 +27,7 @@ import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Collection, Mapping, Sequence
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import Any, TypeVar

@@ -44,7 +44,7 @@ class SchemaLookup(abc.ABC):
         ones too (records framed with them may still be in a topic); empty for an unknown subject.
         Raises StoreError when the registry cannot be asked."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook
         pass
 
 

@@ -82,13 +82,12 @@ def java_client():
 
 # -- a leaderless cluster: brokers over a real etcd and a real SeaweedFS (S3) ------------------------
 
-from dataclasses import dataclass, field  # noqa: E402
-import uuid  # noqa: E402
-
 import time  # noqa: E402
+import uuid  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 
-from tests.fixtures import Etcd, SeaweedFS  # noqa: E402
 from tests.cluster.workload import brokers_listed_by  # noqa: E402
+from tests.fixtures import Etcd, SeaweedFS  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from compactor.catalog import CatalogTarget
 from compactor.config import CompactorConfig
 from neve.sql import duckdb_connect, set_s3_secret
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 @dataclass

@@ -10,7 +10,6 @@ import time
 import uuid
 from collections.abc import Collection
 
-
 from ..model import AppendResult, ObjectCommit
 from ..rules import clamped_log_start
 from ..sequencer import ProducerState, involved, sequence
@@ -172,7 +171,7 @@ class _Commits:
             # Compare every touched head, changed or not: answers computed from a stale cache
             # (a duplicate, a sequence error) must be confirmed too.
             compare = request.compare.add
-            for tp, part in heads.items():
+            for part in heads.values():
                 compare(result=EQUAL, target=MOD, key=part.head_key, mod_revision=part.mod_revision)
             # Each topic still exists, as the view knows it: a head compared at revision 0 (never
             # written) also matches once the topic is deleted, and would be put again for a dead topic.

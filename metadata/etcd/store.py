@@ -133,7 +133,7 @@ class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Groups, 
         self.ops += 1
         try:
             return await asyncio.wait_for(self._client.transaction(compare=list(compare), success=list(success), failure=list(failure)), self.settings.timeout)
-        except (TimeoutError, asyncio.TimeoutError) as e:
+        except TimeoutError as e:
             raise MetadataUnavailable("etcd transaction timed out") from e
         except MetadataUnavailable:
             raise

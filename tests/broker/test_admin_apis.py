@@ -4,7 +4,6 @@ expose, by raw kio requests. Every assertion is an exact value."""
 
 from __future__ import annotations
 
-
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (

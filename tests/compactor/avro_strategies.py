@@ -9,7 +9,7 @@ import decimal
 
 from hypothesis import strategies as st
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 _LEAVES = [
     "boolean", "int", "long", "float", "double", "bytes", "string",
     {"type": "int", "logicalType": "date"},

@@ -15,7 +15,7 @@ from compactor.translator import COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE
 from registry.wire import frame
 from tests.readers import normalize
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 DAY_MS = 86_400_000
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")

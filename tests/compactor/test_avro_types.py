@@ -6,8 +6,23 @@ from __future__ import annotations
 
 import pytest
 from pyiceberg.types import (
-    BinaryType, BooleanType, DateType, DecimalType, DoubleType, FixedType, FloatType, IntegerType, ListType, LongType,
-    MapType, NestedField, StringType, StructType, TimestampType, TimestamptzType, UUIDType,
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestampType,
+    TimestamptzType,
+    UUIDType,
 )
 
 from compactor.avro_types import Unrepresentable, evolve, parse, value_layout

@@ -27,7 +27,7 @@ from compactor.config import CompactorConfig
 from compactor.spark import SparkStartError, catalog_conf, check_java, register_catalog, session_conf, spark_jars
 from tests.readers import rows_duckdb, rows_duckdb_rest, rows_pyiceberg, rows_spark, sorted_rows
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 # the compactor's layout in small: a kafka struct, headers as list<struct<string, binary>>, raw
 # bytes, a string; partitioned by the day of the Kafka timestamp (a field inside the struct)
@@ -120,10 +120,9 @@ def append_with_field_ids(table, rows: list[dict], offsets: str) -> int:
         # add_files-style commits do not check ids; wrong ones read as nulls in every engine
         assert written == {name: i for name, i in expected_ids.items() if name in written} and len(written) == len(expected_ids)
         data_files.append(data_file_of(table, path, Record(day)))
-    with table.transaction() as tx:
-        with tx.update_snapshot(snapshot_properties={"neve.offsets": offsets}).fast_append() as append:
-            for data_file in data_files:
-                append.append_data_file(data_file)
+    with table.transaction() as tx, tx.update_snapshot(snapshot_properties={"neve.offsets": offsets}).fast_append() as append:
+        for data_file in data_files:
+            append.append_data_file(data_file)
     table.refresh()
     return table.current_snapshot().snapshot_id
 

@@ -22,7 +22,7 @@ from compactor.translator import COLUMNS, RAW, TOMBSTONE, kafka_columns, transla
 from compactor.writer import OffsetSpan, TableWriter
 from registry.wire import frame
 
-UTC = datetime.timezone.utc
+UTC = datetime.UTC
 DAY_MS = 86_400_000
 T0 = 1_700_000_000_000  # 2023-11-14T22:13:20Z
 SCHEMA = {

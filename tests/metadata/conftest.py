@@ -12,6 +12,7 @@ import pytest
 from metadata.embedded import EmbeddedMetadataStore
 from metadata.store import MetadataStore, load_metadata_store
 
+
 def _etcd(tmp: Path, request) -> MetadataStore:
     # the real etcd of this worker; the test's tmp dir name is unique, so it makes a private root
     server = request.getfixturevalue("etcd_server")

@@ -12,7 +12,6 @@ import pytest
 
 from metadata.etcd import EtcdSettings
 from metadata.etcd import store as etcd_store
-
 from tests.metadata.helpers import append, commit, open_etcd_store
 
 PARTITIONS = 100
@@ -126,7 +125,7 @@ async def test_each_store_compacts_the_history_it_no_longer_needs(etcd_server):
     try:
         t = (await store.create_topic("t", 1)).topic_id
         first = await store._current_revision()
-        for n in range(30):
+        for _ in range(30):
             await store.commit(commit(append(t, 0, 0, 10, 1)))
         newest = await store._current_revision()
         assert newest >= first + 30

@@ -10,7 +10,6 @@ import pytest
 
 from metadata.etcd import EtcdSettings
 from metadata.model import Append, AppendResult, ObjectCommit
-
 from tests.metadata.helpers import append, commit, open_etcd_store
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,6 @@ import asyncio
 import pytest
 
 from metadata.model import IndexEntry, ObjectType
-
 from tests.metadata.helpers import append, commit, open_etcd_store
 
 PARQUET = ObjectType.PARQUET

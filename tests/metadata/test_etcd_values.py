@@ -13,7 +13,6 @@ from metadata.etcd.keys import decode_producer, encode_producer
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.sequencer import BatchSequence, ProducerState
 
-
 KEYS = ["wal/0000000001234-1-abcdef.wal", 'odd "key", with, commas\\ and é', "parquet/t/p=0/00001.parquet"]
 
 

@@ -12,7 +12,6 @@ import pytest
 from metadata.etcd import EtcdMetadataStore, EtcdSettings
 from metadata.model import AppendResult, BrokerRegistration
 from metadata.store import MetadataUnavailable, ObjectFenced
-
 from tests.metadata.helpers import append, commit, open_etcd_store
 
 

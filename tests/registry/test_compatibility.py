@@ -57,7 +57,9 @@ def test_field_found_by_alias():
 
 
 def test_enum_symbols():
-    e = lambda *symbols, **extra: {"type": "enum", "name": "E", "symbols": list(symbols), **extra}
+    def e(*symbols, **extra):
+        return {"type": "enum", "name": "E", "symbols": list(symbols), **extra}
+
     assert kinds(e("A", "B", "C"), e("A", "B")) == []
     assert kinds(e("A"), e("A", "B")) == ["MISSING_ENUM_SYMBOLS"]
     assert kinds(e("A", default="A"), e("A", "B")) == []

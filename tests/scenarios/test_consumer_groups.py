@@ -208,7 +208,8 @@ def _confluent_member(bootstrap: str, topic: str, group: str, name: str, ledger:
 
 
 async def _aiokafka_member(bootstrap: str, topic: str, group: str, name: str, ledger: Ledger, stop: asyncio.Event) -> None:
-    from aiokafka import AIOKafkaConsumer, TopicPartition as TP
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as TP
     from aiokafka.abc import ConsumerRebalanceListener
     from aiokafka.errors import KafkaError as AioKafkaError
     from aiokafka.structs import OffsetAndMetadata

@@ -218,7 +218,7 @@ def test_consumer_long_poll_gets_new_record_quickly(neve_factory) -> None:
             # Nothing arrives for a second: the consumer's fetch is parked at the tail.
             assert consumer.poll(1.0) is None
             offsets: list[int] = []
-            producer.produce(topic, value=b"tick-%d" % round_, partition=0, on_delivery=lambda err, msg: offsets.append(-1 if err else msg.offset()))
+            producer.produce(topic, value=b"tick-%d" % round_, partition=0, on_delivery=lambda err, msg, offsets=offsets: offsets.append(-1 if err else msg.offset()))
             assert producer.flush(10) == 0 and offsets == [round_]
             acked = time.monotonic()
             msg = consumer.poll(10.0)

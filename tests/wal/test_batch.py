@@ -356,7 +356,7 @@ def test_a_record_without_a_key_is_invalid_only_for_a_compacted_topic(codec):
 def test_records_of_every_varint_width_and_headers_are_accepted():
     """Fields whose varints take one, two, three and more bytes, null values, many headers."""
     recs = [
-        (b"k" * 8000, b"v" * 70_000, [("h%d" % j, b"x" * j) for j in range(70)], 1),
+        (b"k" * 8000, b"v" * 70_000, [(f"h{j}", b"x" * j) for j in range(70)], 1),
         (b"", None, [("", None)], -(2**40)),
         (None, b"", [], 2**40),
     ] + [(b"k", b"v" * i, [], i) for i in range(200)]
