@@ -91,25 +91,17 @@ def kafka_columns(partition: int, batch: Batch) -> dict[str, Any]:
 def translate(record: Record, kafka: dict[str, Any], resolve: Resolver | None) -> tuple[dict[str, Any], str]:
     """(row, outcome) for one record; `kafka` from kafka_columns for its batch; `resolve` None for
     a topic without a value schema. Raises only what `resolve` raises."""
+    offset, timestamp, key, value, headers = record
     row_kafka = kafka.copy()
-    row_kafka["offset"] = record.offset
-    row_kafka["timestamp"] = record.timestamp * 1000  # Kafka's ms as timestamptz micros
-    row = {
-        "kafka": row_kafka,
-        "headers": [{"key": k, "value": v} for k, v in record.headers],
-        "key_raw": record.key,
-        "value_raw": None,
-        "value_schema_id": None,
-        "value_error": None,
-    }
-    value = record.value
+    row_kafka["offset"] = offset
+    row_kafka["timestamp"] = timestamp * 1000  # Kafka's ms as timestamptz micros
+    row_headers = [{"key": k, "value": v} for k, v in headers] if headers else []
     if value is None:
-        row["value"] = None
-        return row, TOMBSTONE
+        return {"kafka": row_kafka, "headers": row_headers, "key_raw": key, "value_raw": None, "value_schema_id": None, "value_error": None, "value": None}, TOMBSTONE
+    if resolve is None:  # a topic without a schema: what _value answers, without the call
+        return {"kafka": row_kafka, "headers": row_headers, "key_raw": key, "value_raw": value, "value_schema_id": None, "value_error": None, "value": None}, RAW
     outcome, columns, error, schema_id = _value(value, resolve)
-    row["value"] = columns
-    row["value_schema_id"] = schema_id
-    row["value_error"] = error
+    row = {"kafka": row_kafka, "headers": row_headers, "key_raw": key, "value_raw": None, "value_schema_id": schema_id, "value_error": error, "value": columns}
     if outcome == COLUMNS:
         row[PRODUCED_VALUE] = value
     else:
