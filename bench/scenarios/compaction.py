@@ -35,7 +35,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--record-sizes", type=sizes, default=[100, 1024], help="value sizes (default 100,1KiB)")
     parser.add_argument("--codecs", type=lambda s: [c.strip() for c in s.split(",") if c.strip()], default=list(table_load.CODECS), help="raw and/or avro (default raw,avro)")
     parser.add_argument("--runners", type=lambda s: [c.strip() for c in s.split(",") if c.strip()], default=list(RUNNERS), help="spark and/or in-process (default both)")
-    parser.add_argument("--mib", type=float, default=None, help="MiB of values per case and runner (default 32; --quick 1)")
+    parser.add_argument("--mib", type=float, default=None, help="MiB of values per case and runner (default 64; --quick 1)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions per topic (default 4)")
 
 
@@ -44,7 +44,7 @@ def run(r) -> None:
     for runner in a.runners:
         if runner not in RUNNERS:
             raise ValueError(f"--runners: {runner!r} is not one of {RUNNERS}")
-    mib = a.mib if a.mib is not None else (1.0 if r.quick else 32.0)
+    mib = a.mib if a.mib is not None else (1.0 if r.quick else 64.0)
     registry_port = free_port()
     # The node's own compactor stays off: the worker compacts the topics once production is over.
     a.broker_env = [*a.broker_env, ("NEVE_COMPACTOR_IN_NODE", "false"), ("NEVE_REGISTRY_PORT", str(registry_port))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import time
 
 import numpy as np
@@ -88,10 +89,14 @@ def run(r) -> None:
         mine = acks[acks[:, 0] == p, 1]
         expect[p] = int(mine.max()) if mine.size else 0
     r.progress.line(f"{produced.acked:,} records acknowledged ({produced.value_bytes / produced.seconds / MB:.2f} MB/s offered); waiting for their rows")
-    poller.join(DRAIN_TIMEOUT_S)
-    stop.set()
-    seen = results.get(timeout=120)
-    poller.join(10)
+    # The reader's answer is read before it is joined: a process exits only once what it put on a
+    # queue has been taken (182,000 offsets are more than a pipe holds).
+    try:
+        seen = results.get(timeout=DRAIN_TIMEOUT_S)
+    except queue.Empty:
+        stop.set()
+        seen = results.get(timeout=120)
+    poller.join(30)
     load_after = _load()
     if "error" in seen:
         raise RuntimeError(f"the table reader failed: {seen['error']}")
