@@ -21,12 +21,12 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform, HourTransform
-from pyiceberg.types import TimestampType, TimestamptzType
 from pyiceberg.typedef import Record as PartitionRecord
+from pyiceberg.types import TimestampType, TimestamptzType
 from pyiceberg.utils.datetime import date_to_days, datetime_to_micros, time_to_micros
 
 from .layout import arrow_schema, rows_to_arrow
-from .translator import COLUMNS, OUTCOMES, PRODUCED_VALUE, RAW
+from .translator import OUTCOMES, PRODUCED_VALUE, RAW
 
 MICROS_PER_DAY = 86_400_000_000
 MICROS_PER_HOUR = 3_600_000_000

@@ -106,8 +106,7 @@ def run(r) -> None:
     in_window = acks[(acks[:, 2] >= window["start"]) & (acks[:, 2] < window["end"])]
     lags, missing = _lags(in_window, seen)
     stats = latency_ms(lags)
-    to_s = lambda v: None if v is None else round(v / 1000, 3)
-    r.derived["freshness_s"] = {k: (v if k == "count" else to_s(v)) for k, v in stats.items()}
+    r.derived["freshness_s"] = {k: (v if k == "count" or v is None else round(v / 1000, 3)) for k, v in stats.items()}
     r.derived["freshness"] = {
         "records_in_window": len(in_window),
         "not_visible": missing,
