@@ -31,6 +31,7 @@ dev: $(VENV)/.installed
 	$(VENV)/bin/neve dev $(ARGS)
 
 lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
 # pytest exit code 5 means no test was collected: for this project that is a failure, said loudly.

@@ -99,13 +99,13 @@ def main(argv: list[str] | None = None) -> None:
         payload = records(n, size)
         plain = frame(payload, n, 0)
         figures = {
-            "walk": best_ns(lambda: wal_batch._walk_records(payload, 0, len(payload), n, False), n, args.rounds),
-            "validate": best_ns(lambda: wal_batch.validate(plain), n, args.rounds),
-            "header_only": best_ns(lambda: _header_only(plain), n, args.rounds),
+            "walk": best_ns(lambda payload=payload: wal_batch._walk_records(payload, 0, len(payload), n, False), n, args.rounds),
+            "validate": best_ns(lambda plain=plain: wal_batch.validate(plain), n, args.rounds),
+            "header_only": best_ns(lambda plain=plain: _header_only(plain), n, args.rounds),
         }
         for name, codec in _CODECS.items():
             compressed = frame(payload, n, codec)
-            figures[name] = best_ns(lambda: wal_batch.validate(compressed), n, args.rounds)
+            figures[name] = best_ns(lambda compressed=compressed: wal_batch.validate(compressed), n, args.rounds)
         print(json.dumps({"value_bytes": size, "records_per_batch": n, "ns_per_record": {k: round(v) for k, v in figures.items()}}))
 
 

@@ -110,7 +110,10 @@ def markdown(doc: dict) -> str:
         txns = [b for b in doc["baselines"] if "txn_latency_ms" in b]
         if puts:
             rows = [
-                [b["name"], b["backend"], _size(b["object_bytes"]), _fmt(b["concurrency"]), _fmt(b["puts_per_s"]), _fmt(b["mb_per_s"], 1), f"{_fmt(b['put_latency_ms']['p50'])} / {_fmt(b['put_latency_ms']['p99'])}", _fmt(b["machine_busy_cores"], 2)]
+                [
+                    b["name"], b["backend"], _size(b["object_bytes"]), _fmt(b["concurrency"]), _fmt(b["puts_per_s"]), _fmt(b["mb_per_s"], 1),
+                    f"{_fmt(b['put_latency_ms']['p50'])} / {_fmt(b['put_latency_ms']['p99'])}", _fmt(b["machine_busy_cores"], 2),
+                ]
                 for b in puts
             ]
             parts.append(_table(["baseline", "store", "object", "concurrency", "PUT/s", "MB/s", "PUT p50 / p99 ms", "busy cores"], rows))

@@ -127,7 +127,7 @@ class System(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> dict: ...
 
-    def check_alive(self) -> None:
+    def check_alive(self) -> None:  # noqa: B027 - optional hook
         """Raise SystemError_ if a process of the system has exited."""
 
 

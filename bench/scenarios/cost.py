@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..load import Load
 from ..options import size
-from ..stats import GiB, MB
+from ..stats import MB, GiB
 
 NAME = "cost"
 HELP = "object-store PUTs/GETs, bytes stored, metadata operations and metadata bytes per GiB; month cost at S3 list prices"
