@@ -22,7 +22,7 @@ from wal.store import load_object_store
 
 from .planner import ObjectRead, Task
 from .records import SERVED_LEADER_EPOCH, Batch, CorruptBatch, decode_records, iter_batches
-from .translator import OUTCOMES, RAW, Resolver, WriterSchema, kafka_columns, translate, writer_schema
+from .translator import OUTCOMES, RAW, TOMBSTONE, Resolver, WriterSchema, kafka_columns, translate, writer_schema
 from .writer import TableWriter, WrittenFile
 
 if TYPE_CHECKING:
@@ -144,6 +144,15 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
             counts = outcomes.setdefault(run.partition, dict.fromkeys(COUNTED, 0))
             for entry in run.entries:
                 for row, outcome in _entry_rows(run.partition, entry, ranges.slice(entry), run.first_offset, resolve):
+                    if outcome is None:  # a topic without a schema: one batch's records
+                        kafka, records = row
+                        if not writer.add_raw(kafka, records):
+                            for record in records:
+                                writer.add(*translate(record, kafka, None))
+                        tombstones = sum(1 for r in records if r[3] is None)
+                        counts[TOMBSTONE] += tombstones
+                        counts[RAW] += len(records) - tombstones
+                        continue
                     if outcome == MALFORMED:
                         malformed.append((run.partition, row["kafka"]["offset"], row["value_error"]))
                         writer.add(row, RAW)
@@ -266,10 +275,12 @@ def _resolver(context: TaskContext) -> Resolver | None:
 # -- rows -------------------------------------------------------------------------------------------
 
 
-def _entry_rows(partition: int, entry: IndexEntry, data: memoryview, first_offset: int, resolve: Resolver | None) -> Iterator[tuple[dict[str, Any], str]]:
+def _entry_rows(partition: int, entry: IndexEntry, data: memoryview, first_offset: int, resolve: Resolver | None) -> Iterator[tuple[Any, str | None]]:
     """(row, outcome) for each record of one entry from `first_offset` on. A batch that does not
     decode is one MALFORMED row at its first offset holding its stored bytes; when its framing is
-    broken (nothing after it can be found), the row holds the rest of the entry's bytes."""
+    broken (nothing after it can be found), the row holds the rest of the entry's bytes. For a
+    topic without a schema (`resolve` None) a decoded batch comes whole instead, as
+    ((kafka columns, its records from `first_offset`), None): the writer takes it as columns."""
     pos, base = 0, entry.base_offset
     while pos < len(data):
         view = data[pos:]
@@ -283,6 +294,11 @@ def _entry_rows(partition: int, entry: IndexEntry, data: memoryview, first_offse
                     yield _malformed(partition, batch, view[batch.position : batch.position + batch.size], e, first_offset), MALFORMED
                     continue
                 kafka = kafka_columns(partition, batch)
+                if resolve is None:
+                    records = [r for r in batch.records if r.offset >= first_offset]
+                    if records:
+                        yield (kafka, records), None
+                    continue
                 for record in batch.records:
                     if record.offset >= first_offset:
                         yield translate(record, kafka, resolve)
