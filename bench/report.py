@@ -124,7 +124,7 @@ def markdown(doc: dict) -> str:
             ]
             parts.append("\n" + _table(["baseline", "store", "heads compared", "puts", "txn/s (one at a time)", "txn p50 / p99 ms"], rows))
     if doc["targets"]:
-        parts.append("\n## Issue-5 targets\n\n")
+        parts.append("\n## Targets\n\n")
         rows = [[t["name"], t["target"], _fmt(t["measured"], 2), "–" if t["met"] is None else ("met" if t["met"] else "**missed**")] for t in doc["targets"]]
         parts.append(_table(["target", "wanted", "measured", ""], rows))
     for name, table in doc["derived"].get("tables", {}).items():

@@ -163,7 +163,7 @@ class Run:
         return record
 
     def target(self, name: str, target: str, measured, met: bool | None) -> None:
-        """An issue-5 target and whether this run met it (None: could not be judged)."""
+        """An issue's target (5, 21) and whether this run met it (None: could not be judged)."""
         self.targets.append(dict(zip(TARGET_KEYS, (name, target, measured, met), strict=True)))
 
     def fail(self, reason: str) -> None:
