@@ -3,10 +3,9 @@ offset not yet in the table) to Spark tasks. A task holds runs of consecutive WA
 more partitions, sized in bytes to spread over the executors, and the object reads that fetch them:
 every entry is in exactly one task, so each WAL byte range is read once per cycle.
 
-An entry is due when its records are old enough (its max timestamp at least `freshness_ms` before
-`now_ms`; the entries before it were committed earlier, so they are due with it), or when the
-partition's pending bytes reach `due_bytes`. A partition's entries are planned in offset order,
-up to the last due one, and never past one that is not.
+A partition is due when one of its pending entries is old enough (its max timestamp at least
+`freshness_ms` before `now_ms`) or its pending bytes reach `due_bytes`; then all its pending
+entries are planned, in offset order, so a cycle takes about `freshness_ms` of records at once.
 """
 
 from __future__ import annotations
@@ -124,10 +123,12 @@ def _due(entries: Sequence[IndexEntry], checkpoint: int, old_before_ms: int, due
         if run and entry.base_offset != run[-1].last_offset + 1:
             break
         run.append(entry)
-    if sum(e.size for e in run) >= due_bytes:
+    # Once any of them is old enough, all are taken: a cycle takes about `freshness_ms` of a
+    # partition's records at once, not the thin slice that just turned old (which made a snapshot
+    # and a file per partition every few hundred milliseconds at a steady rate).
+    if sum(e.size for e in run) >= due_bytes or any(e.max_timestamp <= old_before_ms for e in run):
         return run
-    last_old = max((i for i, e in enumerate(run) if e.max_timestamp <= old_before_ms), default=-1)
-    return run[: last_old + 1]
+    return []
 
 
 def _split(run: Run, target: int) -> list[Run]:

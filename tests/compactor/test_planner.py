@@ -1,6 +1,6 @@
 """compactor/planner.py: every due WAL offset planned exactly once, nothing below a checkpoint,
-partitions' entries in order and never past one not due, each object range read once, tasks
-sized to the executors."""
+partitions' entries in order and a due partition whole, each object range read once, tasks sized
+to the executors."""
 
 from __future__ import annotations
 
@@ -52,20 +52,16 @@ def test_plans_each_due_offset_once_in_order(case, freshness_ms, due_mib, parall
         got = planned.get(tp, [])
         # in order, no duplicates, from the checkpoint on, contiguous
         assert got == list(range(checkpoint, checkpoint + len(got))) or (got and got[0] > checkpoint and got == list(range(got[0], got[0] + len(got))))
-        due_entries = [e for e in wal if e.object_type == ObjectType.WAL and e.last_offset >= checkpoint]
-        planned_entries = [e for e in due_entries if e.base_offset <= (got[-1] if got else -1)]
-        assert sum(run.size for t in result.tasks for run in t.runs if (run.topic, run.partition) == tp) == sum(e.size for e in planned_entries)
-        if got:
-            assert result.offsets[tp] == (got[0], got[-1])
-            # never past an entry that is not due: the last one planned is old enough, or the bytes were
-            old = planned_entries[-1].max_timestamp <= NOW - freshness_ms
-            assert old or sum(e.size for e in due_entries) >= due_mib * MiB
+        pending = [e for e in wal if e.object_type == ObjectType.WAL and e.last_offset >= checkpoint]
+        run = [e for i, e in enumerate(pending) if all(pending[j + 1].base_offset == pending[j].last_offset + 1 for j in range(i))]
+        due = any(e.max_timestamp <= NOW - freshness_ms for e in run) or sum(e.size for e in run) >= due_mib * MiB
+        planned_entries = [e for t in result.tasks for r in t.runs if (r.topic, r.partition) == tp for e in r.entries]
+        if due:
+            # the partition goes whole: every consecutive pending entry, once one is old (or the bytes are many)
+            assert sorted(planned_entries, key=lambda e: e.base_offset) == run
+            assert result.offsets[tp] == (got[0], got[-1]) and got[-1] == run[-1].last_offset
         else:
-            assert tp not in result.offsets
-        # everything due is planned: an old entry's offsets are always in the plan
-        for e in due_entries:
-            if e.max_timestamp <= NOW - freshness_ms:
-                assert got and got[-1] >= e.last_offset
+            assert not got and tp not in result.offsets
     # each object byte range in one read of one task: reads never overlap
     reads = sorted((r.object_key, r.start, r.end) for task in result.tasks for r in task.reads)
     assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(reads, reads[1:]))
@@ -85,11 +81,14 @@ def test_partitions_flushed_together_share_a_task_and_their_sections_one_read():
     assert result.offsets == {("t", p): (0, 19) for p in range(3)}
 
 
-def test_fresh_entries_wait_unless_the_partition_has_enough_bytes():
-    entries = {("t", 0): [entry(0, 5, "wal/1", 8, 1000), entry(5, 5, "wal/2", 8, 1000, age_ms=100), entry(10, 5, "wal/3", 8, 1000, age_ms=100)]}
-    assert plan(entries, {}, now_ms=NOW, freshness_ms=2000).offsets == {("t", 0): (0, 4)}
-    assert plan(entries, {}, now_ms=NOW, freshness_ms=2000, due_bytes=3000).offsets == {("t", 0): (0, 14)}
-    assert plan(entries, {}, now_ms=NOW, freshness_ms=50).offsets == {("t", 0): (0, 14)}
+def test_a_partition_waits_until_an_entry_is_old_or_its_bytes_are_many_then_goes_whole():
+    fresh = [entry(5, 5, "wal/2", 8, 1000, age_ms=100), entry(10, 5, "wal/3", 8, 1000, age_ms=100)]
+    assert plan({("t", 0): fresh}, {("t", 0): 5}, now_ms=NOW, freshness_ms=2000).offsets == {}
+    assert plan({("t", 0): fresh}, {("t", 0): 5}, now_ms=NOW, freshness_ms=2000, due_bytes=2000).offsets == {("t", 0): (5, 14)}
+    assert plan({("t", 0): fresh}, {("t", 0): 5}, now_ms=NOW, freshness_ms=50).offsets == {("t", 0): (5, 14)}
+    # one old entry takes the fresh ones after it along: a cycle takes ~freshness of records at once
+    entries = {("t", 0): [entry(0, 5, "wal/1", 8, 1000), *fresh]}
+    assert plan(entries, {}, now_ms=NOW, freshness_ms=2000).offsets == {("t", 0): (0, 14)}
 
 
 def test_a_checkpoint_inside_an_entry_skips_the_records_below_it():
