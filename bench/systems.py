@@ -197,7 +197,7 @@ class _Neve(System):
     def wal_settings(self) -> WalSettings:
         from neve.config import load_config  # the broker's own defaults and env precedence
 
-        wal = load_config(env={**os.environ, **self.env}).wal
+        wal = load_config(env={**os.environ, **self.env}, dev=self._command()[0] == "dev").wal  # `neve dev` has defaults of its own
         return WalSettings(wal.linger_ms, wal.flush_bytes, wal.max_inflight_uploads)
 
     @property
