@@ -39,6 +39,7 @@ class CommittedCycle:
     manifest_key: str
     snapshot_id: int
     offsets: dict[int, tuple[int, int]]
+    topic_id: str = ""
 
 
 def summary_properties(manifest: CycleManifest) -> dict[str, str]:
@@ -60,7 +61,7 @@ def _cycles(table) -> Iterable[CommittedCycle]:
         props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if CYCLE in props:
             offsets = {int(p): (r[0], r[1]) for p, r in json.loads(props.get(OFFSETS, "{}")).items()}
-            yield CommittedCycle(props[CYCLE], props.get(MANIFEST, ""), snapshot.snapshot_id, offsets)
+            yield CommittedCycle(props[CYCLE], props.get(MANIFEST, ""), snapshot.snapshot_id, offsets, props.get(TOPIC_ID, ""))
 
 
 def committed_cycle(table, cycle_id: str) -> CommittedCycle | None:
@@ -68,9 +69,13 @@ def committed_cycle(table, cycle_id: str) -> CommittedCycle | None:
     return next((c for c in _cycles(table) if c.cycle_id == cycle_id), None)
 
 
-def overlapping_cycle(table, offsets: dict[int, tuple[int, int]]) -> CommittedCycle | None:
-    """A cycle in the table's history holding some of `offsets` (partition -> first, last)."""
+def overlapping_cycle(table, topic_id: str, offsets: dict[int, tuple[int, int]]) -> CommittedCycle | None:
+    """A cycle of topic `topic_id` in the table's history holding some of `offsets` (partition ->
+    first, last). A topic deleted and made again under the same name is another topic id: its
+    offsets start over in the same table."""
     for cycle in _cycles(table):
+        if cycle.topic_id != topic_id:
+            continue
         for p, (first, last) in cycle.offsets.items():
             mine = offsets.get(p)
             if mine is not None and first <= mine[1] and mine[0] <= last:
@@ -99,7 +104,7 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
             if attempt:
                 log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})
             return done
-        if (other := overlapping_cycle(table, manifest.offsets())) is not None:
+        if (other := overlapping_cycle(table, str(manifest.topic_id), manifest.offsets())) is not None:
             raise CycleOverlap(f"cycle {other.cycle_id} (snapshot {other.snapshot_id}) already holds offsets of cycle {manifest.cycle_id}")
         try:
             with table.transaction() as txn, txn.update_snapshot(snapshot_properties=props).fast_append() as append:

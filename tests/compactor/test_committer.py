@@ -177,3 +177,8 @@ async def test_a_second_compactors_cycle_over_the_same_offsets_appends_nothing(t
     with pytest.raises(CycleOverlap):
         commit_cycle(table, rival, [write_rows(table, tmp_path, "b", [(0, o, None) for o in range(2, 4)])])
     assert rows_of(table) == [(0, o) for o in range(4)]
+    # the topic deleted and made again under its name: a new topic id, whose offsets start over
+    again = await store.create_topic("t2", 1)
+    reborn = manifest_for(again.topic_id, 0, await commit_wal(store, again.topic_id, 0, [4]), f"{tmp_path}/c.parquet")
+    commit_cycle(table.refresh(), reborn, [write_rows(table, tmp_path, "c", [(0, o, None) for o in range(4)])])
+    assert rows_of(table) == sorted([(0, o) for o in range(4)] * 2)
