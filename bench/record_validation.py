@@ -54,8 +54,8 @@ def records(count: int, value_size: int) -> bytes:
 def frame(payload: bytes, count: int, codec: int) -> bytes:
     if codec:
         payload = bytes(_COMPRESS[codec](payload))
-    post = wal_batch._HEADER.pack(0, 0, 0, 0, 0, codec, count - 1, 0, count - 1, -1, -1, -1, count)[21:] + payload
-    pre = wal_batch._HEADER.pack(0, 49 + len(payload), -1, 2, crc32c(post), 0, 0, 0, 0, 0, 0, 0, 0)[:21]
+    post = wal_batch.BATCH_HEADER.pack(0, 0, 0, 0, 0, codec, count - 1, 0, count - 1, -1, -1, -1, count)[21:] + payload
+    pre = wal_batch.BATCH_HEADER.pack(0, 49 + len(payload), -1, 2, crc32c(post), 0, 0, 0, 0, 0, 0, 0, 0)[:21]
     return pre + post
 
 

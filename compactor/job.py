@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import struct
 import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
@@ -17,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from metadata.model import IndexEntry
-from wal.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD
+from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, LOG_OVERHEAD
 from wal.store import load_object_store
 
 from .planner import ObjectRead, Task
@@ -39,7 +38,6 @@ _CATALOG_ONLY = frozenset({"uri", "credential", "token", "oauth2-server-uri", "w
 # A header's timestamps are trusted for a row only within Iceberg's years 1-9999 (a batch failing
 # its CRC may carry anything there); otherwise the entry's max timestamp stands in.
 _MIN_MS, _MAX_MS = -62_135_596_800_000, 253_402_300_799_999
-_HEADER = struct.Struct(">qiibIhiqqqhii")  # records.py's batch header, read here only for a batch it refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +320,7 @@ def _header(view: memoryview, error: CorruptBatch, entry: IndexEntry) -> tuple[B
     Its size is 0 when its framing is broken; what does not parse is -1, its timestamps the entry's
     max."""
     at = error.position
-    fields = _HEADER.unpack_from(view, at) if len(view) - at >= BATCH_HEADER_SIZE else None
+    fields = BATCH_HEADER.unpack_from(view, at) if len(view) - at >= BATCH_HEADER_SIZE else None  # a batch records.py refused
     if fields is None or fields[3] != 2:
         magic = view[at + 16] if len(view) - at > 16 else -1
         return Batch(error.index, at, 0, error.base_offset, SERVED_LEADER_EPOCH, magic, 0, 0, entry.max_timestamp, entry.max_timestamp, -1, -1, -1, -1), False

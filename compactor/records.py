@@ -8,18 +8,16 @@ here come from the index entry's base offset, batch after batch, as offset injec
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from crc32c import crc32c
 
-from wal.batch import BATCH_HEADER_SIZE, LOG_OVERHEAD, _decompress
+from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, LOG_OVERHEAD, decompress
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
-_HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC_START = 21
 _MAGIC_POSITION = 16
 
@@ -113,7 +111,7 @@ def iter_batches(data: bytes | memoryview, base_offset: int, leader_epoch: int =
         if total - pos < BATCH_HEADER_SIZE:
             raise CorruptBatch(index, pos, base, f"truncated: {total - pos} bytes left, a header is {BATCH_HEADER_SIZE}")
         (_stored_base, batch_length, _stored_epoch, magic, crc, attributes, last_offset_delta, base_timestamp,
-         max_timestamp, producer_id, producer_epoch, base_sequence, record_count) = _HEADER.unpack_from(view, pos)
+         max_timestamp, producer_id, producer_epoch, base_sequence, record_count) = BATCH_HEADER.unpack_from(view, pos)
         if magic != 2:
             raise CorruptBatch(index, pos, base, f"magic {magic}, only 2 is stored")
         size = LOG_OVERHEAD + batch_length
@@ -134,7 +132,7 @@ def decode_records(data: bytes | memoryview, batch: Batch) -> list[Record]:
     view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
     payload = view[batch.position + BATCH_HEADER_SIZE : batch.position + batch.size]
     try:
-        buf = bytes(_decompress(batch.codec, payload) if batch.codec else payload)
+        buf = bytes(decompress(batch.codec, payload) if batch.codec else payload)
     except Exception as e:  # cramjam's DecompressionError, wal.batch.InvalidRecords
         raise CorruptBatch(batch.index, batch.position, batch.base_offset, f"{batch.codec_name} payload does not decompress: {e}") from e
     log_append = batch.max_timestamp if batch.attributes & _LOG_APPEND_TIME else None

@@ -34,8 +34,8 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
 
 # The whole fixed header in one unpack: baseOffset, batchLength, partitionLeaderEpoch, magic, crc,
 # attributes, lastOffsetDelta, baseTimestamp, maxTimestamp, producerId, producerEpoch,
-# baseSequence, recordCount.
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+# baseSequence, recordCount. Readers of batches elsewhere (the compactor) use it too.
+BATCH_HEADER = struct.Struct(">qiibIhiqqqhii")
 # The three fields offset injection rewrites; batchLength is written back unchanged so that one
 # pack_into per batch suffices.
 _PREFIX = struct.Struct(">qii")
@@ -153,7 +153,7 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
             raise InvalidRecords(UNSUPPORTED_FOR_MESSAGE_FORMAT, f"batch {batch_count} has magic {magic}, only 2 is supported")
         if remaining < BATCH_HEADER_SIZE:
             raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} truncated at {remaining} bytes")
-        fields = _HEADER.unpack_from(view, pos)
+        fields = BATCH_HEADER.unpack_from(view, pos)
         batch_length = fields[1]
         if batch_length < _MIN_BATCH_LENGTH:
             raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} has batchLength {batch_length}")
@@ -207,7 +207,7 @@ def _check_records(data, pos: int, size: int, codec: int, count: int, keyed: boo
     end = pos + size
     try:
         if codec:
-            data = _decompress(codec, memoryview(data)[start:end])
+            data = decompress(codec, memoryview(data)[start:end])
             # cramjam's Buffer indexes slowly; bytes is the fastest thing to walk
             data = data if type(data) is bytes else bytes(data)
             start, end = 0, len(data)
@@ -339,7 +339,7 @@ def iter_headers(data: bytes | memoryview) -> Iterator[BatchHeader]:
             raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} truncated")
         (base_offset, batch_length, _epoch, _magic, _crc, attributes, last_offset_delta,
          base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
-         record_count) = _HEADER.unpack_from(view, pos)
+         record_count) = BATCH_HEADER.unpack_from(view, pos)
         size = LOG_OVERHEAD + batch_length
         # A length below the header would loop forever or overlap the next batch.
         if batch_length < _MIN_BATCH_LENGTH or pos + size > total:
@@ -403,7 +403,7 @@ def _first_record_at(view: memoryview, header: BatchHeader, base: int, target: i
     # With LogAppendTime every record's timestamp is the batch's maxTimestamp, whatever it carries.
     log_append = header.attributes & _LOG_APPEND_TIME
     try:
-        records = _decompress(codec, payload) if codec else payload
+        records = decompress(codec, payload) if codec else payload
         end = len(records)
         pos = 0
         for _ in range(header.record_count):
@@ -425,7 +425,9 @@ def _first_record_at(view: memoryview, header: BatchHeader, base: int, target: i
     return None
 
 
-def _decompress(codec: int, payload: memoryview):
+def decompress(codec: int, payload: memoryview):
+    """A compressed batch's records section, decompressed (codec: attributes & 0x7; 1 gzip, 2 snappy
+    plain or xerial-framed as the Java client writes it, 3 lz4 frame, 4 zstd)."""
     if codec == 1:
         return cramjam.gzip.decompress(payload)
     if codec == 2:
