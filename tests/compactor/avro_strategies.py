@@ -58,8 +58,11 @@ def _millis(dt: datetime.datetime) -> datetime.datetime:
 
 
 def _decimal(precision: int, scale: int):
+    """Decimals that fit (precision, scale). Scaled exactly: the default context's 28 digits would
+    round 38 nines up to a 39-digit unscaled value that the column cannot hold."""
     bound = 10**precision - 1
-    return st.integers(-bound, bound).map(lambda u: decimal.Decimal(u).scaleb(-scale))
+    exact = decimal.Context(prec=precision)
+    return st.integers(-bound, bound).map(lambda u: decimal.Decimal(u).scaleb(-scale, exact))
 
 
 _DATETIMES = st.datetimes(min_value=datetime.datetime(1900, 1, 1), max_value=datetime.datetime(2200, 1, 1))
