@@ -110,6 +110,9 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         self._load(*rows)
 
     async def close(self) -> None:
+        for holders in list(self._campaigns.values()):
+            for leadership in list(holders):
+                await leadership.resign()
         if self._executor is None:
             return
         async with self._lock:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import math
+import time
 import uuid
-from collections.abc import Collection, Container, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Container, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, TopicInfo
@@ -128,10 +130,55 @@ class CommitNotifier:
                         del self._waiters[topic_id]
 
 
+class Leadership:
+    """A holder's claim on a named leadership (`MetadataStore.campaign`): of every holder
+    campaigning for one name, through the stores on one storage, at most one leads at a time. The
+    store campaigns in the background until `resign` (or its close): it takes the lead when no one
+    holds it, keeps it alive, and campaigns again after losing it. A holder that finds itself not
+    leading stops what only the leader does; `is_leader` turns False, on the holder's own clock,
+    before any other holder can take the lead (the etcd store's lease is held at least as long)."""
+
+    def __init__(self, name: str, holder: str) -> None:
+        self.name, self.holder = name, holder
+        self._until = 0.0  # time.monotonic() until which the lead is assured
+        self._leading = asyncio.Event()
+        self.resigned = False
+        self._resign: Callable[[], Awaitable[None]] | None = None  # the store's part of stepping down
+
+    def is_leader(self) -> bool:
+        return time.monotonic() < self._until
+
+    async def wait_leading(self, timeout: float) -> bool:
+        """True once this holder leads, False if it does not within `timeout` seconds."""
+        try:
+            await asyncio.wait_for(self._leading.wait(), timeout)
+        except TimeoutError:
+            return False
+        return self.is_leader()
+
+    async def resign(self) -> None:
+        """Step down (another holder may take the lead at once) and stop campaigning."""
+        if self.resigned:
+            return
+        self.resigned = True
+        self._lose()
+        if self._resign is not None:
+            await self._resign()
+
+    def _lead(self, until: float = math.inf) -> None:
+        self._until = until
+        self._leading.set()
+
+    def _lose(self) -> None:
+        self._until = 0.0
+        self._leading.clear()
+
+
 class MetadataStore(abc.ABC):
     def __init__(self) -> None:
         self.notifier = CommitNotifier()
         self._brokers: dict[int, BrokerRegistration] = {}
+        self._campaigns: dict[str, list[Leadership]] = {}  # by name, the first leads (`campaign`, one process)
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect / load state. Called once before use."""
@@ -320,6 +367,31 @@ class MetadataStore(abc.ABC):
     def live_brokers(self) -> list[BrokerRegistration]:
         """The live brokers, by node id."""
         return [self._brokers[k] for k in sorted(self._brokers)]
+
+    # -- leaders ------------------------------------------------------------------------------
+    # Work one node does for the cluster (the WAL sweeper) is done by the holder of a named
+    # leadership. Holders are free-form names (a node id and address), for logs and inspection.
+
+    async def campaign(self, name: str, holder: str) -> Leadership:
+        """Campaign for the leadership `name` as `holder`, in the background, until the returned
+        Leadership resigns or the store closes. The embedded store has one process: the first
+        holder of a name leads at once, the next when it resigns. The etcd store holds the lead on
+        a lease (`lease_ttl_s`) under `leaders/<name>`: a holder that dies loses it when the lease
+        expires, and one that resigns or closes revokes it."""
+        leadership = Leadership(name, holder)
+        holders = self._campaigns.setdefault(name, [])
+        holders.append(leadership)
+        if len(holders) == 1:
+            leadership._lead()
+
+        async def resign() -> None:
+            was_first = holders[0] is leadership
+            holders.remove(leadership)
+            if was_first and holders:
+                holders[0]._lead()
+
+        leadership._resign = resign
+        return leadership
 
 
 def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 5, compact_interval_s: int = 300, producer_expiry_ms: int = PRODUCER_EXPIRY_MS) -> MetadataStore:

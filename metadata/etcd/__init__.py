@@ -21,6 +21,7 @@ Key layout (all under `/<root>/`, root "neve" by default; values are compact JSO
     producer-epochs/<producer id>             current epoch, on the expiring lease
     swept/<object key>                        the orphan sweeper's fence on an object, on the expiring lease
     brokers/<node id>                         {"host", "port", "zone"}, attached to the broker's lease
+    leaders/<name, url-quoted>                a named leadership's holder, on the holder's own lease (`campaign`)
     groups/<group, url-quoted>                the group coordinator's state (opaque to this store)
     offsets/<group, url-quoted>/<topic id hex>/<partition:06d>
                                               [offset, leader epoch, metadata, commit timestamp]
@@ -60,7 +61,7 @@ The package, one module a part: `keys.py` the key layout above, the values' code
 limits; `follower.py` the view (load, watch, apply); `commits.py` the commit transactions, fences
 and log start advances; `index.py` the range replace and the removal of superseded wal-index
 records; `topics.py` topic transactions; `leases.py` broker registration, producer
-ids and epochs, history compaction; `groups.py` consumer groups; `schemas.py` the schema registry's items; `store.py` the entry point,
+ids and epochs, history compaction; `leaders.py` named leaderships (one holder at a time); `groups.py` consumer groups; `schemas.py` the schema registry's items; `store.py` the entry point,
 `EtcdMetadataStore`, one class mixing those parts. The Kafka rules it shares with the embedded
 store are in `metadata/rules.py`.
 """

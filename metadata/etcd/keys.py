@@ -74,6 +74,10 @@ class _Keys:
         """The orphan sweeper's fence on one object: while it exists, no commit naming it lands."""
         return f"/{self.root}/swept/{object_key}".encode()
 
+    def leader(self, name: str) -> bytes:
+        """A named leadership's key: its holder, on the holder's lease (`leaders.py`)."""
+        return f"/{self.root}/leaders/{quote(name, safe='')}".encode()
+
     def producer_epoch(self, producer_id: int) -> bytes:
         return f"/{self.root}/producer-epochs/{producer_id}".encode()
 

@@ -16,6 +16,7 @@ from .follower import _Follower, _PartitionState
 from .groups import _Groups
 from .index import _Index
 from .keys import _Keys
+from .leaders import _Leaders
 from .leases import _Leases
 from .schemas import _Schemas
 from .topics import _Topics
@@ -35,9 +36,9 @@ class EtcdSettings:
     commit_attempts: int = 64
 
 
-class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Groups, _Schemas, IndexReads, MetadataStore):
+class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Leaders, _Groups, _Schemas, IndexReads, MetadataStore):
     """The store, one class: each part of it is a mixin of its own module (follower, commits,
-    topics, leases, groups, schemas); the state they share is made here."""
+    topics, leases, leaders, groups, schemas); the state they share is made here."""
 
     def __init__(self, host: str, port: int, root: str = "neve", settings: EtcdSettings | None = None) -> None:
         super().__init__()

@@ -1,0 +1,99 @@
+"""Named leaderships (`MetadataStore.campaign`): one holder leads a name at a time; when it resigns,
+its store closes or (etcd) its lease expires, another takes the lead."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import uuid
+from pathlib import Path
+
+from metadata.store import MetadataStore, load_metadata_store
+
+ROOT = Path(__file__).resolve().parents[2]
+LEAD_BOUND_S = 60.0  # generous: a lead changes hands within a lease TTL and a campaign round
+
+
+async def test_one_holder_leads_until_it_resigns(store: MetadataStore):
+    first = await store.campaign("wal-sweeper", "node-1")
+    assert await first.wait_leading(LEAD_BOUND_S)
+    second = await store.campaign("wal-sweeper", "node-2")
+    other = await store.campaign("another-job", "node-2")  # names are independent
+    assert await other.wait_leading(LEAD_BOUND_S)
+    assert first.is_leader() and not second.is_leader()
+    await first.resign()
+    assert not first.is_leader()
+    assert await second.wait_leading(LEAD_BOUND_S)
+    assert not first.is_leader()
+
+
+async def _etcd_stores(etcd_server, n: int) -> list[MetadataStore]:
+    url = f"{etcd_server.url}/leaders-{uuid.uuid4().hex[:8]}"
+    stores = [load_metadata_store(url, lease_ttl_s=2) for _ in range(n)]
+    for s in stores:
+        await s.start()
+    return stores
+
+
+async def test_etcd_the_other_store_leads_once_the_leaders_store_closes(etcd_server):
+    a, b = await _etcd_stores(etcd_server, 2)
+    try:
+        lead_a = await a.campaign("wal-sweeper", "a")
+        assert await lead_a.wait_leading(LEAD_BOUND_S)
+        lead_b = await b.campaign("wal-sweeper", "b")
+        # b has campaigned a few rounds (a third of the 2 s TTL each) while a held the key
+        assert not await lead_b.wait_leading(3.0)
+        assert lead_a.is_leader()
+        await a.close()  # revokes a's lease: its key goes at once
+        assert not lead_a.is_leader()
+        assert await lead_b.wait_leading(LEAD_BOUND_S)
+    finally:
+        await a.close()
+        await b.close()
+
+
+HOLDER_PROCESS = """
+import asyncio, sys
+from metadata.store import load_metadata_store
+
+async def main():
+    store = load_metadata_store(sys.argv[1], lease_ttl_s=2)
+    await store.start()
+    leadership = await store.campaign("wal-sweeper", "a")
+    print("leading" if await leadership.wait_leading(60) else "not leading", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_etcd_a_dead_holders_lead_passes_when_its_lease_expires(etcd_server):
+    url = f"{etcd_server.url}/leaders-{uuid.uuid4().hex[:8]}"
+    holder = await asyncio.create_subprocess_exec(sys.executable, "-c", HOLDER_PROCESS, url, stdout=asyncio.subprocess.PIPE, cwd=ROOT)
+    b = load_metadata_store(url, lease_ttl_s=2)
+    await b.start()
+    try:
+        assert await asyncio.wait_for(holder.stdout.readline(), LEAD_BOUND_S) == b"leading\n"
+        lead_b = await b.campaign("wal-sweeper", "b")
+        assert not await lead_b.wait_leading(3.0)  # a few rounds of b's while a's process holds the key
+        holder.kill()  # dies without revoking its lease
+        await holder.wait()
+        assert await lead_b.wait_leading(LEAD_BOUND_S)
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+            await holder.wait()
+        await b.close()
+
+
+async def test_etcd_a_holder_that_resigns_can_campaign_again(etcd_server):
+    (a,) = await _etcd_stores(etcd_server, 1)
+    try:
+        first = await a.campaign("wal-sweeper", "a")
+        assert await first.wait_leading(LEAD_BOUND_S)
+        again = await a.campaign("wal-sweeper", "a")  # same holder, a new claim: waits its turn
+        await first.resign()
+        assert await again.wait_leading(LEAD_BOUND_S)
+        assert not first.is_leader()
+    finally:
+        await a.close()
