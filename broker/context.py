@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from cache.reader import ObjectReader
     from metadata.store import MetadataStore
+    from table.serve import CompactedReader
     from wal.writer import WalWriter
 
     from .config import BrokerSettings
@@ -24,6 +25,9 @@ class Services:
     wal: WalWriter
     reader: ObjectReader
     cluster_id: str = "neve"
+    # Serves PARQUET index entries from the table's files; None where the table extra is not
+    # installed (compacted entries are then read from the WAL ranges their manifests name).
+    compacted: CompactedReader | None = None
     coordinator: GroupCoordinator = field(default=None)  # type: ignore[assignment]  # built in __post_init__
 
     def __post_init__(self) -> None:

@@ -119,6 +119,11 @@ class S3ObjectStore(ObjectStore):
 
         return await self._call(f"get {full}", fetch)
 
+    async def size(self, key: str) -> int:
+        full = self.prefix + key
+        meta = await self._call(f"head {full}", lambda: self._obstore.head_async(self._store, full))
+        return int(meta["size"])
+
     async def delete(self, key: str) -> None:
         full = self.prefix + key
         try:

@@ -61,6 +61,14 @@ class ObjectStore(abc.ABC):
     def list(self, prefix: str = "") -> AsyncIterator[ObjectInfo]:
         """Objects whose key starts with `prefix`, in key order."""
 
+    async def size(self, key: str) -> int:
+        """The object's size in bytes; raises ObjectNotFound. (A listing of the key's prefix here;
+        backends with a cheaper request override it.)"""
+        async for info in self.list(key):
+            if info.key == key:
+                return info.size
+        raise ObjectNotFound(key)
+
     async def probe(self) -> None:  # noqa: B027 - optional hook
         """Check at start-up that the store can be used; raises ObjectStoreError saying why.
         Local stores have nothing to check."""
@@ -185,6 +193,12 @@ class FileObjectStore(ObjectStore):
         _fsync_directory(directory)
         if exists:
             raise ObjectExists(key)
+
+    async def size(self, key: str) -> int:
+        try:
+            return (await self._run(os.stat, self._path(key))).st_size
+        except FileNotFoundError:
+            raise ObjectNotFound(key) from None
 
     def _get_sync(self, key: str, start: int, end: int | None) -> bytes:
         try:

@@ -45,6 +45,7 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from metadata.model import ObjectType
 from metadata.store import MetadataUnavailable
 from wal.batch import inject_offsets, iter_headers
 from wal.store import ObjectStoreError
@@ -62,12 +63,17 @@ ENTRIES_PER_PARTITION = 32  # index entries looked up per partition and fetch
 log = logging.getLogger("neve.broker.fetch")
 
 
-async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool, prefetched=None) -> tuple[bytearray | None, bool]:
+async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool, prefetched=None, source=None) -> tuple[bytes | bytearray | None, bool]:
     """Stored batches of one index entry from the batch holding `fetch_offset`, within
     `byte_budget` bytes (at least one batch when `first`), with offsets injected; and whether the
     entry was read to its end (if not, nothing after it may be added, or offsets would skip).
-    `prefetched` holds entries' bytes already read, by (object key, start, size). Raises
-    ObjectStoreError when the object store fails the read."""
+    `prefetched` holds entries' bytes already read, by (object key, start, size). `source` is the
+    (topic info, partition) the entry is of: a compacted entry's batches are rebuilt from the
+    table's rows (table/serve.py). Raises ObjectStoreError when the object store fails the read."""
+    if entry.object_type == ObjectType.PARQUET and services.compacted is not None and source is not None:
+        info, partition = source
+        compression = info.configs.get("compression.type", "producer")
+        return await services.compacted.read(info.topic_id, partition, entry, fetch_offset, byte_budget, first, compression)
     data = prefetched.get((entry.object_key, entry.start, entry.size)) if prefetched else None
     if data is None:
         data = await services.reader.read(entry.object_key, entry.start, entry.size)
@@ -123,7 +129,7 @@ async def fetch(ctx, request):
             resolved.append((topic, info, store.topic_views(info.topic_id) if info is not None else ()))
         # Every range the loop below will read, read at once: concurrently, and one GET for the
         # close ranges of one object (many partitions' slices of one WAL object).
-        planned, ranges = _plan_reads(resolved, max_bytes)
+        planned, ranges = _plan_reads(resolved, max_bytes, compacted=s.compacted)
         if not planned and watched and request.min_bytes > 0:
             # Nothing to read yet: sleep before building an answer (10,000 partitions of a
             # tailing consumer take milliseconds to answer, and this one would be thrown away).
@@ -168,7 +174,7 @@ async def fetch(ctx, request):
                                 # Beyond the plan (it counts whole entries, so it may stop short of
                                 # the byte budget), or readable only since it was made: plan and
                                 # read the rest of the request the same way, not entry by entry.
-                                more, more_ranges = _plan_reads(resolved, max_bytes - total, start=(ti, pi))
+                                more, more_ranges = _plan_reads(resolved, max_bytes - total, start=(ti, pi), compacted=s.compacted)
                                 planned.update(more)
                                 if more_ranges:
                                     prefetched.update(await s.reader.read_many(more_ranges, unread))
@@ -176,7 +182,7 @@ async def fetch(ctx, request):
                                 if entries is None:
                                     entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
                             budget = min(p.partition_max_bytes, max_bytes - total)
-                            records, cut, failed = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched, unread)
+                            records, cut, failed = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched, unread, (info, index))
                             if failed is not None:
                                 failures.append((info.name, index, fetch_offset, *failed))
                                 if records is None:
@@ -202,7 +208,7 @@ async def fetch(ctx, request):
         await store.wait_for_commit_in(watched, remaining)
 
 
-def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0)):
+def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compacted=None):
     """For each readable partition of the fetch from `start` (topic and partition position in the
     request) on, the index entries from its fetch offset; and the (object key, start, size) of
     those the fetch loop will read, in its order and within its byte budgets. Whole entries are
@@ -233,13 +239,14 @@ def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0)):
             for entry in entries:
                 if used and used >= budget:
                     break
-                ranges.append((entry.object_key, entry.start, entry.size))
+                if entry.object_type != ObjectType.PARQUET or compacted is None:  # rebuilt from rows, not read as bytes
+                    ranges.append((entry.object_key, entry.start, entry.size))
                 used += entry.size
             total += used
     return planned, ranges
 
 
-async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched, unread) -> tuple[bytes | bytearray | None, bool, tuple | None]:
+async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched, unread, source) -> tuple[bytes | bytearray | None, bool, tuple | None]:
     """The partition's records from `fetch_offset` within `budget` bytes, whether the budget
     cut them short (more of the entries were there to read), and the (object key, error) of an
     object-store read that failed (the records are then those read before it). `unread` holds
@@ -254,7 +261,7 @@ async def _partition_records(s, entries, fetch_offset: int, budget: int, first: 
         error = unread.get((entry.object_key, entry.start, entry.size))
         if error is None:
             try:
-                piece, complete = await read_range(s, entry, fetch_offset, budget - used, first and not pieces, prefetched)
+                piece, complete = await read_range(s, entry, fetch_offset, budget - used, first and not pieces, prefetched, source)
             except ObjectStoreError as e:
                 error = e
         if error is not None:

@@ -22,6 +22,7 @@ import logging
 
 from kio.schema.errors import ErrorCode
 
+from metadata.model import ObjectType
 from wal.batch import InvalidRecords, offset_for_timestamp
 from wal.store import ObjectStoreError
 
@@ -42,8 +43,7 @@ async def _by_timestamp(s, topic_id, partition, timestamp) -> tuple[int, int]:
     if entry is not None and entry.last_offset < log_start:
         entry = _first_reaching(store, topic_id, partition, log_start, timestamp)  # only what the Kafka view shows
     while entry is not None:
-        data = await s.reader.read(entry.object_key, entry.start, entry.size)
-        found = offset_for_timestamp(data, entry.base_offset, timestamp)
+        found = await _in_entry(s, topic_id, partition, entry, timestamp)
         if found is not None:
             # A record hidden by a log start inside its batch (DeleteRecords mid-batch) answers the
             # log start: the first offset a consumer can read there.
@@ -76,9 +76,16 @@ async def _max_timestamp(s, topic_id, partition) -> tuple[int, int]:
         offset = batch[-1].last_offset + 1
     if best is None:
         return -1, -1
-    data = await s.reader.read(best.object_key, best.start, best.size)
-    found = offset_for_timestamp(data, best.base_offset, best.max_timestamp)
+    found = await _in_entry(s, topic_id, partition, best, best.max_timestamp)
     return found if found is not None else (-1, -1)
+
+
+async def _in_entry(s, topic_id, partition: int, entry, timestamp: int) -> tuple[int, int] | None:
+    """(offset, timestamp) of the entry's first record at or after `timestamp`, or None."""
+    if entry.object_type == ObjectType.PARQUET and s.compacted is not None:
+        return await s.compacted.offset_for_timestamp(topic_id, partition, entry, timestamp)
+    data = await s.reader.read(entry.object_key, entry.start, entry.size)
+    return offset_for_timestamp(data, entry.base_offset, timestamp)
 
 
 @handles(2, "ListOffsets", 1, 9)

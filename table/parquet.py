@@ -1,0 +1,203 @@
+"""Reads one Kafka partition's rows from a table's Parquet data file, a few row groups at a time.
+
+A file's footer is read once (one ranged GET of its tail) and kept; it says, per row group, which
+Kafka partitions and offsets the row group holds (the kafka.partition and kafka.offset column
+statistics), so a read fetches only the row groups that can hold the offsets asked for, and of
+them only the column chunks asked for: their byte ranges are read together (close ranges of a file
+in one GET, cache/reader.py), and pyarrow decodes them off the event loop from those bytes alone.
+Any engine's files are read this way, sorted or not: rows are selected by their kafka columns, not
+by position."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import struct
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from wal.store import ObjectStoreError
+
+from .files import TableFiles
+
+FOOTERS_KEPT = 4096
+TAIL_GUESS = 64 * 1024  # most footers fit; a larger one costs a second GET
+PARTITION, OFFSET = "kafka.partition", "kafka.offset"
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    index: int
+    partitions: tuple[int, int] | None  # min, max; None without statistics
+    offsets: tuple[int, int] | None
+
+    def may_hold(self, partition: int, lo: int, hi: int) -> bool:
+        if self.partitions is not None and not self.partitions[0] <= partition <= self.partitions[1]:
+            return False
+        return self.offsets is None or (self.offsets[0] <= hi and self.offsets[1] >= lo)
+
+
+@dataclass(frozen=True, slots=True)
+class Footer:
+    path: str
+    size: int
+    metadata: pq.FileMetaData
+    tail_start: int
+    tail: bytes
+    row_groups: tuple[RowGroup, ...]
+
+    def chunk_ranges(self, row_group: int, columns: Sequence[str]) -> list[tuple[int, int]]:
+        """(start, size) of the column chunks of `row_group` under the top-level `columns`."""
+        rg = self.metadata.row_group(row_group)
+        out = []
+        for i in range(rg.num_columns):
+            col = rg.column(i)
+            if col.path_in_schema.split(".", 1)[0] not in columns:
+                continue
+            start = col.data_page_offset
+            if col.dictionary_page_offset is not None and 0 < col.dictionary_page_offset < start:
+                start = col.dictionary_page_offset
+            out.append((start, col.total_compressed_size))
+        return out
+
+
+class ParquetRows:
+    def __init__(self, files: TableFiles) -> None:
+        self.files = files
+        self._footers: OrderedDict[str, Footer] = OrderedDict()
+        self._inflight: dict[str, asyncio.Future] = {}
+
+    async def footer(self, path: str) -> Footer:
+        found = self._footers.get(path)
+        if found is not None:
+            self._footers.move_to_end(path)
+            return found
+        pending = self._inflight.get(path)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut = asyncio.get_running_loop().create_future()
+        self._inflight[path] = fut
+        try:
+            found = await self._read_footer(path)
+            fut.set_result(found)
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()
+            raise
+        finally:
+            del self._inflight[path]
+        self._footers[path] = found
+        if len(self._footers) > FOOTERS_KEPT:
+            self._footers.popitem(last=False)
+        return found
+
+    async def _read_footer(self, path: str) -> Footer:
+        reader, key = self.files.locate(path)
+        size = await self.files.size(path)
+        start = max(0, size - TAIL_GUESS)
+        tail = bytes(await reader.read(key, start, size - start))
+        if len(tail) < 12 or tail[-4:] != b"PAR1":
+            raise ObjectStoreError(f"{path} is not a Parquet file")
+        (length,) = struct.unpack("<I", tail[-8:-4])
+        if length + 8 > len(tail):
+            start = max(0, size - length - 8)
+            tail = bytes(await reader.read(key, start, size - start))
+        return await asyncio.to_thread(_parse_footer, path, size, start, tail)
+
+    async def read(self, path: str, partition: int, lo: int, hi: int, columns: Sequence[str]) -> pa.Table | None:
+        """Every row of `partition` in `path` with an offset in [lo, hi], in offset order: the kafka
+        struct and `columns` (those the file has), from the row groups that may hold such rows.
+        None when no row group may."""
+        footer = await self.footer(path)
+        groups = [g.index for g in footer.row_groups if g.may_hold(partition, lo, hi)]
+        if not groups:
+            return None
+        wanted = ["kafka", *[c for c in columns if c != "kafka"]]
+        ranges = [r for g in groups for r in footer.chunk_ranges(g, wanted)]
+        reader, key = self.files.locate(path)
+        got = await reader.read_many([(key, s, n) for s, n in ranges])
+        pieces = {s: got[(key, s, n)] for s, n in ranges if (key, s, n) in got}
+        for s, n in ranges:
+            if s not in pieces:  # its merged GET failed: read it alone (raises if that fails too)
+                pieces[s] = await reader.read(key, s, n)
+        return await asyncio.to_thread(_decode, footer, pieces, groups, wanted, partition, lo, hi)
+
+
+def _parse_footer(path: str, size: int, tail_start: int, tail: bytes) -> Footer:
+    metadata = pq.read_metadata(io.BytesIO(b"PAR1" + tail))
+    names = {metadata.row_group(0).column(i).path_in_schema: i for i in range(metadata.num_columns)} if metadata.num_row_groups else {}
+    groups = []
+    for index in range(metadata.num_row_groups):
+        rg = metadata.row_group(index)
+        groups.append(RowGroup(index, _bounds(rg, names.get(PARTITION)), _bounds(rg, names.get(OFFSET))))
+    return Footer(path, size, metadata, tail_start, tail, tuple(groups))
+
+
+def _bounds(rg, column: int | None) -> tuple[int, int] | None:
+    if column is None:
+        return None
+    stats = rg.column(column).statistics
+    if stats is None or not stats.has_min_max:
+        return None
+    return int(stats.min), int(stats.max)
+
+
+class _Sparse(io.RawIOBase):
+    """The bytes of a file pyarrow will read (the footer and the chunks fetched), at their places."""
+
+    def __init__(self, size: int, pieces: dict[int, bytes | memoryview]) -> None:
+        self._size = size
+        self._starts = sorted(pieces)
+        self._pieces = pieces
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        self._pos = pos if whence == 0 else self._pos + pos if whence == 1 else self._size + pos
+        return self._pos
+
+    def size(self) -> int:
+        return self._size
+
+    def read(self, n: int = -1) -> bytes:
+        end = self._size if n < 0 else min(self._size, self._pos + n)
+        for start in reversed(self._starts):
+            if start <= self._pos:
+                piece = self._pieces[start]
+                if self._pos + (end - self._pos) <= start + len(piece):
+                    out = bytes(piece[self._pos - start : end - start])
+                    self._pos = end
+                    return out
+                break
+        raise OSError(f"bytes {self._pos}-{end} of a Parquet file were not fetched")
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+
+def _decode(footer: Footer, pieces: dict[int, bytes | memoryview], groups: list[int], columns: list[str], partition: int, lo: int, hi: int) -> pa.Table:
+    pieces = dict(pieces)
+    pieces[footer.tail_start] = footer.tail
+    parquet = pq.ParquetFile(_Sparse(footer.size, pieces), metadata=footer.metadata)
+    present = [c for c in columns if c in parquet.schema_arrow.names]
+    table = parquet.read_row_groups(groups, columns=present, use_threads=False)
+    kafka = table.column("kafka")
+    offsets = pc.struct_field(kafka, "offset")
+    mask = pc.and_(pc.equal(pc.struct_field(kafka, "partition"), partition), pc.and_(pc.greater_equal(offsets, lo), pc.less_equal(offsets, hi)))
+    rows = table.filter(mask)
+    return rows.take(pc.sort_indices(pc.struct_field(rows.column("kafka"), "offset")))

@@ -1,0 +1,305 @@
+"""Compacted offsets served as Kafka record batches, rebuilt from the table's rows.
+
+A PARQUET index entry names a cycle manifest (wal/manifest.py), whose slices name the data files
+that hold the partition's rows. A read from an offset takes, across those files, the rows from
+the batch holding that offset up to the end of the first row group (the smallest window any file
+can be read in), groups them by their original batch (kafka.batch_base_offset) and rebuilds each
+batch: its base offset, producer id, epoch and base sequence, timestamp type and timestamps,
+control and transactional flags, every record's key, headers and value bytes (value_raw where the
+table kept it; otherwise the Avro value re-encoded with its writer schema behind the Confluent
+header, which the compactor's byte-exact rule made identical to what was produced), compressed
+with the topic's compression.type (`producer`: the original batch's codec), CRC computed.
+
+The batches rebuilt from one window are kept (a byte-bounded LRU, one run of batches per partition
+and codec), so a consumer reading on, and every other consumer of the same range, is served
+without reading or decoding the rows again. Decoding and encoding run off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from bisect import bisect_left
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from cache.reader import ObjectReader
+from wal.batch_builder import build_batch, codec_for
+from wal.manifest import CycleManifest, PartitionCompaction
+from wal.store import ObjectStoreError
+
+from .avro_values import ValueEncoder
+from .parquet import ParquetRows
+
+log = logging.getLogger("neve.table.serve")
+
+ROW_COLUMNS = ("headers", "key_raw", "value_raw", "value_schema_id", "value")
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")  # kafka.batch_compression's values
+DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(slots=True)
+class Run:
+    """Rebuilt batches of one partition covering offsets [lo, hi] (rows deleted from the table
+    leave gaps: no batch holds them)."""
+
+    lo: int
+    hi: int
+    lasts: list[int]  # each batch's last offset held, ascending
+    batches: list[bytes]
+    size: int
+
+
+Schemas = Callable[[int], Any]  # schema id -> awaitable registry Schema (or None)
+
+
+class CompactedReader:
+    def __init__(self, manifests: ObjectReader, rows: ParquetRows, schema_of: Schemas, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self._manifests = manifests
+        self.rows = rows
+        self._schema_of = schema_of
+        self._encoders: dict[int, ValueEncoder | None] = {}
+        self._runs: OrderedDict[tuple, Run] = OrderedDict()
+        self._cache_bytes = cache_bytes
+        self._cached = 0
+        self._loading: dict[tuple, asyncio.Future] = {}
+
+    async def read(self, topic_id, partition: int, entry, fetch_offset: int, budget: int, first: bool, compression: str = "producer") -> tuple[bytes | None, bool]:
+        """Batches of `entry` (a PARQUET index entry of the partition) from the one holding
+        `fetch_offset`, within `budget` bytes (at least one batch when `first`); and whether the
+        entry was read to its end. Raises ObjectStoreError when the files cannot be read."""
+        pieces: list[bytes] = []
+        used = 0
+        offset = max(fetch_offset, entry.base_offset)
+        while offset <= entry.last_offset:
+            run = await self._run(topic_id, partition, entry, offset, compression)
+            if run is None:
+                break
+            i = bisect_left(run.lasts, offset)
+            while i < len(run.batches):
+                batch = run.batches[i]
+                if used + len(batch) > budget and (pieces or not first):
+                    return _joined(pieces), False
+                pieces.append(batch)
+                used += len(batch)
+                i += 1
+            offset = run.hi + 1
+        return _joined(pieces), True
+
+    async def offset_for_timestamp(self, topic_id, partition: int, entry, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record of `entry` at or after `timestamp` (ms), in
+        offset order; None if it has none."""
+        offset = entry.base_offset
+        while offset <= entry.last_offset:
+            window = await self._window(partition, entry, offset, ())
+            if window is None:
+                return None
+            rows, hi, _ = window
+            kafka = rows.column("kafka")
+            ts = pc.divide(pc.struct_field(kafka, "timestamp").cast(pa.int64()), 1000)
+            hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp))
+            if len(hits):
+                i = hits[0].as_py()
+                return pc.struct_field(kafka, "offset")[i].as_py(), ts[i].as_py()
+            offset = hi + 1
+        return None
+
+    async def _run(self, topic_id, partition: int, entry, offset: int, compression: str) -> Run | None:
+        key = (topic_id, partition, compression)
+        run = self._runs.get(key)
+        if run is not None and run.lo <= offset <= run.hi:
+            self._runs.move_to_end(key)
+            return run
+        slot = (*key, entry.object_key, offset)
+        pending = self._loading.get(slot)
+        if pending is not None:  # another consumer is rebuilding the same batches: share them
+            return await asyncio.shield(pending)
+        fut = asyncio.get_running_loop().create_future()
+        self._loading[slot] = fut
+        try:
+            run = await self._load(partition, entry, offset, compression)
+            fut.set_result(run)
+        except BaseException as e:
+            fut.set_exception(e)
+            fut.exception()
+            raise
+        finally:
+            del self._loading[slot]
+        if run is not None:
+            old = self._runs.pop(key, None)
+            if old is not None:
+                self._cached -= old.size
+            self._runs[key] = run
+            self._cached += run.size
+            while self._cached > self._cache_bytes and len(self._runs) > 1:
+                _, evicted = self._runs.popitem(last=False)
+                self._cached -= evicted.size
+        return run
+
+    async def _load(self, partition: int, entry, offset: int, compression: str) -> Run | None:
+        window = await self._window(partition, entry, offset, ROW_COLUMNS)
+        if window is None:
+            return None
+        rows, hi, complete = window
+        encoders = await self._encoders_for(rows)
+        try:
+            lasts, batches = await asyncio.to_thread(rebuild_batches, rows, compression, encoders, complete)
+        except (ValueError, TypeError, KeyError, OverflowError, pa.ArrowException) as e:
+            raise ObjectStoreError(f"rows of {entry.object_key} partition {partition} from offset {offset} do not rebuild: {e!r}") from e
+        if not complete and batches:
+            hi = lasts[-1]  # the window's last batch may go on past it: read again from there
+        return Run(offset, hi, lasts, batches, sum(len(b) for b in batches))
+
+    async def _window(self, partition: int, entry, offset: int, columns: Sequence[str]) -> tuple[pa.Table, int, bool] | None:
+        """The partition's rows from the batch holding `offset` to `hi` (the end of the smallest
+        row group that holds rows at `offset` or after, or further if one batch needs it), `hi`,
+        and whether `hi` is the end of the entry (so the last batch read is whole)."""
+        part = await self._partition(entry, partition)
+        end = min(entry.last_offset, part.last_offset)
+        lo = offset
+        slices = [s for s in part.slices if s.last_offset >= lo and s.first_offset <= end]
+        if not slices:
+            return None
+        paths = list(dict.fromkeys(s.path for s in slices))
+        try:
+            footers = await asyncio.gather(*(self.rows.footer(p) for p in paths))
+            hi = _window_end(footers, partition, lo, end)
+            while True:
+                tables = [t for t in await asyncio.gather(*(self.rows.read(p, partition, lo, hi, columns) for p in paths)) if t is not None]
+                if not tables:
+                    return None
+                rows = _concat_sorted(tables)
+                first = rows.column("kafka")[0]["batch_base_offset"].as_py() if len(rows) else lo
+                if first < lo:  # the offset is mid-batch: read the batch from its start
+                    lo = first
+                    continue
+                complete = hi >= end
+                if complete or _batches_in(rows) > 1:
+                    return rows, hi, complete
+                hi = _window_end(footers, partition, hi + 1, end)  # one batch wider than the window
+        except ObjectStoreError:
+            raise
+        except (OSError, ValueError, KeyError, pa.ArrowException) as e:
+            raise ObjectStoreError(f"table files of {entry.object_key} partition {partition}: {e!r}") from e
+
+    async def _partition(self, entry, partition: int) -> PartitionCompaction:
+        manifest: CycleManifest = await self._manifests.manifest(entry.object_key)
+        for part in manifest.partitions:
+            if part.partition == partition:
+                return part
+        raise ObjectStoreError(f"cycle manifest {entry.object_key} holds no partition {partition}")
+
+    async def _encoders_for(self, rows: pa.Table) -> dict[int, ValueEncoder | None]:
+        if "value_schema_id" not in rows.column_names:
+            return {}
+        ids = {i for i in pc.unique(rows.column("value_schema_id")).to_pylist() if i is not None}
+        out = {}
+        for schema_id in ids:
+            if schema_id not in self._encoders:
+                schema = await self._schema_of(schema_id)
+                self._encoders[schema_id] = ValueEncoder(schema_id, schema.text) if schema is not None else None
+            out[schema_id] = self._encoders[schema_id]
+        return out
+
+
+def _window_end(footers, partition: int, lo: int, end: int) -> int:
+    """The smallest last offset of any row group of the files that may hold the partition's rows
+    from `lo` (at least lo, at most end)."""
+    hi = end
+    for footer in footers:
+        for group in footer.row_groups:
+            if group.may_hold(partition, lo, end) and group.offsets is not None:
+                hi = min(hi, max(group.offsets[1], lo))
+    return hi
+
+
+def _concat_sorted(tables: list[pa.Table]) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    rows = pa.concat_tables(tables, promote_options="permissive")
+    return rows.take(pc.sort_indices(pc.struct_field(rows.column("kafka"), "offset")))
+
+
+def _batches_in(rows: pa.Table) -> int:
+    return len(pc.unique(pc.struct_field(rows.column("kafka"), "batch_base_offset")))
+
+
+def rebuild_batches(rows: pa.Table, compression: str, encoders: dict[int, ValueEncoder | None], complete: bool) -> tuple[list[int], list[bytes]]:
+    """(last offsets, batches) of the rows' batches, in offset order; the last batch left out
+    unless `complete` (its rows may go on beyond these)."""
+    kafka = rows.column("kafka").combine_chunks()
+
+    def field(name: str) -> list:
+        return kafka.field(name).to_pylist()
+
+    def micros(name: str) -> list:
+        return kafka.field(name).cast(pa.int64()).to_pylist()
+
+    offsets = field("offset")
+    timestamps = micros("timestamp")
+    bases = field("batch_base_offset")
+    n = len(offsets)
+    headers = rows.column("headers").to_pylist() if "headers" in rows.column_names else [None] * n
+    keys = rows.column("key_raw").to_pylist() if "key_raw" in rows.column_names else [None] * n
+    values = _values(rows, encoders)
+    meta = {name: field(name) for name in ("timestamp_type", "batch_compression", "producer_id", "producer_epoch", "base_sequence", "is_control", "is_transactional")}
+    base_ts, max_ts = micros("batch_base_timestamp"), micros("batch_max_timestamp")
+    lasts: list[int] = []
+    batches: list[bytes] = []
+    start = 0
+    while start < n:
+        base = bases[start]
+        stop = start
+        while stop < n and bases[stop] == base:
+            stop += 1
+        if stop == n and not complete:
+            break
+        records = [(offsets[i] - base, timestamps[i] // 1000, keys[i], values[i], tuple((h["key"], h["value"]) for h in headers[i]) if headers[i] else ()) for i in range(start, stop)]
+        batches.append(
+            build_batch(
+                records,
+                codec=codec_for(compression, CODEC_NAMES.index(meta["batch_compression"][start])),
+                timestamp_type=meta["timestamp_type"][start],
+                base_timestamp=base_ts[start] // 1000,
+                max_timestamp=max_ts[start] // 1000,
+                producer_id=meta["producer_id"][start],
+                producer_epoch=meta["producer_epoch"][start],
+                base_sequence=meta["base_sequence"][start],
+                is_transactional=meta["is_transactional"][start],
+                is_control=meta["is_control"][start],
+                base_offset=base,
+            )
+        )
+        lasts.append(offsets[stop - 1])
+        start = stop
+    return lasts, batches
+
+
+def _values(rows: pa.Table, encoders: dict[int, ValueEncoder | None]) -> list[bytes | None]:
+    """Each row's value bytes: value_raw where kept; the columns re-encoded where the value has a
+    schema id and no raw bytes; None for a tombstone (neither)."""
+    names = rows.column_names
+    raw = rows.column("value_raw").to_pylist() if "value_raw" in names else [None] * len(rows)
+    if "value_schema_id" not in names or "value" not in names:
+        return raw
+    ids = rows.column("value_schema_id").to_pylist()
+    wanted = [i for i, (r, s) in enumerate(zip(raw, ids, strict=True)) if r is None and s is not None]
+    if not wanted:
+        return raw
+    columns = rows.column("value").take(pa.array(wanted, pa.int64())).to_pylist()
+    for i, column in zip(wanted, columns, strict=True):
+        encoder = encoders.get(ids[i])
+        if encoder is None:
+            raise ValueError(f"offset row {i}: schema id {ids[i]} of a value kept as columns is not in the registry")
+        raw[i] = encoder.encode(column)
+    return raw
+
+
+def _joined(pieces: list[bytes]) -> bytes | None:
+    if not pieces:
+        return None
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)
