@@ -19,7 +19,9 @@ from cache.reader import ObjectReader
 from cache.recent import RecentObjects
 from metadata.model import BrokerRegistration
 from metadata.store import MetadataError, MetadataStore, load_metadata_store
+from registry.client import load_lookup
 from registry.config import DEFAULT_PORT as REGISTRY_PORT
+from registry.config import RegistrySettings
 from registry.server import RegistryServer
 from wal.manifest import is_manifest
 from wal.store import ObjectStoreError, load_object_store
@@ -102,6 +104,8 @@ class Node:
         self.dev = dev
         self.on_cycle = on_cycle
         self.registry: RegistryServer | None = None
+        self._table_files = None
+        self._schemas = None
         self.data_dir = os.path.abspath(config.data_dir)
         self.object_store_url = config.wal.object_store or f"file://{os.path.join(self.data_dir, 'objects')}"
         self.metadata_url = config.metadata.url or f"sqlite://{os.path.join(self.data_dir, 'metadata.db')}"
@@ -172,7 +176,8 @@ class Node:
         if port:  # before the Kafka listener: a node that takes connections serves its schemas
             self.registry = await start_registry(c, self.metadata, port, optional)
         settings = replace(broker_settings(c), storage=self.object_store_url.split("?", 1)[0])
-        services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=ObjectReader(self.objects, self.recent, on_get=object_get))
+        reader = ObjectReader(self.objects, self.recent, on_get=object_get)
+        services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=reader, compacted=self._compacted_reader(reader))
         self.services = services
         self.server = KafkaServer(services)
         try:
@@ -198,10 +203,27 @@ class Node:
             self.compactor.start()
         log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
 
+    def _compacted_reader(self, reader: ObjectReader):
+        """What serves compacted offsets from the table's files; None without the table extra
+        (pyarrow), when compacted offsets are read from the WAL their manifests name."""
+        try:
+            from table.files import TableFiles
+            from table.parquet import ParquetRows
+            from table.serve import CompactedReader
+        except ImportError as e:
+            log.warning("compacted_reads_from_wal", extra={"reason": f"{e}: pip install 'neve[table]' to serve them from the table"})
+            return None
+        self._table_files = TableFiles(reader, self.object_store_url)
+        self._schemas = load_lookup(RegistrySettings(url=self.config.registry.url), self.metadata)
+        return CompactedReader(reader, ParquetRows(self._table_files), self._schemas.schema)
+
     async def _referenced_objects(self) -> set[str]:
-        """What the orphan sweeper keeps: objects index entries name, and the WAL objects of the
-        cycle manifests compacted entries name (reads of compacted offsets still go to them)."""
+        """What the sweeper keeps: objects index entries name; and, only where compacted offsets
+        are not served from the table (no table extra), the WAL objects of the cycle manifests
+        compacted entries name, since reads of compacted offsets then go to them."""
         keys = self.metadata.referenced_objects()
+        if self.services.compacted is not None:
+            return keys
         for key in [k for k in keys if is_manifest(k)]:
             keys |= (await self.services.reader.manifest(key)).wal_objects()
         return keys
@@ -224,6 +246,10 @@ class Node:
             await self.wal.close()
             if self.registry is not None:
                 await self.registry.stop()
+            if self._table_files is not None:
+                await self._table_files.close()
+            if self._schemas is not None:
+                await self._schemas.close()
             await self.metadata.close()
             await self.objects.close()
         if self._lock_fd is not None:
@@ -247,7 +273,9 @@ class RegistryNode:
             self._lock_fd = lock_data_dir(self.data_dir)
         m = self.config.metadata
         try:
-            self.metadata = load_metadata_store(self.metadata_url, timeout_ms=m.timeout_ms, lease_ttl_s=m.lease_ttl_s, compact_interval_s=m.compact_interval_s, producer_expiry_ms=m.producer_expiry_ms)
+            self.metadata = load_metadata_store(
+                self.metadata_url, timeout_ms=m.timeout_ms, lease_ttl_s=m.lease_ttl_s, compact_interval_s=m.compact_interval_s, producer_expiry_ms=m.producer_expiry_ms
+            )
             await self.metadata.start()
         except (ValueError, ImportError, MetadataError) as e:
             raise StartupError(f"metadata store {self.metadata_url}: {e}") from None
@@ -265,4 +293,3 @@ class RegistryNode:
             await self.metadata.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
-
