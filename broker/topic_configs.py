@@ -7,8 +7,8 @@ Names and defaults are Kafka's (3.9), so stock tools and frameworks (Kafka Strea
 create topics with configs work unchanged. A config Kafka knows but that has no meaning for a
 diskless, leaderless broker (segments, flushing, replication) is accepted and stored, and its
 documentation says it has no effect. A config whose only honest value is neve's behaviour
-(message.timestamp.type, compression.type) is read-only: that value is accepted, any other is
-INVALID_CONFIG. Unknown names are INVALID_CONFIG, as in Kafka."""
+(message.timestamp.type) is read-only: that value is accepted, any other is INVALID_CONFIG.
+Unknown names are INVALID_CONFIG, as in Kafka."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from metadata.store import MetadataError
+from wal.batch_builder import COMPRESSION_TYPES
 
 from .config import BrokerSettings
 
@@ -118,7 +119,7 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
         _c("cleanup.policy", T.LIST, "delete", "'delete' applies retention.ms and retention.bytes. 'compact' is accepted but keys are not compacted yet (a gap); a policy without 'delete' keeps everything.", broker_synonym="log.cleanup.policy", choices=("compact", "delete")),
         _c(MAX_MESSAGE_BYTES, T.INT, "", "The largest record batch (default: the broker's message.max.bytes); Produce answers MESSAGE_TOO_LARGE for a bigger batch.", broker_synonym="message.max.bytes", minimum=0),
         _c("message.timestamp.type", T.STRING, "CreateTime", "Records keep the producer's CreateTime; LogAppendTime is not supported (a gap).", broker_synonym="log.message.timestamp.type", choices=("CreateTime",), read_only=True),
-        _c("compression.type", T.STRING, "producer", "Batches are stored exactly as produced, with the producer's compression; neve never recompresses.", broker_synonym="compression.type", choices=("producer",), read_only=True),
+        _c("compression.type", T.STRING, "producer", "The codec of batches rebuilt from the topic's Iceberg table (its Parquet files) for a fetch: 'producer' keeps the codec each batch was produced with. Batches still in the WAL are served as produced, with the producer's codec: neve never recompresses on produce.", broker_synonym="compression.type", choices=COMPRESSION_TYPES),
         # neve's own
         _c("neve.iceberg.enabled", T.BOOLEAN, "true", "Whether the compactor maintains an Apache Iceberg table for this topic (every topic is one unless this is false)."),
         _c("neve.iceberg.table", T.STRING, "", "The Iceberg table (namespace.table) of this topic; empty: the topic's name (with . and - made _) in the compactor's namespace."),

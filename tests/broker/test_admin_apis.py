@@ -128,6 +128,25 @@ def test_topic_configs_create_describe_alter(neve_factory):
     assert summary(entries, ["retention.bytes", "cleanup.policy"]) == {"retention.bytes": ("-1", DEFAULT, False, True), "cleanup.policy": ("delete", DEFAULT, False, True)}
 
 
+def test_compression_type_takes_every_kafka_value(neve_node):
+    """librdkafka's admin test 0081 creates a topic with compression.type=lz4; the codec is the
+    one batches rebuilt from the table are served with, so every Kafka value is accepted."""
+    client = admin(neve_node)
+    topic = "compressed-t"
+    client.create_topics([NewTopic(topic, 1, 1, config={"compression.type": "lz4"})], operation_timeout=T)[topic].result(T)
+    assert summary(describe(client, topic), ["compression.type"]) == {"compression.type": ("lz4", TOPIC_SET, False, False)}
+
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[ConfigEntry("compression.type", "zstd", incremental_operation=AlterConfigOpType.SET)])
+    client.incremental_alter_configs([resource])[resource].result(T)
+    assert summary(describe(client, topic), ["compression.type"]) == {"compression.type": ("zstd", TOPIC_SET, False, False)}
+    for value in ("uncompressed", "gzip", "snappy", "producer"):
+        alter_configs(client, ConfigResource(ResourceType.TOPIC, topic, set_config={"compression.type": value}))
+        assert describe(client, topic)["compression.type"].value == value
+    resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=[ConfigEntry("compression.type", None, incremental_operation=AlterConfigOpType.DELETE)])
+    client.incremental_alter_configs([resource])[resource].result(T)
+    assert summary(describe(client, topic), ["compression.type"]) == {"compression.type": ("producer", DEFAULT, False, True)}
+
+
 @pytest.mark.parametrize(
     "name, value, message",
     [
@@ -135,6 +154,7 @@ def test_topic_configs_create_describe_alter(neve_factory):
         ("retention.ms", "-7", "Invalid value -7 for configuration retention.ms: Value must be at least -1"),
         ("cleanup.policy", "shred", "Invalid value shred for configuration cleanup.policy: String must be one of: compact, delete"),
         ("message.timestamp.type", "LogAppendTime", "Invalid value LogAppendTime for configuration message.timestamp.type: String must be one of: CreateTime (the only value neve supports)"),
+        ("compression.type", "bogus", "Invalid value bogus for configuration compression.type: String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
         ("no.such.config", "1", "Unknown topic config name: no.such.config"),
     ],
 )
