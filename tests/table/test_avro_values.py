@@ -8,6 +8,7 @@ import datetime
 import decimal
 import io
 import json
+import struct
 import time
 import uuid
 
@@ -216,6 +217,26 @@ def test_extreme_v1_values_in_promoted_columns_encode_back_in_v1_types():
     (read,) = parquet_rows([row], evolved_table())
     assert read["value"]["note"] is None and read["value"]["lines"][0]["note"] is None  # v2's fields, null in a v1 row
     assert ValueEncoder(1, json.dumps(V1)).encode(read["value"]) == value_bytes
+
+
+def float32(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+@pytest.mark.parametrize("bits", [0x7FC00000, 0xFFC00001, 0x7FC12345, 0x7F800000, 0x00000001])
+def test_nans_infinities_and_subnormals_come_back_bit_for_bit_also_from_promoted_columns(bits):
+    value = {
+        "id": 1, "ratio": float32(bits), "price": decimal.Decimal("0.00"), "ref": uuid.UUID(int=3),
+        "lines": [], "attrs": {"x": float32(bits), "y": float32(bits ^ 0x80000000)},
+    }
+    value_bytes, row = produced(1, V1, value)
+    (read,) = parquet_rows([row], evolved_table())  # ratio and attrs are doubles in this table
+    assert ValueEncoder(1, json.dumps(V1)).encode(read["value"]) == value_bytes
+    doubles = {"type": "record", "name": "D", "fields": [{"name": "d", "type": "double"}]}
+    nan = struct.unpack("<d", struct.pack("<Q", 0x7FF800000000BEEF | (bits & 0x80000000) << 32))[0]
+    value_bytes, row = produced(2, doubles, {"d": nan})
+    (read,) = parquet_rows([row], value_table(2, doubles))
+    assert ValueEncoder(2, json.dumps(doubles)).encode(read["value"]) == value_bytes
 
 
 # -- how fast -------------------------------------------------------------------------------------------
