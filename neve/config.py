@@ -108,8 +108,15 @@ class WalConfig:
     nothing and its producers retry. The grace keeps the sweeper off objects whose commits are
     on their way, and as a second guard a broker never commits an object whose upload began
     more than half this long ago."""
+    read_grace_s: int = 60
+    """How long a WAL object stays after its last index entry went (compaction replaced its
+    entries, retention moved the log start past them) before it is deleted: a fetch that read
+    the index before goes on reading it meanwhile. Keep it well below orphan_grace_s: an object
+    committed and compacted between two sweeps is only ever seen as an orphan."""
     sweep_interval_s: int = 300
-    """How often each broker looks for orphaned WAL objects; 0 disables the sweeper."""
+    """How often the WAL sweeper looks for objects to delete (unreferenced ones, orphans); one
+    broker of a cluster sweeps, the leader of "wal-sweeper" in the metadata store, and another
+    takes over within NEVE_METADATA_LEASE_TTL_S when it stops. 0 disables the sweeper."""
 
 
 @dataclass

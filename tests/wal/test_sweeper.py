@@ -1,12 +1,24 @@
-"""The orphan sweeper deletes only old objects that no index entry names and that the metadata
-store fenced off as uncommitted."""
+"""The WAL sweeper deletes only objects that no index entry names and that the metadata store
+fenced off: orphans once they are older than the orphan grace, objects whose entries went once it
+has seen them unreferenced for the read grace; and only on the leader."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import time
+import uuid
 
+import pytest
+from prometheus_client import REGISTRY
+
+from metadata.embedded import EmbeddedMetadataStore
+from metadata.model import ObjectType
+from metadata.store import MetadataStore, load_metadata_store
+from tests.metadata.helpers import append, commit
+from wal.s3 import from_url
 from wal.store import MemoryObjectStore
-from wal.sweeper import sweep_once
+from wal.sweeper import Sweeper, sweep_once
 
 
 async def aged(store: MemoryObjectStore, keys: list[str], young: list[str]) -> float:
@@ -64,3 +76,176 @@ async def test_references_may_be_awaited_and_what_they_name_is_kept():
 
     assert await sweep_once(store, referenced, fence, grace_s=600, now=now) == ["wal/orphan"]
     assert [o.key async for o in store.list()] == ["wal/compacted"]
+
+
+# -- the WAL collector: unreferenced objects after the read grace, on the leader only ------------
+
+READ_GRACE_S = 60
+ORPHAN_GRACE_S = 3600
+
+
+def deleted_total(metric: str, reason: str) -> float:
+    return REGISTRY.get_sample_value(f"neve_wal_{metric}_deleted_total", {"reason": reason}) or 0.0
+
+
+class Deletions:
+    """The sweeper's counters from now on: objects and bytes deleted, by reason."""
+
+    def __init__(self) -> None:
+        self.start = {(m, r): deleted_total(m, r) for m in ("objects", "bytes") for r in ("orphan", "unreferenced")}
+
+    def __call__(self, reason: str) -> tuple[float, float]:
+        return tuple(deleted_total(m, reason) - self.start[(m, reason)] for m in ("objects", "bytes"))
+
+
+async def replace_by_another_object(meta: MetadataStore, topic_id, object_key: str, other: str) -> None:
+    """The compactor's index swap, as a test: the partition's entry in `object_key` becomes one
+    naming `other` (a Parquet file), so `object_key` is referenced no more."""
+    [entry] = [e for e in meta.entries(topic_id, 0, 0) if e.object_key == object_key]
+    assert await meta.replace_entries(topic_id, 0, [entry], dataclasses.replace(entry, object_key=other, object_type=ObjectType.PARQUET))
+
+
+async def listed(store) -> list[str]:
+    return sorted([o.key async for o in store.list("wal/")])
+
+
+async def test_an_object_whose_entries_went_is_kept_for_the_read_grace_then_deleted_and_counted():
+    meta = EmbeddedMetadataStore(None)
+    await meta.start()
+    objects = MemoryObjectStore()
+    try:
+        topic = await meta.create_topic("t", 1)
+        await objects.put("wal/a", b"a" * 700)
+        await objects.put("wal/b", b"b" * 300)
+        await meta.commit(commit(append(topic.topic_id, 0, 0, 700, 7), key="wal/a"))
+        await meta.commit(commit(append(topic.topic_id, 0, 0, 300, 3), key="wal/b"))
+        sweeper = Sweeper(objects, meta.referenced_objects, meta.fence_objects, ORPHAN_GRACE_S, READ_GRACE_S)
+        t0 = time.time()
+        assert await sweeper.sweep(now=t0) == []
+        await replace_by_another_object(meta, topic.topic_id, "wal/a", "table/data/a.parquet")
+        counted = Deletions()
+        assert await sweeper.sweep(now=t0 + 1) == []  # first seen unreferenced
+        assert await sweeper.sweep(now=t0 + READ_GRACE_S) == []  # a fetch that read the entry may read on
+        assert await listed(objects) == ["wal/a", "wal/b"]
+        assert await sweeper.sweep(now=t0 + 1 + READ_GRACE_S) == ["wal/a"]
+        assert await listed(objects) == ["wal/b"]
+        assert counted("unreferenced") == (1, 700)
+        assert counted("orphan") == (0, 0)
+    finally:
+        await meta.close()
+
+
+async def test_a_new_sweeper_keeps_what_it_finds_unreferenced_for_the_read_grace_and_sweeps_orphans():
+    """A sweeper that starts (a new leader) cannot tell an old object whose entries just went from
+    an old orphan: it starts their clocks afresh. An orphan it sees appear goes by its age."""
+    objects = MemoryObjectStore()
+    now = await aged(objects, ["wal/inherited"], young=[])
+
+    async def fence(keys):
+        return set(keys)
+
+    sweeper = Sweeper(objects, set, fence, orphan_grace_s=600, read_grace_s=READ_GRACE_S)
+    counted = Deletions()
+    assert await sweeper.sweep(now=now) == []  # an hour old, but unreferenced since when?
+    await objects.put("wal/orphan", b"never committed")
+    objects._objects["wal/orphan"] = (objects._objects["wal/orphan"][0], now - 3600)
+    assert await sweeper.sweep(now=now + 1) == ["wal/orphan"]  # appeared after the first listing: its age decides
+    assert await sweeper.sweep(now=now + READ_GRACE_S - 1) == []
+    assert await sweeper.sweep(now=now + READ_GRACE_S) == ["wal/inherited"]
+    assert counted("orphan") == (2, len(b"x") + len(b"never committed"))
+
+
+async def test_a_sweeper_that_stops_leading_deletes_nothing_and_forgets():
+    objects = MemoryObjectStore()
+    now = await aged(objects, ["wal/orphan"], young=[])
+
+    async def fence(keys):
+        return set(keys)
+
+    sweeper = Sweeper(objects, set, fence, orphan_grace_s=600, read_grace_s=READ_GRACE_S)
+    assert await sweeper.tick(leading=True, current=True, now=now) == []  # first listing: inherited
+    assert await sweeper.tick(leading=False, current=True, now=now + READ_GRACE_S) == []
+    assert await sweeper.tick(leading=True, current=False, now=now + READ_GRACE_S) == []  # a stale view: no round
+    assert await sweeper.tick(leading=True, current=True, now=now + READ_GRACE_S) == []  # leading again: clocks afresh
+    assert await sweeper.tick(leading=True, current=True, now=now + 2 * READ_GRACE_S) == ["wal/orphan"]
+
+
+# -- two nodes over a real etcd and SeaweedFS --------------------------------------------------------
+
+
+@pytest.fixture
+def aws_env(seaweedfs, monkeypatch):
+    for key, value in seaweedfs.env.items():
+        monkeypatch.setenv(key, value)
+
+
+@pytest.mark.integration
+async def test_only_the_leader_deletes_and_its_successor_starts_the_clocks_afresh(etcd_server, seaweedfs, aws_env):
+    name = f"sweep-{uuid.uuid4().hex[:8]}"
+    # a 10 s lease: a loaded machine's late keep-alive must not cost the leader its lead mid-test
+    metas = [load_metadata_store(f"{etcd_server.url}/{name}", lease_ttl_s=10) for _ in range(2)]
+    objects = [from_url(seaweedfs.object_store_url(name)) for _ in range(2)]
+    for meta in metas:
+        await meta.start()
+    try:
+        topic = await metas[0].create_topic("t", 1)
+        await objects[0].put("wal/a", b"a" * 700)
+        await objects[0].put("wal/b", b"b" * 300)
+        await metas[0].commit(commit(append(topic.topic_id, 0, 0, 700, 7), key="wal/a"))
+        await metas[0].commit(commit(append(topic.topic_id, 0, 0, 300, 3), key="wal/b"))
+        leaderships = [await meta.campaign("wal-sweeper", f"node-{i}") for i, meta in enumerate(metas)]
+        waits = [asyncio.ensure_future(lead.wait_leading(60)) for lead in leaderships]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+        [leader] = [i for i, lead in enumerate(leaderships) if lead.is_leader()]
+        follower = 1 - leader
+        sweepers = [Sweeper(objects[i], metas[i].referenced_objects, metas[i].fence_objects, ORPHAN_GRACE_S, READ_GRACE_S) for i in range(2)]
+
+        def tick(i: int, now: float):
+            return sweepers[i].tick(leaderships[i].is_leader(), metas[i].is_current(), now)
+
+        assert await metas[leader]._view_reaches(await etcd_revision(metas[0]), 30)
+        t0 = time.time()
+        assert await tick(leader, t0) == [] and await tick(follower, t0) == []
+        await replace_by_another_object(metas[leader], topic.topic_id, "wal/a", "table/data/a.parquet")
+        counted = Deletions()
+        assert await tick(leader, t0 + 1) == []
+        assert await tick(leader, t0 + READ_GRACE_S) == []
+        assert await tick(follower, t0 + 2 * ORPHAN_GRACE_S) == []  # not the leader: nothing, whatever the time
+        assert await listed(objects[0]) == ["wal/a", "wal/b"]
+        assert await tick(leader, t0 + 1 + READ_GRACE_S) == ["wal/a"]
+        assert await listed(objects[0]) == ["wal/b"]
+        assert counted("unreferenced") == (1, 700)
+
+        # An orphan the leader sees appear goes once its age is past the orphan grace.
+        await objects[0].put("wal/orphan", b"never committed")
+        assert await tick(leader, t0 + 2 + READ_GRACE_S) == []
+        assert await tick(leader, time.time() + ORPHAN_GRACE_S) == ["wal/orphan"]
+        assert counted("orphan") == (1, len(b"never committed"))
+
+        # wal/b's entry goes too, and then the leader: its successor never saw wal/b referenced,
+        # and gives it the read grace from its own first listing.
+        await replace_by_another_object(metas[leader], topic.topic_id, "wal/b", "table/data/b.parquet")
+        revision = await etcd_revision(metas[leader])
+        await metas[leader].close()
+        assert await leaderships[follower].wait_leading(60)
+        assert await metas[follower]._view_reaches(revision, 30)
+        t1 = time.time() + 2 * ORPHAN_GRACE_S  # wal/b is far older than the orphan grace by then
+        assert await tick(follower, t1) == []
+        assert await tick(follower, t1 + READ_GRACE_S - 1) == []
+        assert await tick(follower, t1 + READ_GRACE_S) == ["wal/b"]
+        assert await listed(objects[follower]) == []
+        assert counted("orphan") == (2, len(b"never committed") + 300)
+    finally:
+        for meta in metas:
+            await meta.close()
+        for store in objects:
+            async for info in store.list(""):
+                await store.delete(info.key)
+            await store.close()
+
+
+async def etcd_revision(meta) -> int:
+    """etcd's revision now, past every write made so far (a put of a marker key)."""
+    return (await meta._client.put(meta.keys.prefix("test-marker"), b"")).header.revision
