@@ -190,9 +190,13 @@ class Node:
             await self.metadata.register_broker(BrokerRegistration(settings.node_id, settings.advertised_host, port, settings.zone))
         except Exception as e:
             raise StartupError(f"cannot register broker {settings.node_id} in {self.metadata_url}: {e!r}") from None
-        if c.wal.sweep_interval_s > 0:
+        if c.wal.sweep_interval_s > 0:  # one node of a cluster sweeps: the leader of "wal-sweeper"
+            sweeping = await self.metadata.campaign("wal-sweeper", f"{settings.node_id}@{settings.advertised_host}:{port}")
             self._sweeper = asyncio.create_task(
-                run_sweeper(self.objects, self._referenced_objects, self.metadata.fence_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s)
+                run_sweeper(
+                    self.objects, self._referenced_objects, self.metadata.fence_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s,
+                    read_grace_s=c.wal.read_grace_s, is_leader=sweeping.is_leader,
+                )
             )
         if c.broker.retention_check_interval_ms > 0:
             self._retention = asyncio.create_task(run_retention(self.metadata, c.broker.retention_check_interval_ms / 1000))
