@@ -1,12 +1,16 @@
 """wal.batch_builder: batches built from records read back exactly by neve's own readers (the produce
-path's validate, the compactor's decode) and by two clients' (aiokafka's C reader, kafka-python's
-pure-Python one); an uncompressed batch is byte for byte what aiokafka's encoder writes."""
+path's validate, the compactor's decode) and by three clients' (aiokafka's C reader, kafka-python's
+pure-Python one, and the Java client's, the strictest about codec framing); an uncompressed batch is
+byte for byte what aiokafka's encoder writes."""
 
 from __future__ import annotations
 
 import random
+import shutil
 import struct
+import subprocess
 import warnings
+from pathlib import Path
 
 import lz4.frame
 import pytest
@@ -16,6 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from compactor.records import decode_range
+from tests.clients.java_client import classpath
 from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, validate
 from wal.batch_builder import COMPRESSION_TYPES, GZIP, LOG_APPEND_TIME, LZ4, NONE, SNAPPY, ZSTD, build_batch, codec_for
 
@@ -263,3 +268,60 @@ def test_codec_for_knows_every_kafka_compression_type_and_no_other():
     assert sorted(COMPRESSION_TYPES) == ["gzip", "lz4", "producer", "snappy", "uncompressed", "zstd"]
     with pytest.raises(ValueError, match="'none'"):
         codec_for("none", NONE)  # a producer's name for it, not a topic's
+
+
+# --- the Java client's reader ------------------------------------------------------------------
+
+JAVA_READER = Path(__file__).parent / "java" / "ReadBatches.java"
+JAVA_TIMEOUT = 300  # seconds: compiling the source program and reading megabytes, on a slow machine
+
+
+def java_reads(data: bytes, tmp_path: Path) -> list[str]:
+    """ReadBatches.java's lines for the concatenated batches in `data`."""
+    path = tmp_path / "batches.bin"
+    path.write_bytes(data)
+    java = shutil.which("java")
+    assert java is not None, "the Java-client tests need a JDK 17 on PATH"
+    proc = subprocess.run([java, "-cp", classpath(), str(JAVA_READER), str(path)], capture_output=True, text=True, timeout=JAVA_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.splitlines()
+
+
+def java_lines(records, kw) -> list[str]:
+    """What ReadBatches.java prints for a batch that reads back exactly."""
+    h = expected_header(records, kw)
+
+    def hex_(b: bytes | None) -> str:
+        return "-" if b is None else "x" + b.hex()
+
+    flags = [str(h["is_transactional"]).lower(), str(h["is_control"]).lower()]
+    header = [kw["base_offset"], kw["base_offset"] + h["last_offset_delta"], kw["partition_leader_epoch"], 2, h["codec"], h["timestamp_type"], *flags,
+              h["base_timestamp"], h["max_timestamp"], h["producer_id"], h["producer_epoch"], h["base_sequence"], h["record_count"]]
+    lines = [" ".join(["B", *map(str, header)])]
+    for offset, timestamp, key, value, record_headers in expected_records(records, kw):
+        fields = ["R", str(offset), str(timestamp), hex_(key), hex_(value)]
+        for name, header_value in record_headers:
+            fields += [hex_(name.encode()), hex_(header_value)]
+        lines.append(" ".join(fields))
+    return lines
+
+
+@pytest.mark.integration
+@settings(max_examples=3)
+@given(st.lists(batches(), min_size=30, max_size=30))
+def test_the_java_client_reads_every_batch(tmp_path_factory, many):
+    """One Java run per example, over 30 batches of every kind."""
+    data = b"".join(build_batch(records, **kw) for records, kw in many)
+    assert java_reads(data, tmp_path_factory.mktemp("java")) == [line for records, kw in many for line in java_lines(records, kw)]
+
+
+@pytest.mark.integration
+def test_the_java_client_reads_large_batches_of_every_codec(tmp_path):
+    rng = random.Random(7)
+    built = []
+    for codec in CODECS:
+        records = [(i, 1_700_000_000_000 + i, b"k%d" % i, rng.randbytes(70_000) if i % 3 == 0 else b"%d" % i * 9000, [("n", None)]) for i in range(40)]
+        built.append((records, dict(codec=codec, timestamp_type=0, base_timestamp=records[0][1], producer_id=3, producer_epoch=0, base_sequence=0,
+                                    is_transactional=True, is_control=False, partition_leader_epoch=0, base_offset=codec * 100)))
+    data = b"".join(build_batch(records, **kw) for records, kw in built)
+    assert java_reads(data, tmp_path) == [line for records, kw in built for line in java_lines(records, kw)]
