@@ -170,6 +170,23 @@ def consume(
     return Consumed(end_offsets, records)
 
 
+def consume_bytes(bootstrap: str, topic: str, partitions: int, timeout: float = 120.0, log_path: Path | None = None) -> list[tuple]:
+    """Every record from offset 0 to each partition's end offset at start, as the Java consumer
+    hands it over: (partition, offset, timestamp type id, timestamp, key, value, headers) with
+    bytes as bytes (None for null) and headers a tuple of (name, bytes or None)."""
+    args = ["consume-bytes", "--bootstrap", bootstrap, "--topic", topic, "--partitions", str(partitions), "--timeout-ms", str(int(timeout * 1000 * 0.8))]
+    out = []
+    for line in run(args, timeout, log_path).splitlines():
+        partition, offset, ts_type, ts, key, value, headers = line.split(" ")
+        pairs = () if headers == "-" else tuple((name, _unhex(v)) for name, v in (h.split("=", 1) for h in headers.split(",")))
+        out.append((int(partition), int(offset), int(ts_type), int(ts), _unhex(key), _unhex(value), pairs))
+    return out
+
+
+def _unhex(text: str) -> bytes | None:
+    return None if text == "-" else bytes.fromhex(text[1:])
+
+
 class AdminSession:
     """One JVM serving many admin operations (a JVM start costs seconds on a busy machine): the
     driver's `admin` session mode, one operation per line. Close it when done."""

@@ -9,13 +9,15 @@ are answered with exactly the right batches."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
 from compactor.records import Batch, decode_records, iter_batches
 from metadata.model import ObjectType
+from tests.clients.java_client import consume_bytes
 from tests.compactor.produced import PARTITIONS, Produced, Want, produce
-from tests.compactor.test_service import index_types, node_env, produce_both, wait_for_table
+from tests.compactor.test_service import WAIT_S, index_types, node_env, produce_both, wait_for_table
 from tests.fixtures import free_port
 from tests.raw import Raw, fetch_v12
 from wal.batch import BATCH_HEADER, LOG_OVERHEAD
@@ -69,6 +71,31 @@ def comparable(batches: Fetched) -> dict[int, list[Batch]]:
     return {p: [replace(b, attributes=b.attributes & ~0x07, size=0, position=0, index=0) for b in bs] for p, bs in batches.items()}
 
 
+def records_of(batches: Fetched) -> list[tuple]:
+    """(partition, offset, timestamp type, timestamp, key, value, headers) of every record."""
+    return sorted((p, r.offset, b.timestamp_type, r.timestamp, r.key, r.value, tuple(r.headers)) for p, bs in batches.items() for b in bs for r in b.records)
+
+
+async def aiokafka_records(bootstrap: str, topic: str) -> list[tuple]:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, check_crcs=True)
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        end = await consumer.end_offsets(tps)
+        out = []
+        async with asyncio.timeout(WAIT_S):
+            while any([await consumer.position(tp) < end[tp] for tp in tps]):
+                for tp, msgs in (await consumer.getmany(timeout_ms=1000)).items():
+                    out += [(tp.partition, m.offset, m.timestamp_type, m.timestamp, m.key, m.value, tuple(m.headers)) for m in msgs]
+        return sorted(out)
+    finally:
+        await consumer.stop()
+
+
 def wal_objects(data_dir: Path) -> list[Path]:
     return sorted(p for p in (data_dir / "objects" / "wal").rglob("*") if p.is_file())
 
@@ -110,6 +137,23 @@ def test_compacted_offsets_are_served_from_the_table_batch_for_batch(neve_factor
                     mid = fetch_batches(node.port, p.topic, b.base_offset + 1, range(partition, partition + 1))[partition]
                     assert comparable({0: mid}) == comparable({0: [x for x in batches if x.base_offset >= b.base_offset]})
                     break
+
+    # stock clients decode the rebuilt batches (every codec, CRCs checked) into the same records
+    for p in produced:
+        want = records_of(before[p.topic])
+        assert sorted(consume_bytes(node.bootstrap, p.topic, PARTITIONS, log_path=Path(node.log_path).with_suffix(".java.log"))) == want
+        assert asyncio.run(aiokafka_records(node.bootstrap, p.topic)) == want
+
+    # a topic's compression.type other than `producer`: every rebuilt batch in that codec
+    from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    for p in produced:
+        zstd = ConfigResource(ResourceType.TOPIC, p.topic, incremental_configs=[ConfigEntry("compression.type", "zstd", incremental_operation=AlterConfigOpType.SET)])
+        admin.incremental_alter_configs([zstd])[zstd].result(60)
+        after = fetch_batches(node.port, p.topic)
+        assert comparable(after) == comparable(before[p.topic])
+        assert {b.codec for bs in after.values() for b in bs} == {4}
 
     # across the boundary: new records in the WAL after the compacted ones
     p = produced[0]

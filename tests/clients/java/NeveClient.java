@@ -71,6 +71,8 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -106,6 +108,7 @@ public final class NeveClient {
             switch (argv[0]) {
                 case "produce" -> code = produce(opts, extra, out);
                 case "consume" -> code = consume(opts, extra, out);
+                case "consume-bytes" -> code = consumeBytes(opts, extra, out);
                 case "admin" -> code = admin(opts, extra, out);
                 case "member" -> code = member(opts, extra, out);
                 default -> {
@@ -217,6 +220,58 @@ public final class NeveClient {
             }
         }
         return 0;
+    }
+
+    /** Every record from offset 0 to each partition's end offset at start, one line each: partition,
+     * offset, timestamp type id, timestamp, key, value and headers as hex ("-" for null; headers
+     * "name=hex" joined by ",", or "-" for none). */
+    private static int consumeBytes(Map<String, String> opts, Properties extra, PrintStream out) {
+        String topic = required(opts, "topic");
+        int partitions = Integer.parseInt(required(opts, "partitions"));
+        long timeoutMs = Long.parseLong(opts.getOrDefault("timeout-ms", "60000"));
+        Properties props = new Properties();
+        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
+        props.put(ConsumerConfig.CLIENT_ID_CONFIG, "neve-java-driver");
+        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        props.putAll(extra);
+        long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) {
+            tps.add(new TopicPartition(topic, p));
+        }
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofMillis(timeoutMs));
+            while (!reachedEnd(consumer, tps, end)) {
+                if (System.nanoTime() > deadline) {
+                    System.err.printf("error: timeout after %d ms%n", timeoutMs);
+                    return 2;
+                }
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    StringBuilder headers = new StringBuilder();
+                    for (Header h : r.headers()) {
+                        headers.append(headers.length() == 0 ? "" : ",").append(h.key()).append('=').append(hex(h.value()));
+                    }
+                    out.println(r.partition() + " " + r.offset() + " " + r.timestampType().id + " " + r.timestamp() + " "
+                            + hex(r.key()) + " " + hex(r.value()) + " " + (headers.length() == 0 ? "-" : headers));
+                }
+            }
+        }
+        return 0;
+    }
+
+    private static String hex(byte[] data) {
+        if (data == null) {
+            return "-";
+        }
+        StringBuilder s = new StringBuilder(data.length * 2 + 1).append('x');
+        for (byte b : data) {
+            s.append(Character.forDigit((b >> 4) & 0xF, 16)).append(Character.forDigit(b & 0xF, 16));
+        }
+        return s.toString();
     }
 
     private static final long ADMIN_TIMEOUT_S = 30;
