@@ -39,6 +39,7 @@ class _Leaders:
         ttl = self.settings.lease_ttl
         tx = self._client.transactions
         lease = None
+        failing = None  # the last round's failure, logged once
         try:
             while not self._closed:
                 sent = time.monotonic()
@@ -58,12 +59,16 @@ class _Leaders:
                         ok, responses = await self._txn([tx.create(key) == 0], [tx.put(key, holder, lease=lease)], [tx.get(key)])
                         if ok or any(kv.lease == lease.id for _value, kv in responses[0]):
                             leadership._lead(sent + ttl)
-                            log.info("leadership_taken", extra={"name": leadership.name, "holder": leadership.holder})
+                            log.info("leadership_taken", extra={"leadership": leadership.name, "holder": leadership.holder})
+                    failing = None
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # etcd away: the lead lapses with its TTL, the campaign goes on
                     if leadership.is_leader():
-                        log.warning("leadership_renewal_failed", extra={"name": leadership.name, "error": repr(e)})
+                        log.warning("leadership_renewal_failed", extra={"leadership": leadership.name, "error": repr(e)})
+                    elif failing != repr(e):  # a line per kind of failure, not per round
+                        log.info("leadership_campaign_failed", extra={"leadership": leadership.name, "error": repr(e)})
+                    failing = repr(e)
                 await asyncio.sleep(ttl / 3)
         finally:
             leadership._lose()
@@ -71,9 +76,9 @@ class _Leaders:
                 try:
                     await asyncio.wait_for(lease.revoke(), self.settings.timeout)
                 except Exception as e:  # it expires with its TTL instead
-                    log.info("leadership_revoke_failed", extra={"name": leadership.name, "error": repr(e)})
+                    log.info("leadership_revoke_failed", extra={"leadership": leadership.name, "error": repr(e)})
 
     def _lost(self, leadership: Leadership, reason: str) -> None:
         if leadership.is_leader():
-            log.warning("leadership_lost", extra={"name": leadership.name, "holder": leadership.holder, "reason": reason})
+            log.warning("leadership_lost", extra={"leadership": leadership.name, "holder": leadership.holder, "reason": reason})
         leadership._lose()

@@ -4,6 +4,7 @@ its store closes or (etcd) its lease expires, another takes the lead."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import uuid
 from pathlib import Path
@@ -35,7 +36,8 @@ async def _etcd_stores(etcd_server, n: int) -> list[MetadataStore]:
     return stores
 
 
-async def test_etcd_the_other_store_leads_once_the_leaders_store_closes(etcd_server):
+async def test_etcd_the_other_store_leads_once_the_leaders_store_closes(etcd_server, caplog):
+    caplog.set_level(logging.INFO, logger="neve")  # the campaign's log lines are made, as in a node
     a, b = await _etcd_stores(etcd_server, 2)
     try:
         lead_a = await a.campaign("wal-sweeper", "a")
@@ -47,6 +49,8 @@ async def test_etcd_the_other_store_leads_once_the_leaders_store_closes(etcd_ser
         await a.close()  # revokes a's lease: its key goes at once
         assert not lead_a.is_leader()
         assert await lead_b.wait_leading(LEAD_BOUND_S)
+        taken = [(r.leadership, r.holder) for r in caplog.records if r.getMessage() == "leadership_taken"]
+        assert taken == [("wal-sweeper", "a"), ("wal-sweeper", "b")]
     finally:
         await a.close()
         await b.close()
