@@ -61,6 +61,23 @@ class CompactorConfig:
     metrics_port: int = 0
     """Prometheus metrics HTTP port of `neve compactor` (on broker.host); 0: off. A node with the
     compactor inside serves the compactor's metrics with its own, on broker.metrics_port."""
+    maintenance_interval_ms: int = 600_000
+    """How often each table is maintained: its small files merged, its old snapshots expired and
+    the files they alone held deleted. 0: never. (Whether a rewrite, neve's or another engine's,
+    moved offsets the index names is checked every cycle, whatever this says.)"""
+    merge_target_file_bytes: int = 128 * 1024 * 1024
+    """The merge rewrites a table partition's files smaller than three quarters of this into files
+    of about this size, sorted by kafka.partition and kafka.offset."""
+    merge_min_files: int = 5
+    """A table partition is merged once it has at least this many small files."""
+    snapshot_max_age_ms: int = 3 * 86_400_000
+    """Snapshots older than this are expired (the current one never): time travel reaches this far
+    back. The data files no retained snapshot holds are then deleted, once no index entry names them
+    and `file_delete_grace_ms` has passed."""
+    file_delete_grace_ms: int = 600_000
+    """How long a data file that the table and the index no longer hold is kept before it is
+    deleted, so that a Kafka fetch already reading it completes."""
     fault_kill_after: str = ""
     """Test-only fault injection: kill this process (SIGKILL) right after a cycle's Parquet files are
-    `written`, its snapshot `committed`, or its index `swapped`. Empty: off."""
+    `written`, its snapshot `committed`, or its index `swapped`, or after maintenance `merged` a
+    table's files (its snapshot committed, the index not yet re-indexed). Empty: off."""

@@ -15,6 +15,10 @@ BYTES_READ = Counter("neve_compactor_wal_bytes_read", "WAL bytes read by compact
 BYTES_WRITTEN = Counter("neve_compactor_parquet_bytes", "Parquet bytes committed", ["topic"])
 LAG_OFFSETS = Gauge("neve_compactor_table_lag_offsets", "Offsets of a partition not in its table yet (high watermark - first WAL offset)", ["topic", "partition"])
 LAG_SECONDS = Gauge("neve_compactor_table_lag_seconds", "Age of the oldest record timestamp of a partition not in its table yet", ["topic", "partition"])
+FILES_REWRITTEN = Counter("neve_compactor_files_rewritten", "Data files neve's merge rewrote into larger ones", ["topic"])
+PARTITIONS_REINDEXED = Counter("neve_compactor_partitions_reindexed", "Kafka partitions whose index entries were pointed at the files a rewrite made", ["topic"])
+SNAPSHOTS_EXPIRED = Counter("neve_compactor_snapshots_expired", "Table snapshots expired", ["topic"])
+FILES_DELETED = Counter("neve_compactor_files_deleted", "Table files deleted (held by no retained snapshot and named by no index entry)", ["topic"])
 
 
 def set_lag(topic: str, partition: int, offsets: int, seconds: float) -> None:

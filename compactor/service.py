@@ -8,8 +8,9 @@ into Parquet files (job.py, on Spark or in this process); the cycle's manifest i
 committer appends the files in one snapshot naming the manifest (committer.py); the index swap
 replaces the WAL entries by one PARQUET entry per partition. A crash anywhere is finished or redone
 by the next cycle: files written but not committed are orphans (never in the table), a commit
-without its swap is swapped, a swap is idempotent. Blocking work (pyiceberg, Spark, Parquet) runs
-in threads, off the event loop.
+without its swap is swapped, a swap is idempotent. After each topic's cycle its table is maintained
+(maintenance.py: small files merged, old snapshots expired, the index re-pointed at the files any
+rewrite made). Blocking work (pyiceberg, Spark, Parquet) runs in threads, off the event loop.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from wal.store import ObjectStore
 from . import metrics, planner, tables
 from .committer import CycleOverlap, commit_cycle
 from .config import CompactorConfig
+from .maintenance import TableMaintenance
 from .reindex import finish_last_cycle, swap
 
 log = logging.getLogger("neve.compactor")
@@ -82,6 +84,7 @@ class CompactionService:
         # per (topic id, partition): the next offset not yet in the table, once known
         self._checkpoints: dict[tuple, int] = {}
         self._recovered: set[str] = set()  # tables whose last cycle was checked since start
+        self.maintenance = TableMaintenance(config, metadata, objects, spark=self._maintenance_spark, fault=self._fault, clock=clock)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -111,6 +114,7 @@ class CompactionService:
                 continue
             try:
                 done.append(await self.compact_topic(info))
+                await self.maintain_topic(info)
             except MetadataError as e:
                 log.warning("topic skipped this cycle", extra={"topic": info.name, "reason": repr(e)})
             except Exception:
@@ -195,6 +199,13 @@ class CompactionService:
         )
         return cycle
 
+    async def maintain_topic(self, info: TopicInfo):
+        """The table maintenance of `info`'s table (maintenance.py): merge and expiry when due,
+        the index re-pointed at the files any rewrite made."""
+        catalog = await self._load_catalog()
+        identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
+        return await self.maintenance.maintain(catalog, info, identifier)
+
     def _wal_entries(self, info: TopicInfo) -> dict[int, list[IndexEntry]]:
         """Each partition's WAL entries from its checkpoint on, in offset order, up to the first
         entry that is not WAL and at most MAX_ENTRIES_PER_PARTITION: what the table does not hold
@@ -248,11 +259,18 @@ class CompactionService:
 
         if self.config.runner == "in-process":
             return await asyncio.to_thread(job.run_tasks_in_process, context, tasks)
+        return await asyncio.to_thread(job.run_tasks, await self._spark_session(), context, tasks)
+
+    async def _spark_session(self):
         if self._spark is None:
             from .spark import spark_session
 
             self._spark = await asyncio.to_thread(spark_session, self.config)
-        return await asyncio.to_thread(job.run_tasks, self._spark, context, tasks)
+        return self._spark
+
+    async def _maintenance_spark(self):
+        """The session maintenance runs Spark's procedures on: the tasks' (None in-process)."""
+        return None if self.config.runner == "in-process" else await self._spark_session()
 
     async def close(self) -> None:
         if self._spark is not None and self._owns_spark:

@@ -1,0 +1,296 @@
+"""Table maintenance that keeps the Kafka view right (issue 22): after every cycle of a topic, the
+index is checked against the table's snapshots and re-indexed when a rewrite moved rows it names
+(rewrites.py); every `maintenance_interval_ms`, a table partition's small files are merged into
+files of the target size sorted by kafka.partition, kafka.offset (Spark's `rewrite_data_files`
+when the compactor runs on Spark, pyarrow and pyiceberg's overwrite in-process), then re-indexed,
+and snapshots older than `snapshot_max_age_ms` are expired, the data files only they held being
+deleted once no index entry's manifest names them and `file_delete_grace_ms` has passed.
+
+A merge's crash between its table commit and the re-index is finished by the next check: the
+index names files the current snapshot lacks, which still exist (only this module's expiry, after
+the index stops naming them, deletes them). Expiry runs through pyiceberg, not Spark's
+`expire_snapshots`, which deletes files without asking the index.
+
+What an outside engine may do: rewrite files (rewrite_data_files, any compaction that keeps every
+row): the index follows within a cycle. Expire snapshots: only with `older_than` well past a cycle
+(the default of Spark's procedure is 5 days), or a Kafka read of the old files in between fails.
+Delete rows: those offsets leave the Kafka view (rewrites.py says what consumers see). Rows must
+not be changed in place (an UPDATE rewrites the values Kafka serves) nor appended by others (rows
+with kafka offsets the index does not cover are never served, and ones it covers would be doubled).
+Synchronous pyiceberg and Spark work runs in threads, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import gc
+import logging
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from metadata.model import TopicInfo
+from metadata.store import MetadataStore
+from wal.store import ObjectStore
+
+from . import metrics
+from .committer import CYCLE
+from .config import CompactorConfig
+from .rewrites import ManifestCache, live_data_files, named_files, reindex
+
+log = logging.getLogger("neve.compactor.maintenance")
+
+MAINTENANCE = "neve.maintenance"  # summary property of neve's own merge snapshots ("merge")
+SORT_ORDER = "kafka.partition ASC NULLS LAST, kafka.offset ASC NULLS LAST"
+
+
+@dataclass(slots=True)
+class MaintenanceOutcome:
+    files_rewritten: int = 0
+    reindexed_partitions: int = 0
+    snapshots_expired: int = 0
+    files_deleted: int = 0
+
+
+class TableMaintenance:
+    """The maintenance of every topic's table, kept by the compaction service. `spark` gives the
+    service's Spark session (started on first need), or None when the tasks run in-process;
+    `fault` is the service's fault injection."""
+
+    def __init__(
+        self,
+        config: CompactorConfig,
+        metadata: MetadataStore,
+        objects: ObjectStore,
+        *,
+        spark: Callable[[], Awaitable[object | None]],
+        fault: Callable[[str], None] = lambda point: None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.metadata = metadata
+        self.manifests = ManifestCache(objects)
+        self.objects = objects
+        self._spark = spark
+        self._fault = fault
+        self._clock = clock
+        self._verified: dict[str, int] = {}  # table -> the snapshot its topic's index was last found right for
+        self._last_run: dict[str, float] = {}  # table -> when merge and expiry last ran
+        self._pending: dict[str, dict[str, float]] = {}  # table -> files to delete -> since when they were unnamed
+
+    async def maintain(self, catalog, info: TopicInfo, identifier: str) -> MaintenanceOutcome:
+        """One round for `info`'s table: merge and expire when due, re-index when needed, delete
+        the files whose grace has passed."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        outcome = MaintenanceOutcome()
+        try:
+            table = await asyncio.to_thread(catalog.load_table, identifier)
+        except NoSuchTableError:
+            return outcome
+        now = self._clock()
+        interval = self.config.maintenance_interval_ms / 1000
+        due = interval > 0 and now - self._last_run.get(identifier, 0.0) >= interval
+        if due:
+            self._last_run[identifier] = now
+            outcome.files_rewritten = await self.merge(table, identifier)
+            if outcome.files_rewritten:
+                metrics.FILES_REWRITTEN.labels(info.name).inc(outcome.files_rewritten)
+                self._fault("merged")
+            table = await asyncio.to_thread(table.refresh)
+        if await asyncio.to_thread(self._needs_reindex, table, identifier):
+            done = await reindex(self.metadata, self.objects, self.manifests, table, info, identifier)
+            outcome.reindexed_partitions = len(done.partitions)
+            metrics.PARTITIONS_REINDEXED.labels(info.name).inc(len(done.partitions))
+            if not done.conflicts:
+                self._verified[identifier] = done.snapshot_id
+        if due:
+            expired, gone = await asyncio.to_thread(expire_snapshots, table, int((now - self.config.snapshot_max_age_ms / 1000) * 1000))
+            outcome.snapshots_expired = expired
+            metrics.SNAPSHOTS_EXPIRED.labels(info.name).inc(expired)
+            pending = self._pending.setdefault(identifier, {})
+            for path in gone:
+                pending.setdefault(path, now)
+        outcome.files_deleted = await self._delete_due(table, info, identifier, now)
+        metrics.FILES_DELETED.labels(info.name).inc(outcome.files_deleted)
+        return outcome
+
+    def _needs_reindex(self, table, identifier: str) -> bool:
+        """Whether the current snapshot may have moved rows the index names: unless every
+        snapshot since the one last found right is a neve cycle (appends only)."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        current = table.current_snapshot()
+        if current is None:
+            return False
+        verified = self._verified.get(identifier)
+        for snapshot in ancestors_of(current, table.metadata):
+            if snapshot.snapshot_id == verified:
+                self._verified[identifier] = current.snapshot_id
+                return False
+            if CYCLE not in (snapshot.summary.additional_properties if snapshot.summary is not None else {}):
+                return True
+        return True  # not seen since this process started, or its history was expired
+
+    # -- merge ------------------------------------------------------------------------------------
+
+    async def merge(self, table, identifier: str) -> int:
+        """Merge the small files of `table`: how many files were rewritten (0: none due)."""
+        target, min_files = self.config.merge_target_file_bytes, self.config.merge_min_files
+        if not await asyncio.to_thread(small_file_groups, table, target, min_files):
+            return 0
+        spark = await self._spark()
+        if spark is not None:
+            from .catalog import catalog_target
+            from .spark import register_catalog
+
+            name = register_catalog(spark, catalog_target(self.config))
+            rewritten = await asyncio.to_thread(merge_on_spark, spark, name, identifier, target, min_files)
+        else:
+            rewritten = await asyncio.to_thread(merge_in_process, table, target, min_files)
+        if rewritten:
+            log.info("merged a table's small files", extra={"table": identifier, "files": rewritten, "runner": "spark" if spark is not None else "in-process"})
+        return rewritten
+
+    # -- expiry -----------------------------------------------------------------------------------
+
+    async def _delete_due(self, table, info: TopicInfo, identifier: str, now: float) -> int:
+        """Delete the pending files whose grace has passed and that no index entry names (one the
+        index still names starts its grace again)."""
+        pending = self._pending.get(identifier)
+        if not pending:
+            return 0
+        grace = self.config.file_delete_grace_ms / 1000
+        if not any(now - since >= grace for since in pending.values()):
+            return 0
+        named = await named_files(self.metadata, self.manifests, info)
+        due = []
+        for path, since in list(pending.items()):
+            if path in named:
+                pending[path] = now
+            elif now - since >= grace:
+                due.append(path)
+        deleted = await asyncio.to_thread(delete_files, table.io, due)
+        for path in due:
+            pending.pop(path, None)
+        if deleted:
+            log.info("deleted files no snapshot or index entry holds", extra={"table": identifier, "files": deleted})
+        return deleted
+
+
+# -- the blocking parts (pyiceberg, pyarrow, Spark) --------------------------------------------------
+
+
+def small_file_groups(table, target: int, min_files: int) -> list[list]:
+    """The current snapshot's data files smaller than 3/4 of `target`, grouped by table partition
+    (of the current spec), where a group has at least `min_files` (Iceberg's own choice of files)."""
+    spec_id = table.spec().spec_id
+    groups: dict[tuple, list] = {}
+    for f in live_data_files(table):
+        if f.spec_id == spec_id and f.file_size_in_bytes < target * 3 // 4:
+            groups.setdefault(tuple(f.partition), []).append(f)
+    return [g for _, g in sorted(groups.items(), key=lambda kv: repr(kv[0])) if len(g) >= min_files]
+
+
+def sorted_by_offset(rows):
+    """`rows` (Arrow) ordered by kafka.partition, kafka.offset."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kafka = rows.column("kafka")
+    keys = pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")})
+    return rows.take(pc.sort_indices(keys, sort_keys=[("p", "ascending"), ("o", "ascending")]))
+
+
+def merge_in_process(table, target: int, min_files: int) -> int:
+    """Rewrite each group of small files into files of about `target` bytes, sorted, in one
+    overwrite snapshot (which fails, and deletes what it wrote, if the table changed meanwhile)."""
+    from pyiceberg.exceptions import CommitFailedException
+    from pyiceberg.expressions import AlwaysTrue
+    from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
+
+    groups = small_file_groups(table, target, min_files)
+    if not groups:
+        return 0
+    tasks = {t.file.file_path: t for t in table.scan().plan_files()}
+    old, new = [], []
+    for group in groups:
+        rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table([tasks[f.file_path] for f in group])
+        rows = sorted_by_offset(rows)
+        # pyiceberg cuts files by Arrow bytes: scale the target by what Parquet made of these rows
+        parquet_per_arrow = sum(f.file_size_in_bytes for f in group) / max(1, rows.nbytes)
+        metadata = table.metadata.model_copy(update={"properties": {**table.metadata.properties, "write.target-file-size-bytes": str(max(1, int(target / max(parquet_per_arrow, 1e-6))))}})
+        old += group
+        new += list(_dataframe_to_data_files(metadata, rows, table.io))
+    try:
+        with table.transaction() as txn, txn.update_snapshot(snapshot_properties={MAINTENANCE: "merge"}).overwrite() as overwrite:
+            for f in old:
+                overwrite.delete_data_file(f)
+            for f in new:
+                overwrite.append_data_file(f)
+    except CommitFailedException as e:
+        log.warning("merge not committed: the table changed meanwhile; retried at the next round", extra={"table": str(table.name()), "error": repr(e)})
+        delete_files(table.io, [f.file_path for f in new])
+        return 0
+    return len(old)
+
+
+def merge_on_spark(spark, catalog: str, identifier: str, target: int, min_files: int) -> int:
+    """Iceberg's own rewrite_data_files procedure, sorting by partition and offset: how many files it rewrote."""
+    sql = f"CALL {catalog}.system.rewrite_data_files(table => '{identifier}', strategy => 'sort', sort_order => '{SORT_ORDER}', options => map('target-file-size-bytes', '{target}', 'min-input-files', '{min_files}'))"
+    with warnings.catch_warnings():
+        # pyspark 3.5 leaves collect()'s local socket to the garbage collector (as job.run_tasks says)
+        warnings.simplefilter("ignore", ResourceWarning)
+        (row,) = spark.sql(sql).collect()
+        gc.collect()
+    return int(row["rewritten_data_files_count"])
+
+
+def snapshot_files(table, snapshots, manifests_seen: dict[str, set[str]]) -> set[str]:
+    """Every file `snapshots` hold: their manifest lists, manifests and live data and delete files
+    (`manifests_seen` caches each manifest's files)."""
+    files: set[str] = set()
+    for snapshot in snapshots:
+        files.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(table.io):
+            held = manifests_seen.get(manifest.manifest_path)
+            if held is None:
+                held = manifests_seen[manifest.manifest_path] = {e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io, discard_deleted=True)}
+            files.add(manifest.manifest_path)
+            files |= held
+    return files
+
+
+def expire_snapshots(table, cutoff_ms: int) -> tuple[int, set[str]]:
+    """Expire the snapshots older than `cutoff_ms` (never the current one, nor a branch or tag
+    head): how many, and the files only they held (the caller deletes them when it may)."""
+    current = table.current_snapshot()
+    old = [s for s in table.snapshots() if s.timestamp_ms < cutoff_ms and (current is None or s.snapshot_id != current.snapshot_id)]
+    if not old:
+        return 0, set()
+    table.maintenance.expire_snapshots().older_than(dt.datetime.fromtimestamp(cutoff_ms / 1000, dt.UTC)).commit()
+    table = table.refresh()
+    retained = table.snapshots()
+    kept = {s.snapshot_id for s in retained}
+    expired = [s for s in old if s.snapshot_id not in kept]
+    if not expired:
+        return 0, set()
+    seen: dict[str, set[str]] = {}
+    gone = snapshot_files(table, expired, seen) - snapshot_files(table, retained, seen)
+    log.info("expired snapshots", extra={"table": str(table.name()), "snapshots": len(expired), "files": len(gone)})
+    return len(expired), gone
+
+
+def delete_files(io, paths) -> int:
+    deleted = 0
+    for path in paths:
+        try:
+            io.delete(path)
+            deleted += 1
+        except FileNotFoundError:
+            deleted += 1
+        except OSError as e:
+            log.warning("could not delete a table file; it is left as an orphan", extra={"path": path, "error": repr(e)})
+    return deleted

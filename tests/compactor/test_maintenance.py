@@ -1,0 +1,305 @@
+"""Issue 22's table maintenance, keeping the Kafka view right: records confluent-kafka produced to
+`neve dev` are compacted over many cycles (many small files); then (a) Spark's rewrite_data_files,
+run as an outside engine, and Spark's expire_snapshots deleting the old files; (b) neve's own merge,
+on Spark and in-process, with neve's expiry deleting the old files once the index no longer names
+them; (c) a node killed -9 between its merge's table commit and the re-index. After neve's
+re-index, every PARQUET entry's manifest names only files of the current snapshot, reading those
+files' rows for each entry's offsets gives every acknowledged offset once, as produced, the
+manifests still map to the same produced bytes, and table readers see each row once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from compactor import service as service_module
+from compactor.catalog import load_catalog
+from compactor.config import CompactorConfig
+from compactor.maintenance import MAINTENANCE
+from compactor.rewrites import current_files, find_part
+from compactor.service import CompactionService
+from compactor.spark import register_catalog
+from compactor.translator import RAW, TOMBSTONE
+from metadata.model import ObjectType
+from metadata.store import load_metadata_store
+from registry.client import StoreLookup
+from tests.compactor.produced import CODECS, PARTITIONS, Produced, Want, check_rows, headers_of, key_of, produce, timestamp_of
+from tests.compactor.test_service import WAIT_S, consume_all, node_env, wait_for_table
+from tests.fixtures import NeveNode, free_port
+from tests.readers import collect, rows_pyiceberg
+from wal.manifest import CycleManifest
+from wal.store import load_object_store
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
+
+ROUNDS = 4
+PER_ROUND = 40
+DAYS = 3  # timestamp_of spreads records over three days: three table partitions
+
+
+def produce_round(bootstrap: str, topic: str, r: int, want: dict) -> None:
+    """PER_ROUND raw records (tombstones among them) through round `r`'s codec, as produce_raw makes them."""
+    items = []
+    for i in range(PER_ROUND):
+        j = r * PER_ROUND + i
+        value = None if i % 9 == 4 else (b"maint %d " % j) * (j % 13 + 1)
+        items.append((j % PARTITIONS, Want(CODECS[r % len(CODECS)], key_of(i, j), headers_of(j), timestamp_of(j), TOMBSTONE if value is None else RAW, value_raw=value), value))
+    produce(bootstrap, topic, CODECS[r % len(CODECS)], items, want)
+
+
+@pytest.fixture(scope="module")
+def produced(tmp_path_factory) -> tuple[Path, Produced]:
+    """ROUNDS rounds of records produced through `neve dev` (its compactor off), the node stopped."""
+    from tests.scenarios.records import create_topic
+
+    data_dir = tmp_path_factory.mktemp("maintenance") / "node"
+    data_dir.mkdir()
+    node = NeveNode(data_dir=data_dir, log_path=data_dir.parent / "node.log", env={"NEVE_WAL_LINGER_MS": "5", "NEVE_COMPACTOR_IN_NODE": "false"}).start()
+    try:
+        topic = create_topic(node.bootstrap, PARTITIONS, prefix="maint")
+        want: dict = {}
+        for r in range(ROUNDS):
+            produce_round(node.bootstrap, topic, r, want)
+    finally:
+        assert node.stop() == 0
+    return data_dir, Produced(topic, want, {})
+
+
+# -- the service over a stopped node's data dir ---------------------------------------------------
+
+
+async def with_service(data_dir: Path, config: CompactorConfig, spark, work):
+    """`work(service, metadata, objects)` with a compaction service over the stopped node's data dir."""
+    objects_url = f"file://{data_dir.resolve() / 'objects'}"
+    async with contextlib.AsyncExitStack() as stack:
+        metadata = load_metadata_store(f"sqlite:///{data_dir.resolve() / 'metadata.db'}")
+        await metadata.start()
+        stack.push_async_callback(metadata.close)
+        objects = load_object_store(objects_url)
+        stack.push_async_callback(objects.close)
+        lookup = StoreLookup(metadata)
+        stack.push_async_callback(lookup.close)
+        service = CompactionService(config, metadata, objects, objects_url, lookup, spark=spark)
+        stack.push_async_callback(service.close)
+        return await work(service, metadata, objects)
+
+
+def compact_in_cycles(data_dir: Path, config: CompactorConfig, topic: str) -> int:
+    """Every WAL entry compacted, one entry per partition a cycle (many small files): the cycles."""
+
+    async def work(service, metadata, objects):
+        cycles = 0
+        while (await service.compact_topic(metadata.topics()[topic])).cycle_id is not None:
+            cycles += 1
+        return cycles
+
+    return asyncio.run(with_service(data_dir, dataclasses.replace(config, runner="in-process", freshness_ms=0), None, work))
+
+
+def maintain(data_dir: Path, config: CompactorConfig, topic: str, spark=None):
+    async def work(service, metadata, objects):
+        return await service.maintain_topic(metadata.topics()[topic])
+
+    return asyncio.run(with_service(data_dir, config, spark, work))
+
+
+# -- what the index says ------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class IndexView:
+    manifests: dict[int, list[tuple]]  # partition -> [(entry, the manifest's part of it)]
+    produced_bytes: dict[int, list[tuple[str, int, int]]]  # partition -> the WAL bytes its entries resolve to, merged
+
+
+def read_index(data_dir: Path, topic: str) -> IndexView:
+    async def work(service, metadata, objects):
+        info = metadata.topics()[topic]
+        view = IndexView({}, {})
+        for p in range(info.partitions):
+            entries = metadata.entries(info.topic_id, p, 0, max_entries=100_000)
+            assert {e.object_type for e in entries} == {ObjectType.PARQUET}
+            assert all(a.last_offset + 1 == b.base_offset for a, b in zip(entries, entries[1:]))
+            ranges: list[tuple[str, int, int]] = []
+            for e in entries:
+                manifest = CycleManifest.decode(await objects.get(e.object_key))
+                view.manifests.setdefault(p, []).append((e, find_part(manifest, p)))
+                for key, start, size in manifest.resolve(e.start, e.size):
+                    if ranges and ranges[-1][0] == key and ranges[-1][1] + ranges[-1][2] == start:
+                        ranges[-1] = (key, ranges[-1][1], ranges[-1][2] + size)
+                    else:
+                        ranges.append((key, start, size))
+            view.produced_bytes[p] = ranges
+        return view
+
+    return asyncio.run(with_service(data_dir, CompactorConfig(), None, work))
+
+
+def check_index_reads(view: IndexView, table, p: Produced) -> None:
+    """Every file the index names is in `table`'s current snapshot, and the rows of each entry's
+    offsets in its slices' files are every acknowledged record once, as produced."""
+    current = current_files(table)
+    rows = []
+    for partition, entries in view.manifests.items():
+        for entry, part in entries:
+            assert part is not None and (part.first_offset, part.last_offset) == (entry.base_offset, entry.last_offset)
+            for s in part.slices:
+                assert s.path in current, f"partition {partition} offsets {entry.base_offset}-{entry.last_offset}: {s.path} is not in the current snapshot"
+                with table.io.new_input(s.path).open() as f:
+                    file_rows = pq.ParquetFile(f).read()
+                kafka = file_rows.column("kafka")
+                offsets = pc.struct_field(kafka, "offset")
+                mask = pc.and_(pc.equal(pc.struct_field(kafka, "partition"), partition), pc.and_(pc.greater_equal(offsets, entry.base_offset), pc.less_equal(offsets, entry.last_offset)))
+                rows += file_rows.filter(mask).to_pylist()
+    check_rows(p, rows, where="index")  # one row per acknowledged offset, each as produced
+
+
+def files_by_partition(table) -> dict[tuple, int]:
+    out: dict[tuple, int] = {}
+    for task in table.scan().plan_files():
+        key = tuple(task.file.partition)
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+def local(path: str) -> Path:
+    return Path(path.removeprefix("file://"))
+
+
+def copy_of(produced, tmp_path: Path, iceberg) -> tuple[Path, CompactorConfig, int]:
+    """The produced node's data dir copied for this test, compacted in cycles into a namespace of
+    its own in `iceberg`'s catalog: (data dir, config, cycles)."""
+    data_dir, p = produced
+    copy = tmp_path / "node"
+    shutil.copytree(data_dir, copy)
+    config = dataclasses.replace(iceberg.config, namespace=f"m{uuid.uuid4().hex[:8]}", maintenance_interval_ms=0)
+    return copy, config, compact_in_cycles(copy, config, p.topic)
+
+
+@pytest.fixture
+def one_entry_a_cycle(monkeypatch):
+    monkeypatch.setattr(service_module, "MAX_ENTRIES_PER_PARTITION", 1)
+
+
+# -- (a) an outside engine rewrites and expires ------------------------------------------------------
+
+
+@pytest.mark.xdist_group("spark")
+def test_an_outside_rewrite_and_expiry_is_reindexed_and_every_offset_reads_once(produced, sqlite_catalog, spark_session, tmp_path, one_entry_a_cycle):
+    p = produced[1]
+    data_dir, config, cycles = copy_of(produced, tmp_path, sqlite_catalog)
+    assert cycles >= ROUNDS
+    identifier = f"{config.namespace}.{p.topic.replace('-', '_')}"
+    table = load_catalog(config).load_table(identifier)
+    before = read_index(data_dir, p.topic)
+    old_files = set(current_files(table))
+    assert all(n >= ROUNDS for n in files_by_partition(table).values()) and len(files_by_partition(table)) == DAYS
+
+    catalog = register_catalog(spark_session, sqlite_catalog.target)
+    (done,) = collect(spark_session.sql(f"CALL {catalog}.system.rewrite_data_files(table => '{identifier}', options => map('min-input-files', '2'))"))
+    assert done["rewritten_data_files_count"] == len(old_files)
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    collect(spark_session.sql(f"CALL {catalog}.system.expire_snapshots(table => '{identifier}', older_than => TIMESTAMP '{now}', retain_last => 1)"))
+    assert not any(local(f).exists() for f in old_files), "Spark's expiry deleted the old files"
+
+    outcome = maintain(data_dir, config, p.topic)
+    assert outcome.reindexed_partitions == PARTITIONS
+    table = table.refresh()
+    after = read_index(data_dir, p.topic)
+    check_index_reads(after, table, p)
+    assert after.produced_bytes == before.produced_bytes  # the entries' bytes are still the produced ones
+    assert [len(entries) for entries in after.manifests.values()] == [1] * PARTITIONS  # consecutive entries became one
+    check_rows(p, rows_pyiceberg(table), where="pyiceberg")
+    assert maintain(data_dir, config, p.topic).reindexed_partitions == 0  # nothing moved since
+
+
+# -- (b) neve's merge ---------------------------------------------------------------------------------
+
+
+@pytest.mark.xdist_group("spark")
+@pytest.mark.parametrize("runner", ["spark", "in-process"])
+def test_neves_merge_leaves_one_file_per_table_partition_and_every_offset_reads_once(produced, sqlite_catalog, spark_session, tmp_path, one_entry_a_cycle, runner):
+    p = produced[1]
+    data_dir, config, cycles = copy_of(produced, tmp_path, sqlite_catalog)
+    identifier = f"{config.namespace}.{p.topic.replace('-', '_')}"
+    table = load_catalog(config).load_table(identifier)
+    before = read_index(data_dir, p.topic)
+    old_files = set(current_files(table))
+    snapshots = len(table.snapshots())
+    assert snapshots == cycles and all(n >= ROUNDS for n in files_by_partition(table).values())
+
+    config = dataclasses.replace(config, runner=runner, maintenance_interval_ms=1, merge_min_files=2, snapshot_max_age_ms=0, file_delete_grace_ms=0)
+    outcome = maintain(data_dir, config, p.topic, spark=spark_session if runner == "spark" else None)
+    assert (outcome.files_rewritten, outcome.reindexed_partitions) == (len(old_files), PARTITIONS)
+    assert outcome.snapshots_expired == snapshots  # all but the merge's
+    table = table.refresh()
+    assert files_by_partition(table) == dict.fromkeys(files_by_partition(table), 1) and len(files_by_partition(table)) == DAYS
+    assert outcome.files_deleted >= len(old_files) and not any(local(f).exists() for f in old_files)
+    after = read_index(data_dir, p.topic)
+    check_index_reads(after, table, p)
+    assert after.produced_bytes == before.produced_bytes
+    check_rows(p, rows_pyiceberg(table), where="pyiceberg")
+    again = maintain(data_dir, config, p.topic)
+    assert (again.files_rewritten, again.reindexed_partitions, again.files_deleted) == (0, 0, 0)
+
+
+# -- (c) killed between the merge's commit and the re-index -------------------------------------------
+
+
+def wait_for_log(node: NeveNode, text: str, after: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while text not in node.log_path.read_text()[after:]:
+        assert node.process.poll() is None, f"the node exited with {node.process.returncode}"
+        assert time.monotonic() < deadline, f"no {text!r} in {node.log_path} after {WAIT_S} s"
+        time.sleep(0.2)
+
+
+def test_a_node_killed_between_its_merge_commit_and_the_reindex_finishes_on_restart(neve_factory):
+    from tests.scenarios.records import create_topic
+
+    registry_port = free_port()
+    node = neve_factory(env=node_env(registry_port, NEVE_COMPACTOR_MAINTENANCE_INTERVAL_MS="0"))
+    topic = create_topic(node.bootstrap, PARTITIONS, prefix="maint-kill")
+    want: dict = {}
+    p = Produced(topic, want, {})
+    for r in range(ROUNDS):  # a cycle each: the node's compactor catches up between rounds
+        produce_round(node.bootstrap, topic, r, want)
+        wait_for_table(Path(node.data_dir).resolve(), p)
+    before = consume_all(node.bootstrap, topic, p.counts())
+    data_dir = Path(node.data_dir).resolve()
+    config = CompactorConfig(catalog_url=f"sqlite:///{data_dir / 'catalog.db'}")
+    identifier = "neve." + topic.replace("-", "_")
+    old_files = set(current_files(load_catalog(config).load_table(identifier)))
+    assert node.stop() == 0
+
+    node.env.update({"NEVE_COMPACTOR_MAINTENANCE_INTERVAL_MS": "1", "NEVE_COMPACTOR_MERGE_MIN_FILES": "2", "NEVE_COMPACTOR_FAULT_KILL_AFTER": "merged"})
+    node.start()
+    assert node.process.wait(WAIT_S) == -9  # killed right after the merge's commit
+    table = load_catalog(config).load_table(identifier)
+    assert table.current_snapshot().summary[MAINTENANCE] == "merge"
+    stale = read_index(data_dir, topic)
+    assert any(s.path not in current_files(table) for entries in stale.manifests.values() for _, part in entries for s in part.slices)
+
+    del node.env["NEVE_COMPACTOR_FAULT_KILL_AFTER"]
+    node.env["NEVE_COMPACTOR_MAINTENANCE_INTERVAL_MS"] = "0"  # only the re-index, which always runs
+    log_at = len(node.log_path.read_text())
+    node.start()
+    wait_for_log(node, "re-indexed offsets the table's files moved", log_at)
+    assert consume_all(node.bootstrap, topic, p.counts()) == before
+    assert node.stop() == 0
+    table = table.refresh()
+    after = read_index(data_dir, topic)
+    check_index_reads(after, table, p)
+    assert after.produced_bytes == stale.produced_bytes
+    assert set(files_by_partition(table).values()) == {1} and not (old_files & set(current_files(table)))
+    check_rows(p, rows_pyiceberg(table), where="pyiceberg")
