@@ -38,7 +38,7 @@ from wal.store import ObjectStore
 from . import metrics
 from .committer import CYCLE
 from .config import CompactorConfig
-from .rewrites import ManifestCache, live_data_files, named_files, reindex
+from .rewrites import OFFSET_COLUMN, PARTITION_COLUMN, ManifestCache, bounds, live_data_files, named_files, reindex
 
 log = logging.getLogger("neve.compactor.maintenance")
 
@@ -184,14 +184,27 @@ class TableMaintenance:
 
 
 def small_file_groups(table, target: int, min_files: int) -> list[list]:
-    """The current snapshot's data files smaller than 3/4 of `target`, grouped by table partition
-    (of the current spec), where a group has at least `min_files` (Iceberg's own choice of files)."""
+    """The current snapshot's data files smaller than 3/4 of `target` (Iceberg's own choice of
+    files), by table partition of the current spec, in Kafka order (lowest partition, then offset),
+    cut into groups of at most `target` bytes: the groups of at least `min_files` files."""
+    schema = table.schema()
+    pfield, ofield = schema.find_field(PARTITION_COLUMN), schema.find_field(OFFSET_COLUMN)
     spec_id = table.spec().spec_id
-    groups: dict[tuple, list] = {}
+    by_partition: dict[tuple, list] = {}
     for f in live_data_files(table):
         if f.spec_id == spec_id and f.file_size_in_bytes < target * 3 // 4:
-            groups.setdefault(tuple(f.partition), []).append(f)
-    return [g for _, g in sorted(groups.items(), key=lambda kv: repr(kv[0])) if len(g) >= min_files]
+            by_partition.setdefault(tuple(f.partition), []).append(f)
+    groups = []
+    for _, files in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
+        files.sort(key=lambda f: (bounds(f, pfield) or (0, 0), bounds(f, ofield) or (0, 0), f.file_path))
+        group: list = []
+        for f in files:
+            if group and sum(g.file_size_in_bytes for g in group) + f.file_size_in_bytes > target:
+                groups.append(group)
+                group = []
+            group.append(f)
+        groups.append(group)
+    return [g for g in groups if len(g) >= min_files]
 
 
 def sorted_by_offset(rows):
@@ -217,6 +230,8 @@ def merge_in_process(table, target: int, min_files: int) -> int:
     tasks = {t.file.file_path: t for t in table.scan().plan_files()}
     old, new = [], []
     for group in groups:
+        if any(f.file_path not in tasks for f in group):  # a file the scan does not plan (all its rows deleted)
+            continue
         rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table([tasks[f.file_path] for f in group])
         rows = sorted_by_offset(rows)
         # pyiceberg cuts files by Arrow bytes: scale the target by what Parquet made of these rows
@@ -224,6 +239,8 @@ def merge_in_process(table, target: int, min_files: int) -> int:
         metadata = table.metadata.model_copy(update={"properties": {**table.metadata.properties, "write.target-file-size-bytes": str(max(1, int(target / max(parquet_per_arrow, 1e-6))))}})
         old += group
         new += list(_dataframe_to_data_files(metadata, rows, table.io))
+    if not old:
+        return 0
     try:
         with table.transaction() as txn, txn.update_snapshot(snapshot_properties={MAINTENANCE: "merge"}).overwrite() as overwrite:
             for f in old:

@@ -92,19 +92,20 @@ def live_data_files(table) -> Iterator:
                 yield entry.data_file
 
 
-def current_files(table) -> dict[str, CurrentFile]:
-    """The data files of `table`'s current snapshot, by path, with their Kafka bounds."""
+def bounds(data_file, field) -> tuple[int, int] | None:
+    """A DataFile's (lower, upper) bound of an integer column (a NestedField), None if it has none."""
     from pyiceberg.conversions import from_bytes
 
+    lo, hi = (data_file.lower_bounds or {}).get(field.field_id), (data_file.upper_bounds or {}).get(field.field_id)
+    if lo is None or hi is None:
+        return None
+    return int(from_bytes(field.field_type, lo)), int(from_bytes(field.field_type, hi))
+
+
+def current_files(table) -> dict[str, CurrentFile]:
+    """The data files of `table`'s current snapshot, by path, with their Kafka bounds."""
     schema = table.schema()
     pfield, ofield = schema.find_field(PARTITION_COLUMN), schema.find_field(OFFSET_COLUMN)
-
-    def bounds(data_file, f) -> tuple[int, int] | None:
-        lo, hi = (data_file.lower_bounds or {}).get(f.field_id), (data_file.upper_bounds or {}).get(f.field_id)
-        if lo is None or hi is None:
-            return None
-        return int(from_bytes(f.field_type, lo)), int(from_bytes(f.field_type, hi))
-
     return {f.file_path: CurrentFile(f.file_path, f.record_count, f.file_size_in_bytes, bounds(f, pfield), bounds(f, ofield)) for f in live_data_files(table)}
 
 

@@ -303,3 +303,27 @@ def test_a_node_killed_between_its_merge_commit_and_the_reindex_finishes_on_rest
     assert after.produced_bytes == stale.produced_bytes
     assert set(files_by_partition(table).values()) == {1} and not (old_files & set(current_files(table)))
     check_rows(p, rows_pyiceberg(table), where="pyiceberg")
+
+
+# -- rows an outside engine deletes ----------------------------------------------------------------
+
+
+@pytest.mark.xdist_group("spark")
+def test_rows_an_outside_engine_deleted_leave_a_gap_that_the_entries_still_cover(produced, sqlite_catalog, spark_session, tmp_path, one_entry_a_cycle):
+    p = produced[1]
+    data_dir, config, _ = copy_of(produced, tmp_path, sqlite_catalog)
+    identifier = f"{config.namespace}.{p.topic.replace('-', '_')}"
+    before = read_index(data_dir, p.topic)
+    catalog = register_catalog(spark_session, sqlite_catalog.target)
+    collect(spark_session.sql(f"DELETE FROM {catalog}.{identifier} WHERE kafka.partition = 0 AND kafka.offset % 5 = 0"))  # copy-on-write: files rewritten without them
+
+    assert maintain(data_dir, config, p.topic).reindexed_partitions >= 1
+    after = read_index(data_dir, p.topic)
+    for partition in range(PARTITIONS):  # the entries cover what they covered
+        assert (after.manifests[partition][0][0].base_offset, after.manifests[partition][-1][0].last_offset) == (0, p.counts()[partition] - 1)
+    assert after.produced_bytes == before.produced_bytes
+    kept = Produced(p.topic, {k: w for k, w in p.want.items() if not (k[0] == 0 and k[1] % 5 == 0)}, {})
+    assert len(kept.want) < len(p.want)
+    table = load_catalog(config).load_table(identifier)
+    check_index_reads(after, table, kept)  # the rows that exist, each once
+    check_rows(kept, rows_pyiceberg(table), where="pyiceberg")
