@@ -217,7 +217,8 @@ class Node:
         except ImportError as e:
             log.warning("compacted_reads_from_wal", extra={"reason": f"{e}: pip install 'neve[table]' to serve them from the table"})
             return None
-        self._table_files = TableFiles(reader, self.object_store_url)
+        compactor = self.config.compactor
+        self._table_files = TableFiles(reader, self.object_store_url, compactor.s3_endpoint, compactor.s3_region if compactor.s3_endpoint else "")
         self._schemas = load_lookup(RegistrySettings(url=self.config.registry.url), self.metadata)
         return CompactedReader(reader, ParquetRows(self._table_files), self._schemas.schema)
 

@@ -1,13 +1,14 @@
 """Where the broker reads a table's data files from: a file's path in the catalog (`file:///dir/x.parquet`,
-`s3://bucket/key.parquet`) → an ObjectReader and a key. Files in the WAL's own store go through the
-broker's reader (its single flight, its GET counting); other buckets get a store of their own on
-the same endpoint and credentials; local paths a file store over `/`. Data files are immutable, so
+`s3://bucket/key.parquet`) → an ObjectReader and a key. Files in the WAL's own bucket go through the
+broker's reader (its single flight, its GET counting); other buckets get a store of their own, on
+the table files' S3 endpoint when one is set (the compactor's), else the WAL's (credentials from
+the environment, AWS_ACCESS_KEY_ID as for the WAL); local paths a file store over `/`. Data files are immutable, so
 their sizes (needed to find a Parquet footer) are remembered."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import urlencode, urlparse, urlunparse
 
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
@@ -17,9 +18,10 @@ SIZES_REMEMBERED = 100_000
 
 
 class TableFiles:
-    def __init__(self, wal_reader: ObjectReader, wal_store_url: str) -> None:
+    def __init__(self, wal_reader: ObjectReader, wal_store_url: str, s3_endpoint: str = "", s3_region: str = "") -> None:
         self._wal_reader = wal_reader
         self._wal_url = urlparse(wal_store_url)
+        self._s3 = {k: v for k, v in (("endpoint", s3_endpoint), ("region", s3_region)) if v}
         self._readers: dict[tuple[str, str], tuple[ObjectReader, str]] = {}  # (scheme, bucket) -> reader, key prefix to strip
         self._sizes: OrderedDict[str, int] = OrderedDict()
         self._owned: list[ObjectStore] = []
@@ -47,10 +49,9 @@ class TableFiles:
             return self._wal_reader, wal.path.strip("/") + "/" if wal.path.strip("/") else ""
         if scheme == "file":
             store: ObjectStore = FileObjectStore("/")
-        elif wal.scheme == "s3":  # another bucket of the same S3
-            store = load_object_store(urlunparse(("s3", bucket, "", "", wal.query, "")))
         else:
-            raise ValueError(f"table files in s3://{bucket} but the WAL's store is {wal.scheme}://: no S3 endpoint to read them from")
+            query = urlencode(self._s3) if self._s3 else wal.query if wal.scheme == "s3" else ""
+            store = load_object_store(urlunparse(("s3", bucket, "", "", query, "")))
         self._owned.append(store)
         return ObjectReader(store, RecentObjects(0)), ""
 
