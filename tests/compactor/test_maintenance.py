@@ -164,6 +164,24 @@ def check_index_reads(view: IndexView, table, p: Produced) -> None:
     check_rows(p, rows, where="index")  # one row per acknowledged offset, each as produced
 
 
+def check_kafka_reads(data_dir: Path, p: Produced) -> None:
+    """With the WAL objects gone, a node over `data_dir` serves every record of `p` from the table
+    files the index names now, each once and as produced (raw fetches from offset 0)."""
+    from tests.table.test_fetch_from_table import fetch_batches
+
+    for wal in (data_dir / "objects" / "wal").rglob("*"):
+        if wal.is_file():
+            wal.unlink()
+    node = NeveNode(data_dir=data_dir, log_path=data_dir.parent / "reader.log", env={"NEVE_COMPACTOR_IN_NODE": "false"}).start()
+    try:
+        fetched = fetch_batches(node.port, p.topic)
+    finally:
+        assert node.stop() == 0
+    got = {(partition, r.offset): (r.key, r.value, list(r.headers), r.timestamp) for partition, batches in fetched.items() for b in batches for r in b.records}
+    want = {k: (w.key, w.value_raw, list(w.headers), w.timestamp) for k, w in p.want.items()}
+    assert got == want
+
+
 def files_by_partition(table) -> dict[tuple, int]:
     out: dict[tuple, int] = {}
     for task in table.scan().plan_files():
@@ -221,6 +239,7 @@ def test_an_outside_rewrite_and_expiry_is_reindexed_and_every_offset_reads_once(
     assert [len(entries) for entries in after.manifests.values()] == [1] * PARTITIONS  # consecutive entries became one
     check_rows(p, rows_pyiceberg(table), where="pyiceberg")
     assert maintain(data_dir, config, p.topic).reindexed_partitions == 0  # nothing moved since
+    check_kafka_reads(data_dir, p)  # Spark's files, served to Kafka
 
 
 # -- (b) neve's merge ---------------------------------------------------------------------------------
@@ -251,6 +270,7 @@ def test_neves_merge_leaves_one_file_per_table_partition_and_every_offset_reads_
     check_rows(p, rows_pyiceberg(table), where="pyiceberg")
     again = maintain(data_dir, config, p.topic)
     assert (again.files_rewritten, again.reindexed_partitions, again.files_deleted) == (0, 0, 0)
+    check_kafka_reads(data_dir, p)
 
 
 # -- (c) killed between the merge's commit and the re-index -------------------------------------------
@@ -327,3 +347,4 @@ def test_rows_an_outside_engine_deleted_leave_a_gap_that_the_entries_still_cover
     table = load_catalog(config).load_table(identifier)
     check_index_reads(after, table, kept)  # the rows that exist, each once
     check_rows(kept, rows_pyiceberg(table), where="pyiceberg")
+    check_kafka_reads(data_dir, kept)  # consumers skip the deleted offsets
