@@ -71,6 +71,25 @@ def comparable(batches: Fetched) -> dict[int, list[Batch]]:
     return {p: [replace(b, attributes=b.attributes & ~0x07, size=0, position=0, index=0) for b in bs] for p, bs in batches.items()}
 
 
+def offsets_for_times(port: int, topic: str, batches: Fetched) -> dict[tuple[int, int], int]:
+    """ListOffsets by timestamp for a spread of each partition's record timestamps, one before the
+    oldest and one past the newest: (partition, timestamp) -> offset (-1 past the end)."""
+    from tests.broker.test_fetch_read_failures import list_offsets
+
+    raw = Raw(port)
+    out = {}
+    try:
+        for p, bs in batches.items():
+            stamps = sorted({r.timestamp for b in bs for r in b.records})
+            for t in [stamps[0] - 1, *stamps[:: max(1, len(stamps) // 25)], stamps[-1], stamps[-1] + 1]:
+                ((_, error, offset, _),) = list_offsets(raw, topic, {p: t})
+                assert error == 0
+                out[(p, t)] = offset
+    finally:
+        raw.close()
+    return out
+
+
 def records_of(batches: Fetched) -> list[tuple]:
     """(partition, offset, timestamp type, timestamp, key, value, headers) of every record."""
     return sorted((p, r.offset, b.timestamp_type, r.timestamp, r.key, r.value, tuple(r.headers)) for p, bs in batches.items() for b in bs for r in b.records)
@@ -105,6 +124,9 @@ def test_compacted_offsets_are_served_from_the_table_batch_for_batch(neve_factor
     node = neve_factory(env=node_env(registry_port, NEVE_COMPACTOR_IN_NODE="false"))
     produced: list[Produced] = produce_both(node, registry_port)
     before = {p.topic: fetch_batches(node.port, p.topic) for p in produced}
+    times_before = {p.topic: offsets_for_times(node.port, p.topic, before[p.topic]) for p in produced}
+    for times in times_before.values():
+        assert -1 in times.values() and 0 in times.values() and len(set(times.values())) > 10
     for p in produced:
         assert sum(len(b.records) for bs in before[p.topic].values() for b in bs) == len(p.want)
 
@@ -137,6 +159,10 @@ def test_compacted_offsets_are_served_from_the_table_batch_for_batch(neve_factor
                     mid = fetch_batches(node.port, p.topic, b.base_offset + 1, range(partition, partition + 1))[partition]
                     assert comparable({0: mid}) == comparable({0: [x for x in batches if x.base_offset >= b.base_offset]})
                     break
+
+    # ListOffsets by timestamp finds the same offsets in the table's rows
+    for p in produced:
+        assert offsets_for_times(node.port, p.topic, before[p.topic]) == times_before[p.topic]
 
     # stock clients decode the rebuilt batches (every codec, CRCs checked) into the same records
     for p in produced:
