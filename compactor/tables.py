@@ -23,6 +23,13 @@ TABLE = "neve.iceberg.table"
 PARTITION_BY = layout.PARTITION_BY_CONFIG  # "neve.iceberg.partition.by"
 
 
+# Row groups of a few MiB in the files maintenance (or Spark's rewrite_data_files) writes: a Kafka
+# fetch reads and rebuilds a partition's rows a row group at a time (table/serve.py), and Iceberg's
+# defaults (128 MiB, 1M rows) would make a consumer's first fetch of a merged file decode all of it.
+# Query engines read row groups of this size well (DuckDB's own default is 122,880 rows).
+TABLE_PROPERTIES = {"write.parquet.row-group-size-bytes": str(8 * 1024 * 1024), "write.parquet.row-group-limit": "65536"}
+
+
 def is_enabled(configs: Mapping[str, str], default: bool) -> bool:
     value = configs.get(ENABLED)
     return default if value is None else value.strip().lower() == "true"
@@ -57,7 +64,7 @@ def load_or_create(catalog, identifier: str, partition_by: str | None):
         pass
     schema = layout.table_schema()
     try:
-        table = catalog.create_table(identifier, schema, partition_spec=layout.partition_spec(schema, partition_by))
+        table = catalog.create_table(identifier, schema, partition_spec=layout.partition_spec(schema, partition_by), properties=TABLE_PROPERTIES)
         log.info("table created", extra={"table": identifier, "partition_by": partition_by or layout.DEFAULT_PARTITION_BY})
         return table
     except TableAlreadyExistsError:  # another compactor, or a user, made it meanwhile

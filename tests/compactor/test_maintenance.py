@@ -28,6 +28,7 @@ from compactor.config import CompactorConfig
 from compactor.maintenance import MAINTENANCE
 from compactor.rewrites import current_files, find_part
 from compactor.service import CompactionService
+from compactor.tables import TABLE_PROPERTIES
 from compactor.spark import register_catalog
 from compactor.translator import RAW, TOMBSTONE
 from metadata.model import ObjectType
@@ -263,6 +264,7 @@ def test_neves_merge_leaves_one_file_per_table_partition_and_every_offset_reads_
     assert outcome.snapshots_expired == snapshots  # all but the merge's
     table = table.refresh()
     assert files_by_partition(table) == dict.fromkeys(files_by_partition(table), 1) and len(files_by_partition(table)) == DAYS
+    assert TABLE_PROPERTIES.items() <= table.properties.items()  # merged files' row groups stay a fetch's size
     assert outcome.files_deleted >= len(old_files) and not any(local(f).exists() for f in old_files)
     after = read_index(data_dir, p.topic)
     check_index_reads(after, table, p)
