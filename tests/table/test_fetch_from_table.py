@@ -17,7 +17,7 @@ from compactor.records import Batch, decode_records, iter_batches
 from metadata.model import ObjectType
 from tests.clients.java_client import consume_bytes
 from tests.compactor.produced import PARTITIONS, Produced, Want, produce
-from tests.compactor.test_service import WAIT_S, index_types, node_env, produce_both, wait_for_table
+from tests.compactor.test_service import WAIT_S, consume_all, index_types, node_env, produce_both, wait_for_table
 from tests.fixtures import free_port
 from tests.raw import Raw, fetch_v12
 from wal.batch import BATCH_HEADER, LOG_OVERHEAD
@@ -169,6 +169,8 @@ def test_compacted_offsets_are_served_from_the_table_batch_for_batch(neve_factor
         want = records_of(before[p.topic])
         assert sorted(consume_bytes(node.bootstrap, p.topic, PARTITIONS, log_path=Path(node.log_path).with_suffix(".java.log"))) == want
         assert asyncio.run(aiokafka_records(node.bootstrap, p.topic)) == want
+        by_librdkafka = consume_all(node.bootstrap, p.topic, p.counts())  # (key, value, headers, timestamp)
+        assert sorted((part, o, 0, ts, k, v, tuple(h)) for (part, o), (k, v, h, ts) in by_librdkafka.items()) == want
 
     # a topic's compression.type other than `producer`: every rebuilt batch in that codec
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
