@@ -1,8 +1,9 @@
 """The index swap: once a cycle's snapshot is committed, each partition's WAL entries that the cycle
 compacted become one PARQUET entry naming the cycle's manifest (and its byte range of the
 manifest's replaced bytes, see wal/manifest.py), through the metadata store's range replace (atomic
-per partition). Idempotent: a partition already swapped to this manifest is left as it is, so a
-restarted compactor can run the swap of its last cycle again (`finish_last_cycle`).
+per partition). Idempotent: a partition whose offsets PARQUET entries already cover (this manifest's,
+or a re-index's over the same offsets) is left as it is, so a restarted compactor can run the swap
+of its last cycle again (`finish_last_cycle`).
 """
 
 from __future__ import annotations
@@ -51,14 +52,26 @@ async def swap(store: MetadataStore, manifest: CycleManifest) -> SwapOutcome:
         except UnknownTopic:
             outcome.topic_gone = True
             return outcome
-        current = store.entries(manifest.topic_id, part.partition, part.first_offset, max_entries=1)
-        if current and current[0].object_type == ObjectType.PARQUET and current[0].object_key == manifest.key:
+        if _swapped_already(store, manifest, part):
             outcome.already.append(part.partition)
         else:
             # Nothing but this compactor replaces WAL entries; seen only if two compactors ran at once.
             log.error("index entries changed under the swap; left as they are", extra={"cycle": manifest.cycle_id, "partition": part.partition})
             outcome.conflicts.append(part.partition)
     return outcome
+
+
+def _swapped_already(store: MetadataStore, manifest: CycleManifest, part: PartitionCompaction) -> bool:
+    """Whether PARQUET entries cover `part`'s offsets without a gap: this manifest's, or those a
+    re-index (rewrites.py) made after the table's files were rewritten, which name a newer
+    manifest over the same offsets (often merged with their neighbours' into one entry)."""
+    covered = part.first_offset
+    while covered <= part.last_offset:
+        current = store.entries(manifest.topic_id, part.partition, covered, max_entries=1)
+        if not current or current[0].object_type != ObjectType.PARQUET or not current[0].base_offset <= covered <= current[0].last_offset:
+            return False
+        covered = current[0].last_offset + 1
+    return True
 
 
 async def finish_last_cycle(store: MetadataStore, objects: ObjectStore, table) -> SwapOutcome | None:
