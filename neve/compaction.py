@@ -7,6 +7,7 @@ import asyncio
 import importlib.util
 import logging
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -69,12 +70,27 @@ def serve_metrics(host: str, port: int) -> None:
         raise StartupError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
 
 
+LEADERSHIP = "compactor"
+
+
 class CompactionLoop(CompactionService):
-    """The service with a word on each committed cycle (`on_cycle`), for what a node prints."""
+    """The service with a word on each committed cycle (`on_cycle`), for what a node prints, that
+    cycles only while it leads "compactor" in the metadata store (`leadership`): a second compactor
+    on a cluster stands by, and takes over when the first stops or dies (its lease expires)."""
 
     on_cycle: Callable[[TopicCycle], None] | None = None
+    leadership = None  # metadata.store.Leadership; None: cycle regardless (`neve compactor --once`)
+    _standing_by = False
 
     async def run_once(self) -> list[TopicCycle]:
+        if self.leadership is not None and not self.leadership.is_leader():
+            if not self._standing_by:
+                log.info("compactor_standing_by", extra={"leadership": LEADERSHIP, "holder": self.leadership.holder})
+            self._standing_by = True
+            return []
+        if self._standing_by:
+            log.info("compactor_leading", extra={"leadership": LEADERSHIP, "holder": self.leadership.holder})
+            self._standing_by = False
         cycles = await super().run_once()
         if self.on_cycle is not None:
             for cycle in cycles:
@@ -90,6 +106,7 @@ class RunningCompactor:
         self, config: Config, settings: CompactorConfig, metadata: MetadataStore, objects: ObjectStore, objects_url: str, on_cycle: Callable[[TopicCycle], None] | None = None
     ) -> None:
         self.settings = settings
+        self.metadata = metadata
         self.lookup = load_lookup(RegistrySettings(url=config.registry.url), metadata)
         self.service = CompactionLoop(settings, metadata, objects, objects_url, self.lookup)
         self.service.on_cycle = on_cycle
@@ -97,8 +114,15 @@ class RunningCompactor:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self.service.run(self._stop))
+        self._task = asyncio.create_task(self._run())
         log.info("compactor_started", extra={"catalog": self.settings.catalog_url, "runner": self.settings.runner, "namespace": self.settings.namespace})
+
+    async def _run(self) -> None:
+        self.service.leadership = await self.metadata.campaign(LEADERSHIP, f"{socket.gethostname()}:{os.getpid()}")
+        try:
+            await self.service.run(self._stop)
+        finally:
+            await self.service.leadership.resign()
 
     async def run_until_caught_up(self, on_cycle=None, max_rounds: int = 1000) -> list[TopicCycle]:
         """`neve compactor --once`: cycles until one finds nothing due; `on_cycle` sees each topic's."""

@@ -68,6 +68,23 @@ def consume(bootstrap: str, topic: str, want: int) -> dict[tuple[int, int], tupl
     return got
 
 
+def compactor_env(cluster, postgres_db: str) -> dict[str, str]:
+    return {
+        **cluster.nodes[0].env,
+        "NEVE_COMPACTOR_CATALOG_URL": postgres_db,
+        "NEVE_COMPACTOR_WAREHOUSE": f"s3://{cluster.s3.bucket}/{cluster.prefix}/warehouse",
+        "NEVE_COMPACTOR_S3_ENDPOINT": cluster.s3.endpoint,
+        "NEVE_COMPACTOR_RUNNER": "in-process",
+        "NEVE_COMPACTOR_FRESHNESS_MS": "200",
+        "NEVE_COMPACTOR_INTERVAL_MS": "200",
+    }
+
+
+def start_compactor(env: dict[str, str], log_path) -> subprocess.Popen:
+    with open(log_path, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "neve", "compactor"], stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
 @pytest.mark.integration
 def test_after_compaction_and_collection_the_table_is_the_only_copy(cluster_factory, postgres_db, artifacts_dir):
     cluster = cluster_factory(zones=("a", "b"), env=GC_ENV)
@@ -85,17 +102,7 @@ def test_after_compaction_and_collection_the_table_is_the_only_copy(cluster_fact
     assert len(acked) == RECORDS and wal_keys()
     assert consume(cluster.nodes[0].bootstrap, topic, RECORDS) == acked
 
-    env = {
-        **cluster.nodes[0].env,
-        "NEVE_COMPACTOR_CATALOG_URL": postgres_db,
-        "NEVE_COMPACTOR_WAREHOUSE": f"s3://{bucket}/{prefix}/warehouse",
-        "NEVE_COMPACTOR_S3_ENDPOINT": cluster.s3.endpoint,
-        "NEVE_COMPACTOR_RUNNER": "in-process",
-        "NEVE_COMPACTOR_FRESHNESS_MS": "200",
-        "NEVE_COMPACTOR_INTERVAL_MS": "200",
-    }
-    with open(artifacts_dir / "compactor.log", "wb") as log:
-        compactor = subprocess.Popen([sys.executable, "-m", "neve", "compactor"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    compactor = start_compactor(compactor_env(cluster, postgres_db), artifacts_dir / "compactor.log")
     try:
         # compacted, swapped, then collected by the leader's sweeper: no WAL object is left
         wait_until(lambda: not wal_keys(), timeout=WAIT_S, what="every WAL object collected", interval=0.5)
@@ -104,3 +111,45 @@ def test_after_compaction_and_collection_the_table_is_the_only_copy(cluster_fact
         assert compactor.wait(60) == 0
     for node in cluster.nodes:
         assert consume(node.bootstrap, topic, RECORDS) == acked
+
+
+def table_offsets(cluster, postgres_db: str, topic: str) -> list[tuple[int, int]]:
+    from compactor.catalog import load_catalog
+    from compactor.config import CompactorConfig
+    from tests.fixtures import S3_KEY, S3_SECRET
+
+    env = compactor_env(cluster, postgres_db)
+    config = CompactorConfig(catalog_url=postgres_db, warehouse=env["NEVE_COMPACTOR_WAREHOUSE"], s3_endpoint=cluster.s3.endpoint, s3_access_key_id=S3_KEY, s3_secret_access_key=S3_SECRET)
+    catalog = load_catalog(config)
+    identifier = "neve." + topic.replace("-", "_")
+    if not catalog.table_exists(identifier):
+        return []
+    kafka = catalog.load_table(identifier).scan(selected_fields=("kafka",)).to_arrow().column("kafka").to_pylist()
+    return sorted((k["partition"], k["offset"]) for k in kafka)
+
+
+@pytest.mark.integration
+def test_a_second_compactor_stands_by_and_takes_over_when_the_first_dies(cluster_factory, postgres_db, artifacts_dir):
+    cluster = cluster_factory(zones=("a",))
+    topic = f"two-compactors-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
+    env = {**compactor_env(cluster, postgres_db), "NEVE_METADATA_LEASE_TTL_S": "3"}
+    first = start_compactor(env, artifacts_dir / "compactor-first.log")
+    second = None
+    try:
+        acked = produce(cluster.bootstrap, topic)
+        wait_until(lambda: table_offsets(cluster, postgres_db, topic) == sorted(acked), timeout=WAIT_S, what="the first batch in the table", interval=0.5)
+        second = start_compactor(env, artifacts_dir / "compactor-second.log")
+        wait_until(lambda: "compactor_standing_by" in (artifacts_dir / "compactor-second.log").read_text(), timeout=WAIT_S, what="the second compactor standing by")
+        first.kill()
+        first.wait(60)
+        more = produce(cluster.bootstrap, topic)
+        acked.update(more)
+        wait_until(lambda: table_offsets(cluster, postgres_db, topic) == sorted(acked), timeout=WAIT_S, what="the second batch in the table, each row once", interval=0.5)
+        assert "compactor_leading" in (artifacts_dir / "compactor-second.log").read_text()
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.terminate()
+                assert process.wait(60) == 0
