@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -230,53 +231,66 @@ def _batches_in(rows: pa.Table) -> int:
 
 def rebuild_batches(rows: pa.Table, compression: str, encoders: dict[int, ValueEncoder | None], complete: bool) -> tuple[list[int], list[bytes]]:
     """(last offsets, batches) of the rows' batches, in offset order; the last batch left out
-    unless `complete` (its rows may go on beyond these)."""
+    unless `complete` (its rows may go on beyond these). Per-row columns become Python values once
+    each (numpy for the integers); the batch-level ones only at each batch's first row."""
+    n = len(rows)
+    if n == 0:
+        return [], []
     kafka = rows.column("kafka").combine_chunks()
+    bases = kafka.field("batch_base_offset").to_numpy(zero_copy_only=False)
+    starts = np.concatenate(([0], np.flatnonzero(bases[1:] != bases[:-1]) + 1))
+    ends = np.append(starts[1:], n)
+    if not complete:
+        starts, ends = starts[:-1], ends[:-1]
+    first_rows = pa.array(starts, pa.int64())
 
-    def field(name: str) -> list:
-        return kafka.field(name).to_pylist()
+    def at_starts(name: str) -> list:
+        return kafka.field(name).take(first_rows).to_pylist()
 
-    def micros(name: str) -> list:
-        return kafka.field(name).cast(pa.int64()).to_pylist()
+    def millis(name: str, where=None) -> list:
+        column = kafka.field(name) if where is None else kafka.field(name).take(where)
+        return (column.cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000).tolist()
 
-    offsets = field("offset")
-    timestamps = micros("timestamp")
-    bases = field("batch_base_offset")
-    n = len(offsets)
-    headers = rows.column("headers").to_pylist() if "headers" in rows.column_names else [None] * n
+    offsets = kafka.field("offset").to_numpy(zero_copy_only=False).tolist()
+    timestamps = millis("timestamp")
     keys = rows.column("key_raw").to_pylist() if "key_raw" in rows.column_names else [None] * n
     values = _values(rows, encoders)
-    meta = {name: field(name) for name in ("timestamp_type", "batch_compression", "producer_id", "producer_epoch", "base_sequence", "is_control", "is_transactional")}
-    base_ts, max_ts = micros("batch_base_timestamp"), micros("batch_max_timestamp")
+    headers = _headers(rows)
+    meta = {name: at_starts(name) for name in ("timestamp_type", "batch_compression", "producer_id", "producer_epoch", "base_sequence", "is_control", "is_transactional")}
+    base_ts, max_ts = millis("batch_base_timestamp", first_rows), millis("batch_max_timestamp", first_rows)
     lasts: list[int] = []
     batches: list[bytes] = []
-    start = 0
-    while start < n:
-        base = bases[start]
-        stop = start
-        while stop < n and bases[stop] == base:
-            stop += 1
-        if stop == n and not complete:
-            break
-        records = [(offsets[i] - base, timestamps[i] // 1000, keys[i], values[i], tuple((h["key"], h["value"]) for h in headers[i]) if headers[i] else ()) for i in range(start, stop)]
+    for k, (start, stop) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        base = int(bases[start])
+        records = [(offsets[i] - base, timestamps[i], keys[i], values[i], headers[i]) for i in range(start, stop)]
         batches.append(
             build_batch(
                 records,
-                codec=codec_for(compression, CODEC_NAMES.index(meta["batch_compression"][start])),
-                timestamp_type=meta["timestamp_type"][start],
-                base_timestamp=base_ts[start] // 1000,
-                max_timestamp=max_ts[start] // 1000,
-                producer_id=meta["producer_id"][start],
-                producer_epoch=meta["producer_epoch"][start],
-                base_sequence=meta["base_sequence"][start],
-                is_transactional=meta["is_transactional"][start],
-                is_control=meta["is_control"][start],
+                codec=codec_for(compression, CODEC_NAMES.index(meta["batch_compression"][k])),
+                timestamp_type=meta["timestamp_type"][k],
+                base_timestamp=base_ts[k],
+                max_timestamp=max_ts[k],
+                producer_id=meta["producer_id"][k],
+                producer_epoch=meta["producer_epoch"][k],
+                base_sequence=meta["base_sequence"][k],
+                is_transactional=meta["is_transactional"][k],
+                is_control=meta["is_control"][k],
                 base_offset=base,
             )
         )
         lasts.append(offsets[stop - 1])
-        start = stop
     return lasts, batches
+
+
+def _headers(rows: pa.Table) -> list:
+    """Each row's headers as (key, value) tuples; () for none (most topics have none: not converted)."""
+    n = len(rows)
+    if "headers" not in rows.column_names:
+        return [()] * n
+    column = rows.column("headers")
+    if not pc.sum(pc.list_value_length(column)).as_py():
+        return [()] * n
+    return [tuple((h["key"], h["value"]) for h in hs) if hs else () for hs in column.to_pylist()]
 
 
 def _values(rows: pa.Table, encoders: dict[int, ValueEncoder | None]) -> list[bytes | None]:
