@@ -6,6 +6,10 @@ connection's produce requests reach the WAL buffer in the order they were sent);
 sends the responses strictly in request order. Two error tiers: request-level failures are Kafka
 error codes inside the response (the handler's job); a broken protocol (bad framing, undecodable
 request, unknown API or version) closes the connection, and only this connection.
+
+Each connection is placed by the zone its first request's client id names (a zone some live
+broker is in, else none) and counts its bytes in and out under (client zone, this broker's zone),
+so a scrape shows whether zoned clients stayed in their zone.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from .codec import PRODUCE, MalformedRequest, decode_request, encode_response, p
 from .context import RequestContext, Services
 from .framing import FrameSizeError, FrameStream
 from .handlers.api18_api_versions import unsupported_version_response
-from .metrics import requests_of
+from .locality import known_zone
+from .metrics import CLIENT_TRAFFIC, LoopCounter, requests_of
 from .registry import HANDLERS
 
 log = logging.getLogger("neve.broker.connection")
@@ -63,6 +68,11 @@ class Connection:
         # A context is the same for every request of one API version from one client id (it is
         # immutable): made once, not per request (thousands a second at many partitions).
         self._contexts: dict[tuple[int, int, str | None], RequestContext] = {}
+        # Bytes in and out, counted here until the first decoded request places the connection
+        # (an ApiVersions of a version too new is answered undecoded), then in its zones' counters.
+        self._bytes_in = LoopCounter()
+        self._bytes_out = LoopCounter()
+        self._open: LoopCounter | None = None  # this connection's zones' open connections, once placed
 
     async def serve(self) -> None:
         sender = asyncio.create_task(self._send_replies())
@@ -87,6 +97,8 @@ class Connection:
                 sender.cancel()
                 self._drain_pending()
             self.stream.close()
+            if self._open is not None:
+                self._open.inc(-1)
 
     def _note_close(self, reason: CloseReason, detail: str = "") -> None:
         if self.close_reason is None:
@@ -116,6 +128,7 @@ class Connection:
             else:  # a slot, given back when the handler is done (see _send_replies)
                 await self._other_slots.acquire()
             task = self._dispatch(frame)
+            self._bytes_in.inc(len(frame) + 4)
             self.stream.recycle(frame)  # decoded: kio copied out everything the handler uses
             if task is not None:
                 # no coroutine per request (thousands a second) unless the queue is full
@@ -145,6 +158,8 @@ class Connection:
             raise _Close(CloseReason.MALFORMED, str(e)) from None
         requests_of(handler.name).inc()
         client_id = getattr(header, "client_id", None)
+        if self._open is None:
+            self._place(client_id)
         ctx = self._contexts.get((api_key, version, client_id))
         if ctx is None:
             if len(self._contexts) >= MAX_CONTEXTS:
@@ -165,6 +180,14 @@ class Connection:
             answer = asyncio.get_running_loop().create_future()
             answer.set_exception(e)
         return answer, api_key, version, correlation_id
+
+    def _place(self, client_id: str | None) -> None:
+        services = self.services
+        bytes_in, bytes_out, self._open = CLIENT_TRAFFIC.counters(known_zone(client_id, services.live_brokers()), services.settings.zone)
+        bytes_in.inc(self._bytes_in.value)
+        bytes_out.inc(self._bytes_out.value)
+        self._bytes_in, self._bytes_out = bytes_in, bytes_out
+        self._open.inc()
 
     async def _send_replies(self) -> None:
         """Answer the requests in order. Responses that are ready together (a WAL commit answers
@@ -216,7 +239,9 @@ class Connection:
                 self._abort()
                 return
             ready += pieces
-            ready_bytes += sum(map(len, pieces))
+            size = sum(map(len, pieces))
+            ready_bytes += size
+            self._bytes_out.inc(size)
             if ready_bytes >= SEND_BATCH_BYTES:
                 await self._flush(ready)
                 ready_bytes = 0

@@ -4,14 +4,24 @@ brokers it should see, and which broker Metadata names as a partition's "leader"
 The leader is only a hint for batching and cache hits; any broker accepts any partition. It is
 chosen by rendezvous hashing of (topic, partition, zone) over the zone's live brokers, so when a
 broker leaves only its own partitions move, and clients in different zones write the same
-partition through different brokers."""
+partition through different brokers.
+
+A hint naming a zone no live broker is in (a typo, or a zone whose brokers are all down) is a
+miss: the client is served as if it had no zone (every broker), which costs cross-zone bytes, so
+each miss is counted (`neve_zone_hint_misses_total`) and logged once per client id."""
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol
+
+from .metrics import ZONE_HINT_MISSES
+
+log = logging.getLogger("neve.broker.locality")
 
 # Every convention users already have: Ursa, WarpStream (two), Inkless, AutoMQ, Bufstream.
 _ZONE = re.compile(r"(?<![A-Za-z0-9_])(?:zone_id|ws_az|warpstream_az|diskless_az|automq_az|zone)=([^,;&\s]+)")
@@ -27,6 +37,44 @@ def client_zone(client_id: str | None) -> str | None:
         return None
     m = _ZONE.search(client_id)
     return m.group(1) if m else None
+
+
+def known_zone(client_id: str | None, brokers: Sequence[Broker]) -> str | None:
+    """The client's zone if some live broker is in it; None when it names none or an unknown one."""
+    zone = client_zone(client_id)
+    return zone if zone is not None and any(b.zone == zone for b in brokers) else None
+
+
+class ZoneHints:
+    """Resolves clients' zone hints for the requests that place them (Metadata, FindCoordinator):
+    counts every miss, and logs the first miss of each client id. The client ids already logged
+    are remembered up to `remember` (least recently missed forgotten first), so a client fleet of
+    unbounded ids cannot grow the broker's memory; a forgotten one is logged again."""
+
+    def __init__(self, remember: int = 1024) -> None:
+        self.remember = remember
+        self._logged: OrderedDict[str, None] = OrderedDict()
+
+    def zone(self, client_id: str | None, brokers: Sequence[Broker]) -> str | None:
+        hinted = client_zone(client_id)
+        if hinted is None:
+            return None
+        if any(b.zone == hinted for b in brokers):
+            return hinted
+        ZONE_HINT_MISSES.inc()
+        assert client_id is not None
+        if client_id in self._logged:
+            self._logged.move_to_end(client_id)
+        else:
+            self._logged[client_id] = None
+            if len(self._logged) > self.remember:
+                self._logged.popitem(last=False)
+            zones = sorted({b.zone for b in brokers if b.zone})
+            log.warning("zone_hint_unmatched", extra={"client_id": client_id, "zone": hinted, "live_zones": zones, "served": "every broker"})
+        return None
+
+
+ZONE_HINTS = ZoneHints()
 
 
 def brokers_for_zone(brokers: Sequence[Broker], zone: str | None) -> list:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from prometheus_client import REGISTRY, Counter, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
 class LoopCounter:
@@ -39,6 +39,54 @@ class LoopCounters:
 
 LOOP_COUNTERS = LoopCounters()
 REGISTRY.register(LOOP_COUNTERS)
+
+
+NO_ZONE = "none"  # the zone label of a client without a known zone hint, or of a zoneless broker
+
+
+class ClientTraffic:
+    """Where clients landed, by (client zone, broker zone): `neve_client_bytes_total{direction}`
+    (Kafka frames in, responses out), `neve_client_connections_total` (accepted) and
+    `neve_client_connections` (open). A connection is placed by the client id of its first
+    request; client zones are only zones some live broker was in then (or "none"), so the label
+    values stay few whatever clients write. Bumped from the event loop only, plain ints."""
+
+    def __init__(self) -> None:
+        self.bytes: dict[tuple[str, str, str], LoopCounter] = {}
+        self.accepted: dict[tuple[str, str], LoopCounter] = {}
+        self.open: dict[tuple[str, str], LoopCounter] = {}
+
+    def counters(self, client_zone: str | None, broker_zone: str | None) -> tuple[LoopCounter, LoopCounter, LoopCounter]:
+        """(bytes in, bytes out, open connections) of one (client zone, broker zone) pair; counts
+        the connection as accepted."""
+        zones = (client_zone or NO_ZONE, broker_zone or NO_ZONE)
+        self.accepted.setdefault(zones, LoopCounter()).inc()
+        return (
+            self.bytes.setdefault(("in", *zones), LoopCounter()),
+            self.bytes.setdefault(("out", *zones), LoopCounter()),
+            self.open.setdefault(zones, LoopCounter()),
+        )
+
+    def collect(self):
+        traffic = CounterMetricFamily("neve_client_bytes", "Kafka protocol bytes between clients and this broker", labels=["direction", "client_zone", "broker_zone"])
+        for labels, counter in list(self.bytes.items()):
+            traffic.add_metric(list(labels), counter.value)
+        yield traffic
+        accepted = CounterMetricFamily("neve_client_connections", "Client connections accepted, by the zone of their client id", labels=["client_zone", "broker_zone"])
+        for labels, counter in list(self.accepted.items()):
+            accepted.add_metric(list(labels), counter.value)
+        yield accepted
+        open_now = GaugeMetricFamily("neve_client_connections_open", "Client connections open, by the zone of their client id", labels=["client_zone", "broker_zone"])
+        for labels, counter in list(self.open.items()):
+            open_now.add_metric(list(labels), counter.value)
+        yield open_now
+
+
+CLIENT_TRAFFIC = ClientTraffic()
+REGISTRY.register(CLIENT_TRAFFIC)
+ZONE_HINT_MISSES = Counter(
+    "neve_zone_hint_misses_total", "Metadata and FindCoordinator requests whose client.id named a zone no live broker is in (answered as for a client without a zone)"
+)
 PRODUCE_BYTES = LOOP_COUNTERS.produce_bytes
 FETCH_BYTES = Counter("neve_fetch_bytes_total", "Record batch bytes returned by Fetch")
 OBJECT_GETS = Counter("neve_object_gets_total", "Object-store GETs made to serve fetches (reads from the recent-objects cache excluded)")

@@ -1,11 +1,17 @@
 """The group coordinator: which broker owns a group, and the group operations handlers call.
 
 Ownership: a group is coordinated by one live broker, picked by rendezvous hashing of the group id
-over ALL live brokers of the cluster, not over the client's zone: the members of one group may run
-in different zones and must still agree on a single coordinator. (The product card's "hash of
-(group, zone)" would give each zone its own coordinator and split the group.) When a broker dies
-its lease expires, the live set shrinks, and only its groups move. A broker asked about a group it
-does not own answers NOT_COORDINATOR, and clients look the coordinator up again.
+over the live brokers of the group's home zone (all live brokers when it has none, or none of them
+is live). A group's live state (members, generation, pending joins) is held by its coordinator
+alone, so every member must be sent to the same broker whatever its own zone: the product card's
+"hash of (group, zone)" would give each zone its own coordinator and split the group. The home
+zone is the zone of the first client that looked the group up, recorded once in the metadata
+store by compare-and-write (`HOME_ZONES`, never changed after), so every broker, asked by members
+of any zone, names the same coordinator; a group whose members are all in one zone is coordinated
+there. In a cluster where no live broker has a zone nothing is recorded and every live broker is
+a candidate. When a broker dies its lease expires, the live set shrinks, and only its groups move.
+A broker asked about a group it does not own answers NOT_COORDINATOR, and clients look the
+coordinator up again.
 
 A group id holds one type of group: a classic group (`group.py`: JoinGroup/SyncGroup) or a
 KIP-848 consumer group (`consumer_group.py`: ConsumerGroupHeartbeat); an empty group changes type
@@ -32,6 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from metadata.model import CommittedOffset
 from metadata.store import MetadataError, TopicPartition
 
+from ..locality import brokers_for_zone
 from . import consumer_group, state
 from .consumer_group import ConsumerGroup, Heartbeat, HeartbeatResult
 from .group import COORDINATOR_NOT_AVAILABLE, INCONSISTENT_GROUP_PROTOCOL, NONE, NOT_COORDINATOR, UNKNOWN_MEMBER_ID, Group, GroupError, GroupState, JoinResult, SyncResult
@@ -45,15 +52,18 @@ INVALID_GROUP_ID = 24
 # Kafka's group.min/max.session.timeout.ms defaults.
 MIN_SESSION_TIMEOUT_MS = 6_000
 MAX_SESSION_TIMEOUT_MS = 1_800_000
+# Small keys of the metadata store (its compare-and-write items): a group's home zone, "" for none.
+HOME_ZONES = "group-zones/"
 
 
 def _weight(group_id: str, node_id: int) -> bytes:
     return hashlib.blake2b(f"group\0{group_id}\0{node_id}".encode(), digest_size=8).digest()
 
 
-def coordinator_for(group_id: str, brokers: Sequence):
-    """The live broker coordinating `group_id` (rendezvous hashing over every live broker)."""
-    return max(brokers, key=lambda b: _weight(group_id, b.node_id))
+def coordinator_for(group_id: str, brokers: Sequence, home: str | None = None):
+    """The live broker coordinating `group_id`: rendezvous hashing over the live brokers of its
+    home zone, or over every live broker when it has none or none of them is live."""
+    return max(brokers_for_zone(brokers, home or None), key=lambda b: _weight(group_id, b.node_id))
 
 
 class GroupCoordinator:
@@ -80,11 +90,37 @@ class GroupCoordinator:
         self._save_locks: dict[str, asyncio.Lock] = {}
         self._saves: set[asyncio.Task] = set()
         self._live_seen: tuple[int, ...] = ()
+        self._homes: dict[str, str] = {}  # group id -> home zone ("": none), as stored (never changes)
 
     # -- ownership ----------------------------------------------------------------------------------
 
     def coordinator(self, group_id: str):
-        return coordinator_for(group_id, self.live_brokers())
+        """The group's coordinator (its home zone must be known here: see `place`)."""
+        live = self.live_brokers()
+        return coordinator_for(group_id, live, self._homes.get(group_id) if _zoned(live) else None)
+
+    async def place(self, group_id: str, zone: str | None) -> None:
+        """Learn the group's home zone, recording `zone` (the asking client's, None for none) if
+        the group has none yet. Nothing to learn while no live broker has a zone."""
+        if group_id in self._homes or not _zoned(self.live_brokers()):
+            return
+        key = HOME_ZONES + group_id
+        try:
+            item = await self.metadata.registry_get(key)
+            if item is None and not await self.metadata.registry_write({key: (zone or "").encode()}, {key: 0}):
+                item = await self.metadata.registry_get(key)  # another broker recorded it first
+        except MetadataError as e:
+            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+        home = self._homes[group_id] = (zone or "") if item is None else item.value.decode()
+        if zone is not None and home != zone:  # this broker's first asker is a member from elsewhere
+            log.info("group_home_elsewhere", extra={"group": group_id, "home_zone": home, "client_zone": zone})
+
+    async def _place_listed(self, names: Iterable[str]) -> None:
+        """Learn the recorded home zones of `names` in one read (ListGroups)."""
+        if not _zoned(self.live_brokers()) or all(name in self._homes for name in names):
+            return
+        for item in await self.metadata.registry_items(HOME_ZONES):
+            self._homes.setdefault(item.key[len(HOME_ZONES) :], item.value.decode())
 
     def owns(self, group_id: str) -> bool:
         return self.coordinator(group_id).node_id == self.node_id()
@@ -98,17 +134,22 @@ class GroupCoordinator:
             log.info("group_moved", extra={"group": group_id, "coordinator": self.coordinator(group_id).node_id})
             self.groups.pop(group_id).shutdown(NOT_COORDINATOR)
 
-    def check_owner(self, group_id: str) -> None:
+    async def check_owner(self, group_id: str) -> None:
         if not group_id:
             raise GroupError(INVALID_GROUP_ID, "empty group id")
+        await self.place(group_id, None)
         self._drop_moved_groups()
         if not self.owns(group_id):
+            # held from before its home zone was known here (the cluster gained zones): let it go
+            stale = self.groups.pop(group_id, None)
+            if stale is not None:
+                stale.shutdown(NOT_COORDINATOR)
             raise GroupError(NOT_COORDINATOR)
 
     async def group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
         """The group's live state, loaded from the store the first time; None if it has no stored
         state (and `create` is false). Raises GroupError(NOT_COORDINATOR) if another broker owns it."""
-        self.check_owner(group_id)
+        await self.check_owner(group_id)
         if group_id in self.groups:
             return self.groups[group_id]
         if group_id not in self._loading:
@@ -264,7 +305,7 @@ class GroupCoordinator:
     async def fetch_offsets(self, group_id: str, member_id: str | None = None, member_epoch: int = -1) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets; a member of a consumer-protocol group naming itself (OffsetFetch v9)
         must give its current epoch (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID otherwise)."""
-        self.check_owner(group_id)
+        await self.check_owner(group_id)
         if member_id is not None:
             group = await self.group(group_id)
             if isinstance(group, ConsumerGroup):
@@ -277,7 +318,7 @@ class GroupCoordinator:
             raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
-        self.check_owner(group_id)
+        await self.check_owner(group_id)
         try:
             await self.metadata.delete_offsets(group_id, partitions)
         except MetadataError as e:
@@ -305,9 +346,10 @@ class GroupCoordinator:
         broker coordinates."""
         try:
             names = await self.metadata.list_groups()
+            names = sorted(set(names) | set(self.groups))
+            await self._place_listed(names)
         except MetadataError as e:
             raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
-        names = sorted(set(names) | set(self.groups))
         out = []
         for name in names:
             if not self.owns(name):
@@ -345,6 +387,10 @@ class GroupCoordinator:
         except MetadataError as e:
             raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
         return NONE
+
+
+def _zoned(brokers: Sequence) -> bool:
+    return any(b.zone for b in brokers)
 
 
 def _dead(group: Group | ConsumerGroup) -> bool:

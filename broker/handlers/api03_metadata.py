@@ -5,11 +5,16 @@ named here is a locality hint only (which broker batches a partition's writes an
 reads). Unknown topics are auto-created only when the broker allows it (off by default) and the
 request asks for it.
 
-Brokers: every live broker is listed, whatever the client's zone; only the leaders are chosen among
-the client's zone. A client that knew only its zone's brokers would be stranded when the zone's
-last broker died (librdkafka forgets its bootstrap list once it has learnt the cluster), while
-knowing the others costs nothing: clients connect to the brokers they send requests to, and those
-are the leaders."""
+Zones: a client whose client.id names a zone some live broker is in (broker/locality.py) is told
+of that zone's live brokers only, and its leaders are chosen among them by rendezvous hashing of
+(topic, partition, zone), so a broker joining or leaving moves only its own share. A client never
+told of another zone's brokers cannot connect to them, whatever it decides to ask where
+(FindCoordinator may still name one: see api10_find_coordinator). The price: when its zone's last
+broker dies, the client's way back is its bootstrap list (librdkafka and the Java client return
+to it when every known broker is gone, with metadata.recovery.strategy=rebootstrap); a broker
+reached that way finds the zone without a live broker and tells it of every broker. A client without a zone, or with a hint naming no live
+broker's zone (counted and logged, see locality.ZoneHints), sees every broker.
+The controller named is the lowest node id among the brokers listed."""
 
 from __future__ import annotations
 
@@ -19,7 +24,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ..codec import build, has_field
-from ..locality import brokers_for_zone, client_zone, leader_for
+from ..locality import ZONE_HINTS, brokers_for_zone, leader_for
 from ..registry import handles
 from ..topics import create_topic_checked
 
@@ -46,8 +51,8 @@ async def metadata(ctx, request):
             else:
                 wanted.append((name, None))
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
-    zone = client_zone(ctx.client_id)
     live = s.live_brokers()
+    zone = ZONE_HINTS.zone(ctx.client_id, live)
     visible = brokers_for_zone(live, zone)
     out = []
     for name, asked_id in wanted:
@@ -78,13 +83,13 @@ async def metadata(ctx, request):
             )
         partitions = tuple(partitions)
         out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False, partitions=partitions, topic_authorized_operations=-2147483648))
-    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.zone) for b in live)
+    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.zone) for b in visible)
     return build(
         r.MetadataResponse,
         throttle_time=NO_THROTTLE,
         brokers=brokers,
         cluster_id=s.cluster_id,
-        controller_id=min(b.node_id for b in live),
+        controller_id=min(b.node_id for b in visible),
         topics=tuple(out),
         cluster_authorized_operations=-2147483648,
     )

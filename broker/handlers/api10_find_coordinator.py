@@ -1,9 +1,24 @@
 """FindCoordinator (key 10), v0-v5; v4+ batches several keys in one request.
 
-Groups (key_type 0) are coordinated by one live broker chosen by rendezvous hashing of the group
-id over every live broker (see broker/groups/coordinator.py); a single node always answers
-itself. Transactions are not supported: key_type 1 gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-(as InitProducerId with a transactional id does), any other key type INVALID_REQUEST."""
+Groups (key_type 0) are coordinated by one live broker per group (broker/groups/coordinator.py);
+a single node always answers itself. Transactions are not supported: key_type 1 gets
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (as InitProducerId with a transactional id does), any other
+key type INVALID_REQUEST.
+
+Zones: the rule is "rendezvous hashing of the group id over the live brokers of the group's home
+zone", where the home zone is the zone of the first client that looked the group up, recorded once
+in the metadata store (every live broker when that client had no zone, when the zone has no live
+broker, or when no broker has a zone). Why not over the asking client's zone, as Metadata's
+leaders are: a group's live state (members, generation, the join barrier) is kept by one broker,
+its coordinator, and only its snapshots reach the metadata store, for a successor after a failure.
+Two coordinators of one group, one per zone, would each run their own join barrier and
+generations and hand out overlapping assignments. So every member of a group is sent to the same
+broker, whatever its zone: a group whose members are all in one zone (the common case: one
+consumer fleet per zone) is coordinated in that zone and its clients never leave it, while the
+members of a group spanning zones talk to a coordinator outside their zone for group requests only
+(joins, heartbeats, offset commits: small), their fetches still going to their zone's leaders. A
+hint naming no live broker's zone is counted and logged (locality.ZoneHints) and answered as for a
+client without a zone."""
 
 from __future__ import annotations
 
@@ -12,20 +27,27 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from ..codec import build, has_field
+from ..groups.group import GroupError
+from ..locality import ZONE_HINTS
 from ..registry import handles
 
 NO_THROTTLE = datetime.timedelta(0)
 GROUP, TRANSACTION = 0, 1
 
 
-def _find(ctx, key: str, key_type: int) -> dict:
+async def _find(ctx, key: str, key_type: int, zone: str | None) -> dict:
     if key_type == TRANSACTION:
         return dict(error_code=ErrorCode.transactional_id_authorization_failed, error_message="transactions are not supported", node_id=-1, host="", port=-1)
     if key_type != GROUP:
         return dict(error_code=ErrorCode.invalid_request, error_message=f"unknown key type {key_type}", node_id=-1, host="", port=-1)
     if not key:
         return dict(error_code=ErrorCode.invalid_group_id, error_message="empty group id", node_id=-1, host="", port=-1)
-    broker = ctx.services.coordinator.coordinator(key)
+    coordinator = ctx.services.coordinator
+    try:
+        await coordinator.place(key, zone)
+    except GroupError as e:
+        return dict(error_code=ErrorCode(e.code), error_message=str(e), node_id=-1, host="", port=-1)
+    broker = coordinator.coordinator(key)
     return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host, port=broker.port)
 
 
@@ -33,7 +55,8 @@ def _find(ctx, key: str, key_type: int) -> dict:
 async def find_coordinator(ctx, request):
     r = ctx.response
     key_type = getattr(request, "key_type", GROUP)
+    zone = ZONE_HINTS.zone(ctx.client_id, ctx.services.live_brokers()) if key_type == GROUP else None
     if has_field(request, "coordinator_keys"):
-        coordinators = tuple(build(r.Coordinator, key=key, **_find(ctx, key, key_type)) for key in request.coordinator_keys)
+        coordinators = tuple([build(r.Coordinator, key=key, **await _find(ctx, key, key_type, zone)) for key in request.coordinator_keys])
         return build(r.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=coordinators)
-    return build(r.FindCoordinatorResponse, throttle_time=NO_THROTTLE, **_find(ctx, request.key, key_type))
+    return build(r.FindCoordinatorResponse, throttle_time=NO_THROTTLE, **await _find(ctx, request.key, key_type, zone))
