@@ -4,7 +4,8 @@ index is checked against the table's snapshots and re-indexed when a rewrite mov
 files of the target size sorted by kafka.partition, kafka.offset (Spark's `rewrite_data_files`
 when the compactor runs on Spark, pyarrow and pyiceberg's overwrite in-process), then re-indexed,
 and snapshots older than `snapshot_max_age_ms` are expired, the data files only they held being
-deleted once no index entry's manifest names them and `file_delete_grace_ms` has passed.
+deleted once no index entry's manifest names them and `file_delete_grace_ms` has passed. Before
+the merge, a topic with `neve.iceberg.retention.ms` has its expired rows deleted (retention.py).
 
 A merge's crash between its table commit and the re-index is finished by the next check: the
 index names files the current snapshot lacks, which still exist (only this module's expiry, after
@@ -38,6 +39,7 @@ from wal.store import ObjectStore
 from . import metrics
 from .committer import CYCLE
 from .config import CompactorConfig
+from .retention import TableRetention
 from .rewrites import OFFSET_COLUMN, PARTITION_COLUMN, ManifestCache, bounds, live_data_files, named_files, reindex
 
 log = logging.getLogger("neve.compactor.maintenance")
@@ -52,6 +54,7 @@ class MaintenanceOutcome:
     reindexed_partitions: int = 0
     snapshots_expired: int = 0
     files_deleted: int = 0
+    rows_expired: int = 0
 
 
 class TableMaintenance:
@@ -79,6 +82,7 @@ class TableMaintenance:
         self._verified: dict[str, int] = {}  # table -> the snapshot its topic's index was last found right for
         self._last_run: dict[str, float] = {}  # table -> when merge and expiry last ran
         self._pending: dict[str, dict[str, float]] = {}  # table -> files to delete -> since when they were unnamed
+        self.retention = TableRetention(metadata, clock=clock)  # table retention and the drop-on-delete mark (retention.py)
 
     async def maintain(self, catalog, info: TopicInfo, identifier: str) -> MaintenanceOutcome:
         """One round for `info`'s table: merge and expire when due, re-index when needed, delete
@@ -93,8 +97,12 @@ class TableMaintenance:
         now = self._clock()
         interval = self.config.maintenance_interval_ms / 1000
         due = interval > 0 and now - self._last_run.get(identifier, 0.0) >= interval
+        await self.retention.mark(table, info)
         if due:
             self._last_run[identifier] = now
+            # table retention first: its log starts move before its rows go, the re-index below follows
+            outcome.rows_expired = (await self.retention.expire(table, info, {MAINTENANCE: "retention"})).rows_deleted
+            table = await asyncio.to_thread(table.refresh)
             outcome.files_rewritten = await self.merge(table, identifier)
             if outcome.files_rewritten:
                 metrics.FILES_REWRITTEN.labels(info.name).inc(outcome.files_rewritten)
@@ -116,6 +124,11 @@ class TableMaintenance:
         outcome.files_deleted = await self._delete_due(table, info, identifier, now)
         metrics.FILES_DELETED.labels(info.name).inc(outcome.files_deleted)
         return outcome
+
+    def forget(self, identifier: str) -> None:
+        """Drop what is kept about a table that was dropped (a table made again under its name starts afresh)."""
+        for kept in (self._verified, self._last_run, self._pending):
+            kept.pop(identifier, None)
 
     def _needs_reindex(self, table, identifier: str) -> bool:
         """Whether the current snapshot may have moved rows the index names: unless every

@@ -19,6 +19,9 @@ FILES_REWRITTEN = Counter("neve_compactor_files_rewritten", "Data files neve's m
 PARTITIONS_REINDEXED = Counter("neve_compactor_partitions_reindexed", "Kafka partitions whose index entries were pointed at the files a rewrite made", ["topic"])
 SNAPSHOTS_EXPIRED = Counter("neve_compactor_snapshots_expired", "Table snapshots expired", ["topic"])
 FILES_DELETED = Counter("neve_compactor_files_deleted", "Table files deleted (held by no retained snapshot and named by no index entry)", ["topic"])
+ROWS_EXPIRED = Counter("neve_compactor_rows_expired", "Table rows deleted by the topic's table retention (neve.iceberg.retention.ms)", ["topic"])
+RETENTION_FILES = Counter("neve_compactor_retention_files", "Data files table retention dropped whole or rewrote without the expired rows", ["topic", "how"])
+TABLES_DROPPED = Counter("neve_compactor_tables_dropped", "Tables dropped and purged because their topic was deleted (neve.iceberg.drop.on.delete)", ["topic"])
 
 
 def set_lag(topic: str, partition: int, offsets: int, seconds: float) -> None:

@@ -9,8 +9,9 @@ committer appends the files in one snapshot naming the manifest (committer.py); 
 replaces the WAL entries by one PARQUET entry per partition. A crash anywhere is finished or redone
 by the next cycle: files written but not committed are orphans (never in the table), a commit
 without its swap is swapped, a swap is idempotent. After each topic's cycle its table is maintained
-(maintenance.py: small files merged, old snapshots expired, the index re-pointed at the files any
-rewrite made). Blocking work (pyiceberg, Spark, Parquet) runs in threads, off the event loop.
+(maintenance.py: expired rows deleted, small files merged, old snapshots expired, the index
+re-pointed at the files any rewrite made); a deleted topic's table is dropped when its topic asked
+(retention.py). Blocking work (pyiceberg, Spark, Parquet) runs in threads, off the event loop.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from .committer import CycleOverlap, commit_cycle
 from .config import CompactorConfig
 from .maintenance import TableMaintenance
 from .reindex import finish_last_cycle, swap
+from .retention import TopicDrops
 
 log = logging.getLogger("neve.compactor")
 
@@ -85,6 +87,7 @@ class CompactionService:
         self._checkpoints: dict[tuple, int] = {}
         self._recovered: set[str] = set()  # tables whose last cycle was checked since start
         self.maintenance = TableMaintenance(config, metadata, objects, spark=self._maintenance_spark, fault=self._fault, clock=clock)
+        self.drops = TopicDrops(metadata, config.namespace, lambda info: tables.table_identifier(config.namespace, info.name, info.configs))
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -107,8 +110,9 @@ class CompactionService:
 
     async def run_once(self) -> list[TopicCycle]:
         """One cycle over every topic whose table is on. A topic that fails is logged and counted;
-        the others still run."""
+        the others still run. First, the tables of deleted topics that asked for it are dropped."""
         done = []
+        await self.drop_deleted_tables()
         for info in sorted(self.metadata.topics().values(), key=lambda t: t.name):
             if not tables.is_enabled(info.configs, self.config.tables_by_default):
                 continue
@@ -205,6 +209,18 @@ class CompactionService:
         catalog = await self._load_catalog()
         identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
         return await self.maintenance.maintain(catalog, info, identifier)
+
+    async def drop_deleted_tables(self) -> list[str]:
+        """Drop the tables of topics deleted with `neve.iceberg.drop.on.delete` (retention.py)."""
+        try:
+            dropped = await self.drops.check(await self._load_catalog())
+        except Exception:
+            log.exception("dropping deleted topics' tables failed; retried next cycle")
+            return []
+        for identifier in dropped:
+            self._recovered.discard(identifier)
+            self.maintenance.forget(identifier)
+        return dropped
 
     def _wal_entries(self, info: TopicInfo) -> dict[int, list[IndexEntry]]:
         """Each partition's WAL entries from its checkpoint on, in offset order, up to the first

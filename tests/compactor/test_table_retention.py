@@ -1,5 +1,12 @@
-"""After a re-index (rewrites.py replaced a cycle's PARQUET entries by an entry naming a new
-manifest), a restart finds the compactor's last cycle swapped: no error, nothing conflicting."""
+"""Issue 22's retention and deletion, and the restart after a re-index: records confluent-kafka
+produced with timestamps days old (a table partitioned by day), then recent ones, then one with an
+old timestamp again. With `neve.iceberg.retention.ms` of a day, the compactor moves each partition's
+log start to its first recent record before any row goes (seen at the moment of the delete), then
+drops the old days' files and rewrites the one holding the late record: a consumer from offset 0
+(auto.offset.reset=earliest) gets exactly the records still in the table, table readers see
+exactly those rows, and the index reads them. A topic deleted with `neve.iceberg.drop.on.delete`
+loses its table, also when the deletion happened while no compactor ran; one without keeps its
+table with every row. After a re-index, a restart finds the last cycle swapped (no error)."""
 
 from __future__ import annotations
 
@@ -16,14 +23,18 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
+from compactor import retention as retention_module
 from compactor import service as service_module
 from compactor.catalog import load_catalog
+from compactor.maintenance import MAINTENANCE
 from compactor.reindex import finish_last_cycle
+from compactor.retention import DROP_ON_DELETE, DROP_PROPERTY, RETENTION_MS
 from compactor.translator import RAW
-from tests.compactor.produced import PARTITIONS, Produced, Want, headers_of, key_of, produce
-from tests.compactor.test_maintenance import compact_in_cycles, with_service
-from tests.compactor.test_service import WAIT_S
-from tests.fixtures import NeveNode
+from tests.compactor.produced import PARTITIONS, Produced, Want, check_rows, headers_of, key_of, produce
+from tests.compactor.test_maintenance import check_index_reads, compact_in_cycles, read_index, with_service
+from tests.compactor.test_service import WAIT_S, node_env, table_offsets, wait_for_table
+from tests.fixtures import NeveNode, free_port
+from tests.readers import rows_pyiceberg
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -159,3 +170,130 @@ def test_a_restart_after_a_reindex_finds_the_last_cycle_swapped(produced, sqlite
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], [r.getMessage() for r in caplog.records]
 
 
+# -- table retention, in the service ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cycles", ["one", "an entry each"])
+def test_table_retention_moves_the_log_start_first_then_drops_old_days_and_the_index_reads_the_rest(produced, sqlite_catalog, tmp_path, monkeypatch, cycles):
+    p = produced[1]
+    if cycles != "one":  # a file per WAL entry and day: every file with old rows holds only expired ones
+        monkeypatch.setattr(service_module, "MAX_ENTRIES_PER_PARTITION", 1)
+    data_dir, config, identifier = copy_of(produced, tmp_path, sqlite_catalog)
+    kept, starts = kept_of(p)
+    assert 0 < len(kept.want) < len(p.want)
+    config = dataclasses.replace(config, runner="in-process", maintenance_interval_ms=1, merge_min_files=1_000)
+    at_delete: dict = {}
+    real = retention_module.delete_before
+
+    async def work(service, metadata, objects):
+        info = metadata.topics()[p.topic]
+
+        def spy(table, wanted, properties):  # what the Kafka view and the table say as the rows go
+            at_delete["log_starts"] = {q: metadata.log_start_offset(info.topic_id, q) for q in range(PARTITIONS)}
+            at_delete["wanted"] = dict(wanted)
+            at_delete["rows"] = len(table.scan().to_arrow())
+            return real(table, wanted, properties)
+
+        monkeypatch.setattr(retention_module, "delete_before", spy)
+        untouched = await service.maintain_topic(info)  # no table retention set: nothing goes
+        await metadata.update_topic(p.topic, configs={RETENTION_MS: str(KEEP_MS)})
+        outcome = await service.maintain_topic(metadata.topics()[p.topic])
+        again = await service.maintain_topic(metadata.topics()[p.topic])
+        return untouched, outcome, again, {q: metadata.log_start_offset(info.topic_id, q) for q in range(PARTITIONS)}
+
+    untouched, outcome, again, log_starts = asyncio.run(with_service(data_dir, config, None, work))
+    assert untouched.rows_expired == 0
+    assert at_delete["log_starts"] == starts == at_delete["wanted"] == log_starts  # moved before the delete
+    assert at_delete["rows"] == len(p.want)  # every row still there when the log starts had moved
+    assert outcome.rows_expired == len(p.want) - len(kept.want) and outcome.reindexed_partitions == PARTITIONS
+    assert again.rows_expired == 0 and again.reindexed_partitions == 0
+    table = load_catalog(config).load_table(identifier)
+    retention_snapshot = table.current_snapshot()
+    assert retention_snapshot.summary[MAINTENANCE] == "retention"
+    summary = retention_snapshot.summary.additional_properties
+    if cycles == "one":  # a file per day: the older day's dropped whole, the one holding the late record rewritten
+        assert (summary["deleted-data-files"], summary["added-data-files"]) == ("2", "1")
+    else:  # files holding only expired rows, dropped whole
+        assert int(summary["deleted-data-files"]) >= 2 and "added-data-files" not in summary
+    check_rows(kept, rows_pyiceberg(table), where="pyiceberg")
+    check_index_reads(read_index(data_dir, p.topic), table, kept)  # the index's entries read exactly the kept rows
+
+
+# -- table retention and deletion in `neve dev` --------------------------------------------------------
+
+
+def test_neve_dev_table_retention_a_consumer_from_zero_gets_exactly_the_rows_kept(neve_factory):
+    node = neve_factory(env=node_env(free_port(), NEVE_COMPACTOR_MAINTENANCE_INTERVAL_MS="300"))
+    topic = create_topic(node.bootstrap, "ret-dev")
+    p = produce_days(node.bootstrap, topic)
+    data_dir = Path(node.data_dir).resolve()
+    wait_for_table(data_dir, p)
+    assert consume_from_zero(node.bootstrap, topic, p.counts()) == as_consumed(p)  # nothing expires by default
+
+    set_config(node.bootstrap, topic, RETENTION_MS, str(KEEP_MS))
+    kept, starts = kept_of(p)
+    wait_until(lambda: table_offsets(data_dir, topic) == sorted(kept.want), "table holding only the kept rows")
+    assert consume_from_zero(node.bootstrap, topic, kept.counts()) == as_consumed(kept)
+    consumer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": "watermarks"})
+    try:
+        assert {q: consumer.get_watermark_offsets(TopicPartition(topic, q), timeout=30)[0] for q in range(PARTITIONS)} == starts
+    finally:
+        consumer.close()
+    table = load_catalog(sqlite_config(data_dir)).load_table("neve." + topic.replace("-", "_"))
+    check_rows(kept, rows_pyiceberg(table), where="pyiceberg")
+
+
+def sqlite_config(data_dir: Path):
+    """The catalog `neve dev` keeps in its data dir."""
+    from compactor.config import CompactorConfig
+
+    return CompactorConfig(catalog_url=f"sqlite:///{data_dir / 'catalog.db'}", warehouse=f"file://{data_dir / 'warehouse'}")
+
+
+def data_files(data_dir: Path, topic: str) -> list[Path]:
+    return list((data_dir / "warehouse").glob(f"neve/{topic.replace('-', '_')}/data/**/*.parquet"))
+
+
+def test_a_topic_deleted_with_drop_on_delete_loses_its_table_one_without_keeps_every_row(neve_factory):
+    node = neve_factory(env=node_env(free_port()))
+    data_dir = Path(node.data_dir).resolve()
+    config = sqlite_config(data_dir)
+    dropped = create_topic(node.bootstrap, "drop", **{DROP_ON_DELETE: "true"})
+    kept = create_topic(node.bootstrap, "keep")
+    later = create_topic(node.bootstrap, "drop-later", **{DROP_ON_DELETE: "true"})
+    produced = {t: produce_days(node.bootstrap, t) for t in (dropped, kept, later)}
+    for p in produced.values():
+        wait_for_table(data_dir, p)
+    catalog = load_catalog(config)
+    wait_until(lambda: catalog.load_table("neve." + later.replace("-", "_")).properties.get(DROP_PROPERTY) == "true", "drop-on-delete mark")
+    assert data_files(data_dir, dropped)
+
+    delete_topic(node.bootstrap, dropped)
+    delete_topic(node.bootstrap, kept)
+    wait_until(lambda: not catalog.table_exists("neve." + dropped.replace("-", "_")), "table dropped")
+    assert not data_files(data_dir, dropped)  # purged
+    assert table_offsets(data_dir, kept) == sorted(produced[kept].want)
+    check_rows(produced[kept], rows_pyiceberg(catalog.load_table("neve." + kept.replace("-", "_"))), where="kept")
+
+    # deleted while no compactor ran: the next one to start drops the marked table
+    assert node.stop() == 0
+    node.env["NEVE_COMPACTOR_IN_NODE"] = "false"
+    node.start()
+    delete_topic(node.bootstrap, later)
+    assert node.stop() == 0
+    assert catalog.table_exists("neve." + later.replace("-", "_"))
+    node.env["NEVE_COMPACTOR_IN_NODE"] = "true"
+    node.start()
+    wait_until(lambda: not catalog.table_exists("neve." + later.replace("-", "_")), "marked table dropped at start")
+    assert not data_files(data_dir, later)
+    assert table_offsets(data_dir, kept) == sorted(produced[kept].want)
+
+
+def test_the_two_configs_are_declared_and_validated_as_kafkas_are():
+    from broker.topic_configs import TOPIC_CONFIGS, InvalidConfig, check
+
+    assert (TOPIC_CONFIGS[RETENTION_MS].default, TOPIC_CONFIGS[DROP_ON_DELETE].default) == ("-1", "false")
+    assert check({RETENTION_MS: " 86400000 ", DROP_ON_DELETE: "TRUE"}) == {RETENTION_MS: "86400000", DROP_ON_DELETE: "true"}
+    for name, value in ((RETENTION_MS, "-2"), (RETENTION_MS, "a day"), (RETENTION_MS, str(2**63)), (DROP_ON_DELETE, "yes")):
+        with pytest.raises(InvalidConfig):
+            check({name: value})
