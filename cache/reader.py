@@ -6,7 +6,10 @@ them together (`read_many`): ranges of one object that lie close together are re
 ranged GET, and the GETs run concurrently instead of one after another.
 
 A compacted index entry names a cycle manifest (wal/manifest.py) and a range of the WAL bytes it
-replaced: the reader maps that range back to the WAL objects (manifests cached, each read once)."""
+replaced: the reader maps that range back to the WAL objects (manifests cached, each read once).
+
+With the per-zone chunk cache (`chunks`, cache/chunks.py), what the recent objects do not hold is
+read through the zone's chunk owners instead of one GET per range: a range is the chunks it covers."""
 
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ from collections.abc import Callable, Iterable
 from wal.manifest import CycleManifest, is_manifest
 from wal.store import ObjectStore, ObjectStoreError
 
+from . import metrics
+from .chunks import ZoneChunks
+from .flight import SingleFlight
 from .recent import RecentObjects
 
 Range = tuple[str, int, int]  # object key, start, size
@@ -32,11 +38,12 @@ than another request's round trip (and, on S3, its price)."""
 
 
 class ObjectReader:
-    def __init__(self, store: ObjectStore, recent: RecentObjects, on_get: Callable[[int], None] | None = None) -> None:
+    def __init__(self, store: ObjectStore, recent: RecentObjects, on_get: Callable[[int], None] | None = None, chunks: ZoneChunks | None = None) -> None:
         self.store = store
         self.recent = recent
-        self._on_get = on_get  # called with the size of every GET this reader makes
-        self._inflight: dict[tuple[str, int, int], asyncio.Future] = {}
+        self._on_get = on_get  # called with the size of every GET this reader makes (`chunks` is given its own)
+        self.chunks = chunks
+        self._inflight = SingleFlight()
         self._manifests: OrderedDict[str, CycleManifest] = OrderedDict()
 
     async def manifest(self, key: str) -> CycleManifest:
@@ -74,25 +81,19 @@ class ObjectReader:
         """Bytes [start, end) of `key` (to its end when `end` is None), single flight."""
         cached = self.recent.get(key, start, end) if end is not None else None
         if cached is not None:
+            metrics.RECENT_HIT.inc()
             return cached
-        slot = (key, start, end)
-        pending = self._inflight.get(slot)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut = asyncio.get_running_loop().create_future()
-        self._inflight[slot] = fut
-        try:
-            data = await self.store.get(key, start, end)
-            if self._on_get is not None:
-                self._on_get(len(data))
-            fut.set_result(data)
-            return data
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()
-            raise
-        finally:
-            del self._inflight[slot]
+        if end is not None:
+            metrics.RECENT_MISS.inc()
+        return await self._inflight.run((key, start, end), lambda: self._read_store(key, start, end))
+
+    async def _read_store(self, key: str, start: int, end: int | None) -> bytes | memoryview:
+        if self.chunks is not None and end is not None:
+            return await self.chunks.get(key, start, end)
+        data = await self.store.get(key, start, end)
+        if self._on_get is not None:
+            self._on_get(len(data))
+        return data
 
     async def read_many(self, ranges: Iterable[Range], failures: dict[Range, ObjectStoreError] | None = None) -> dict[Range, bytes | memoryview]:
         """The bytes of every range that could be read, by range. Ranges of objects in the
@@ -116,6 +117,7 @@ class ObjectReader:
             if recent.has(key):
                 cached = recent.get(key, start, start + size)
                 if cached is not None:
+                    metrics.RECENT_HIT.inc()
                     out[(key, start, size)] = cached
                     continue
             by_key.setdefault(key, []).append((start, size))
