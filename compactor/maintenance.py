@@ -97,7 +97,7 @@ class TableMaintenance:
         now = self._clock()
         interval = self.config.maintenance_interval_ms / 1000
         due = interval > 0 and now - self._last_run.get(identifier, 0.0) >= interval
-        await self.retention.mark(table, info)
+        table = await self.retention.mark(table, info)
         if due:
             self._last_run[identifier] = now
             # table retention first: its log starts move before its rows go, the re-index below follows

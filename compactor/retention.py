@@ -252,20 +252,31 @@ class TableRetention:
                     candidates[p] = candidates[p][1:]
         return starts
 
-    async def mark(self, table, info: TopicInfo) -> None:
-        """Keep `table`'s drop-on-delete mark as its topic's config says (a write only on change)."""
+    async def mark(self, table, info: TopicInfo):
+        """Keep `table`'s drop-on-delete mark as its topic's config says (a write only on change):
+        the table, refreshed when it was written."""
         props = table.properties
         if drops_on_delete(info.configs):
             want = {DROP_PROPERTY: "true", TOPIC_PROPERTY: str(info.topic_id)}
-            if any(props.get(k) != v for k, v in want.items()):
-                await asyncio.to_thread(_set_properties, table, want)
+            if all(props.get(k) == v for k, v in want.items()):
+                return table
         elif props.get(DROP_PROPERTY) == "true":
-            await asyncio.to_thread(_set_properties, table, {DROP_PROPERTY: "false"})
+            want = {DROP_PROPERTY: "false"}
+        else:
+            return table
+        await asyncio.to_thread(_set_properties, table, want)
+        return await asyncio.to_thread(table.refresh)
 
 
 def _set_properties(table, properties: Mapping[str, str]) -> None:
-    with table.transaction() as txn:
-        txn.set_properties(dict(properties))
+    """Set table properties; a commit another writer beat is left to the next round."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    try:
+        with table.transaction() as txn:
+            txn.set_properties(dict(properties))
+    except CommitFailedException as e:
+        log.warning("drop-on-delete mark not written: the table changed meanwhile; retried next round", extra={"table": str(table.name()), "error": repr(e)})
 
 
 # -- topic deletion ------------------------------------------------------------------------------------

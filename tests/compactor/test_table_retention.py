@@ -196,7 +196,8 @@ def test_table_retention_moves_the_log_start_first_then_drops_old_days_and_the_i
 
         monkeypatch.setattr(retention_module, "delete_before", spy)
         untouched = await service.maintain_topic(info)  # no table retention set: nothing goes
-        await metadata.update_topic(p.topic, configs={RETENTION_MS: str(KEEP_MS)})
+        # with the drop-on-delete mark written in the same round (the delete commits on the table it refreshed)
+        await metadata.update_topic(p.topic, configs={RETENTION_MS: str(KEEP_MS), DROP_ON_DELETE: "true"})
         outcome = await service.maintain_topic(metadata.topics()[p.topic])
         again = await service.maintain_topic(metadata.topics()[p.topic])
         return untouched, outcome, again, {q: metadata.log_start_offset(info.topic_id, q) for q in range(PARTITIONS)}
@@ -209,7 +210,7 @@ def test_table_retention_moves_the_log_start_first_then_drops_old_days_and_the_i
     assert again.rows_expired == 0 and again.reindexed_partitions == 0
     table = load_catalog(config).load_table(identifier)
     retention_snapshot = table.current_snapshot()
-    assert retention_snapshot.summary[MAINTENANCE] == "retention"
+    assert retention_snapshot.summary[MAINTENANCE] == "retention" and table.properties[DROP_PROPERTY] == "true"
     summary = retention_snapshot.summary.additional_properties
     if cycles == "one":  # a file per day: the older day's dropped whole, the one holding the late record rewritten
         assert (summary["deleted-data-files"], summary["added-data-files"]) == ("2", "1")
