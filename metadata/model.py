@@ -32,12 +32,14 @@ class CommittedOffset:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
-    """A live broker, as registered under a lease: where clients reach it, and its zone."""
+    """A live broker, as registered under a lease: where clients reach it, its zone, and the port
+    its zone's brokers ask it for cache chunks on (0: it serves none)."""
 
     node_id: int
     host: str
     port: int
     zone: str | None = None
+    cache_port: int = 0
 
 
 # The values made once per partition-append (an Append, its AppendResult, its IndexEntry) are not

@@ -1,7 +1,7 @@
 """neve's configuration: typed sections with documented defaults, loaded in one place.
 
 Precedence, lowest to highest: the defaults below → a TOML config file (`--config FILE`, sections
-named like the dataclasses: [broker], [wal], [metadata], [registry], [compactor], [faults]) → environment variables
+named like the dataclasses: [broker], [wal], [metadata], [registry], [compactor], [cache], [faults]) → environment variables
 `NEVE_<SECTION>_<FIELD>` (e.g. NEVE_WAL_LINGER_MS=5) → command-line flags.
 """
 
@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import Any
 
+from cache.config import CacheConfig
 from compactor.config import CompactorConfig
 
 
@@ -164,6 +165,7 @@ class Config:
     metadata: MetadataConfig = field(default_factory=MetadataConfig)
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     compactor: CompactorConfig = field(default_factory=CompactorConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     data_dir: str = "neve-data"
     """Where `neve dev` keeps its objects and metadata."""

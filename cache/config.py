@@ -1,0 +1,30 @@
+"""The per-zone distributed cache's settings. The composition root loads them as the [cache]
+section (NEVE_CACHE_<FIELD>)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class CacheConfig:
+    enabled: bool = True
+    """Read WAL and table objects through the per-zone chunk cache: each aligned chunk of an object
+    is read from the object store by one broker of a zone (its owner, by rendezvous hashing over
+    the zone's live brokers) and served to the others from memory. false: each broker reads the
+    object store itself (its recent-objects cache aside)."""
+    chunk_bytes: int = 4 * 1024 * 1024
+    """Size of a chunk, the unit read from the object store and cached (WarpStream's and Ursa's
+    4 MiB). A read needing a few bytes of a chunk makes its owner read the whole chunk, once."""
+    memory_bytes: int = 256 * 1024 * 1024
+    """Memory for the chunks this broker owns (least recently used evicted)."""
+    port: int = 0
+    """Port on the broker's `host` serving chunks to the zone's other brokers (published with the
+    broker's registration); 0: any free port."""
+    peer_timeout_ms: int = 2000
+    """Deadline of one chunk request to another broker; past it the chunk's bytes are read from
+    the object store directly (counted in neve_cache_direct_reads_total)."""
+    peer_retry_ms: int = 5000
+    """A broker that could not be reached (or missed a deadline) is left out of chunk ownership
+    this long: its chunks go to the next owner in rendezvous order, the one that owns them once
+    its registration expires, so each of its chunks is read once more, not once per broker."""
