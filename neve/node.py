@@ -15,6 +15,8 @@ from broker.context import Services
 from broker.metrics import WalMetrics, expose_metadata_ops, object_get
 from broker.retention import run_retention
 from broker.server import KafkaServer
+from cache.chunks import Member, ZoneChunks
+from cache.peers import ChunkServer
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
 from metadata.model import BrokerRegistration
@@ -114,6 +116,8 @@ class Node:
         self._sweeper: asyncio.Task | None = None
         self._retention: asyncio.Task | None = None
         self.compactor = None  # neve.compaction.RunningCompactor when compactor.in_node
+        self._chunks: ZoneChunks | None = None
+        self._chunk_server: ChunkServer | None = None
 
     def _lock_data_dir(self) -> None:
         self._lock_fd = lock_data_dir(self.data_dir)
@@ -176,7 +180,7 @@ class Node:
         if port:  # before the Kafka listener: a node that takes connections serves its schemas
             self.registry = await start_registry(c, self.metadata, port, optional)
         settings = replace(broker_settings(c), storage=self.object_store_url.split("?", 1)[0])
-        reader = ObjectReader(self.objects, self.recent, on_get=object_get)
+        reader = ObjectReader(self.objects, self.recent, on_get=object_get, chunks=await self._start_chunks(settings))
         services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=reader, compacted=self._compacted_reader(reader))
         self.services = services
         self.server = KafkaServer(services)
@@ -187,7 +191,8 @@ class Node:
         port = self.server.port
         services.settings = replace(settings, port=port)
         try:
-            await self.metadata.register_broker(BrokerRegistration(settings.node_id, settings.advertised_host, port, settings.zone))
+            cache_port = self._chunk_server.port if self._chunk_server is not None else 0
+            await self.metadata.register_broker(BrokerRegistration(settings.node_id, settings.advertised_host, port, settings.zone, cache_port))
         except Exception as e:
             raise StartupError(f"cannot register broker {settings.node_id} in {self.metadata_url}: {e!r}") from None
         if c.wal.sweep_interval_s > 0:  # one node of a cluster sweeps: the leader of "wal-sweeper"
@@ -206,6 +211,28 @@ class Node:
             self.compactor = RunningCompactor(c, compactor_settings(c, self.data_dir), self.metadata, self.objects, self.object_store_url, on_cycle=self.on_cycle)
             self.compactor.start()
         log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
+
+    async def _start_chunks(self, settings: BrokerSettings) -> ZoneChunks | None:
+        """The per-zone chunk cache and its server (before the broker registers: the registration
+        names the server's port), or None when it is off."""
+        cache = self.config.cache
+        if not cache.enabled:
+            return None
+        zone, me = settings.zone, settings.node_id
+
+        def members() -> list[Member]:  # the zone's live brokers serving chunks; never another zone's
+            return [Member(b.node_id, b.host, b.cache_port) for b in self.metadata.live_brokers() if b.zone == zone and b.cache_port and b.node_id != me]
+
+        self._chunks = ZoneChunks(
+            self.objects, self.recent, node_id=me, members=members, chunk_bytes=cache.chunk_bytes, memory_bytes=cache.memory_bytes,
+            peer_timeout_s=cache.peer_timeout_ms / 1000, peer_retry_s=cache.peer_retry_ms / 1000, on_get=object_get,
+        )  # fmt: skip
+        self._chunk_server = ChunkServer(self._chunks.serve, settings.host, cache.port, cache.chunk_bytes)
+        try:
+            await self._chunk_server.start()
+        except OSError as e:
+            raise StartupError(f"cannot serve cache chunks on {settings.host}:{cache.port}: {e.strerror or e}") from None
+        return self._chunks
 
     def _compacted_reader(self, reader: ObjectReader):
         """What serves compacted offsets from the table's files; None without the table extra
@@ -248,6 +275,9 @@ class Node:
             self.services.coordinator.close()  # answer waiting joins/syncs before connections close
             await self.server.stop()
             await self.services.coordinator.flush()  # group state writes already under way
+            if self._chunk_server is not None:
+                await self._chunk_server.stop()
+                await self._chunks.close()
             await self.wal.close()
             if self.registry is not None:
                 await self.registry.stop()
