@@ -11,7 +11,7 @@ import asyncio
 import gc
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -212,10 +212,39 @@ def run_tasks_in_process(context: TaskContext, tasks: Sequence[Task]) -> list[Ta
 # -- reading ----------------------------------------------------------------------------------------
 
 
+# Readers of this process that tasks run here read WAL objects through, by object-store URL: a
+# compactor inside a node registers the node's (cache/reader.py: its recent objects, the zone's
+# chunk cache), so a cycle that runs beside the brokers reads what they already hold (seed 003
+# §4.3.3). Tasks on Spark executors (other processes) read the object store themselves.
+_LOCAL_READERS: dict[str, tuple[Callable[[str, int, int], Awaitable[bytes]], asyncio.AbstractEventLoop]] = {}
+
+
+def register_local_reader(url: str, read: Callable[[str, int, int], Awaitable[bytes]] | None, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    """Tasks of this process read objects of `url` with `read(key, start, size)` run on `loop`
+    (None: unregister)."""
+    if read is None:
+        _LOCAL_READERS.pop(url, None)
+    else:
+        assert loop is not None
+        _LOCAL_READERS[url] = (read, loop)
+
+
 async def _fetch(url: str, reads: Sequence[ObjectRead], into: list[bytes]) -> None:
     """Each read's bytes into `into`. Not returned: on the main thread asyncio.run ends by looking
     up its SIGINT handler, whose failed enum lookup formats the main task's repr, result included
     (a second per 24 MiB, CPython 3.11)."""
+    local = _LOCAL_READERS.get(url)
+    if local is not None:
+        read, loop = local
+
+        async def get_local(i: int, r: ObjectRead) -> None:
+            data = await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(read(r.object_key, r.start, r.end - r.start), loop))
+            if len(data) != r.end - r.start:
+                raise OSError(f"{r.object_key}: read [{r.start}, {r.end}) gave {len(data)} bytes")
+            into[i] = bytes(data)
+
+        await asyncio.gather(*(get_local(i, r) for i, r in enumerate(reads)))
+        return
     store = load_object_store(url)
     limit = asyncio.Semaphore(READ_CONCURRENCY)
 

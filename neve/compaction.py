@@ -11,6 +11,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import replace
 
+from cache.reader import ObjectReader
 from compactor.catalog import CatalogError, catalog_target, load_catalog
 from compactor.config import CompactorConfig
 from compactor.service import CompactionService, TopicCycle
@@ -103,9 +104,20 @@ class RunningCompactor:
     """A CompactionService cycling in this process's event loop until `stop`."""
 
     def __init__(
-        self, config: Config, settings: CompactorConfig, metadata: MetadataStore, objects: ObjectStore, objects_url: str, on_cycle: Callable[[TopicCycle], None] | None = None
+        self,
+        config: Config,
+        settings: CompactorConfig,
+        metadata: MetadataStore,
+        objects: ObjectStore,
+        objects_url: str,
+        on_cycle: Callable[[TopicCycle], None] | None = None,
+        reader: ObjectReader | None = None,
     ) -> None:
+        """`reader`: the node's, when the compactor runs in a node: tasks run in this process read
+        the WAL through it (its recent objects, the zone's chunk cache)."""
         self.settings = settings
+        self.objects_url = objects_url
+        self.reader = reader
         self.metadata = metadata
         self.lookup = load_lookup(RegistrySettings(url=config.registry.url), metadata)
         self.service = CompactionLoop(settings, metadata, objects, objects_url, self.lookup)
@@ -114,6 +126,10 @@ class RunningCompactor:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
+        if self.reader is not None:
+            from compactor import job
+
+            job.register_local_reader(self.objects_url, self.reader.read, asyncio.get_running_loop())
         self._task = asyncio.create_task(self._run())
         log.info("compactor_started", extra={"catalog": self.settings.catalog_url, "runner": self.settings.runner, "namespace": self.settings.namespace})
 
@@ -141,6 +157,10 @@ class RunningCompactor:
         self._stop.set()
         if self._task is not None:
             await self._task
+        if self.reader is not None:
+            from compactor import job
+
+            job.register_local_reader(self.objects_url, None)
         await self.service.close()
         await self.lookup.close()
 

@@ -208,7 +208,7 @@ class Node:
         if c.compactor.in_node:
             from .compaction import RunningCompactor, compactor_settings
 
-            self.compactor = RunningCompactor(c, compactor_settings(c, self.data_dir), self.metadata, self.objects, self.object_store_url, on_cycle=self.on_cycle)
+            self.compactor = RunningCompactor(c, compactor_settings(c, self.data_dir), self.metadata, self.objects, self.object_store_url, on_cycle=self.on_cycle, reader=self.services.reader)
             self.compactor.start()
         log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
 

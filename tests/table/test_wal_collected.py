@@ -79,3 +79,20 @@ def test_compacted_wal_objects_are_deleted_and_hidden_records_still_reach_the_ta
     assert sorted(consumed) == sorted(kept_acked)
     assert all(value == b"value %d" % int(key[1:]) for key, value, _, _ in consumed.values())
     assert table_offsets(data_dir, tabled) == sorted(hidden_acked)
+
+
+def test_a_compactor_in_the_node_reads_the_wal_through_the_nodes_reader(neve_factory):
+    """Compacting what the node just wrote costs no GET: the in-node compactor's tasks read through
+    the node's reader, whose recent objects hold the WAL objects it wrote."""
+    from tests.neve.test_metrics import scrape
+
+    metrics_port = free_port()
+    node = neve_factory(env=node_env(free_port(), NEVE_COMPACTOR_IN_NODE="true", NEVE_BROKER_METRICS_PORT=str(metrics_port)))
+    topic = f"near-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(60)
+    acked = produce(node.bootstrap, topic, 500)
+    wait_for_table(Path(node.data_dir).resolve(), Produced(topic, acked, {}))
+    samples = scrape(metrics_port)
+    assert samples['neve_cache_lookups_total{layer="recent",result="hit"}'] >= 1
+    assert samples.get("neve_object_gets_total", 0) == 0
