@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from . import (
     catchup,
+    catchup_table,
     compaction,
     cost,
     e2e,
     fanout,
     freshness,
+    maintenance,
     partitions,
     produce,
     put_ceiling,
+    stored_bytes,
 )
 
-SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness)}
+SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness, catchup_table, stored_bytes, maintenance)}
