@@ -175,7 +175,7 @@ async def test_a_group_spanning_two_zones_has_one_coordinator(cluster):
         first_zone = "ab"[i % 2]
         first = await find(cluster[1 if first_zone == "a" else 3], group, f"first,zone_id={first_zone}")
         # members of both zones, asking any broker, in any order: the same broker
-        for node, services in cluster.items():
+        for services in cluster.values():
             for zone in "ab":
                 assert await find(services, group, f"m,ws_az={zone}") == first
         assert ZONE_OF[first] == first_zone, "the first member's zone is the group's"
