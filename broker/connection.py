@@ -9,7 +9,14 @@ request, unknown API or version) closes the connection, and only this connection
 
 Each connection is placed by the zone its first request's client id names (a zone some live
 broker is in, else none) and counts its bytes in and out under (client zone, this broker's zone),
-so a scrape shows whether zoned clients stayed in their zone.
+so a scrape shows whether zoned clients stayed in their zone. Group requests go through the
+listener's GroupForwarder (broker/forwarding.py), which relays a zoned client's to its group's
+coordinator in another zone; a request another broker relayed here is answered here, and the
+connection carrying them is counted as a broker's. Such a relay link is the one exception to
+in-order replies: it carries many clients' requests, a JoinGroup among them may wait minutes for
+its rebalance, and the relaying broker matches answers by correlation id, so each is sent as soon
+as it is ready. Its requests in flight are bounded by the relaying broker (forwarding.MAX_IN_FLIGHT),
+not by this connection's slots.
 """
 
 from __future__ import annotations
@@ -20,10 +27,11 @@ import logging
 
 from .codec import PRODUCE, MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
+from .forwarding import GROUP_APIS, GroupForwarder, relayed_for
 from .framing import FrameSizeError, FrameStream
 from .handlers.api18_api_versions import unsupported_version_response
 from .locality import known_zone
-from .metrics import CLIENT_TRAFFIC, LoopCounter, requests_of
+from .metrics import CLIENT_TRAFFIC, PEER_BROKER, LoopCounter, requests_of
 from .registry import HANDLERS
 
 log = logging.getLogger("neve.broker.connection")
@@ -53,9 +61,10 @@ class _Close(Exception):
 
 
 class Connection:
-    def __init__(self, services: Services, stream: FrameStream) -> None:
+    def __init__(self, services: Services, stream: FrameStream, forwarder: GroupForwarder | None = None) -> None:
         self.services = services
         self.stream = stream
+        self.forwarder = forwarder
         self.peer = stream.peer
         settings = services.settings
         # Produce requests are bounded by the WAL buffer's bytes (`wal.room()`) and their own
@@ -73,6 +82,7 @@ class Connection:
         self._bytes_in = LoopCounter()
         self._bytes_out = LoopCounter()
         self._open: LoopCounter | None = None  # this connection's zones' open connections, once placed
+        self._relay_link = False  # carries requests another broker relays (answered out of order)
 
     async def serve(self) -> None:
         sender = asyncio.create_task(self._send_replies())
@@ -122,21 +132,25 @@ class Connection:
                     raise _Close(CloseReason.BAD_FRAME, f"frame length {e.size}") from None
                 raise _Close(CloseReason.FRAME_TOO_LARGE, f"{e.size} > {self.stream.max_frame_bytes}") from None
             produce = frame[:2] == b"\x00\x00"
+            slotted = False
             if produce:  # wait while the WAL buffer is full
                 if not wal.has_room():
                     await wal.room()
-            else:  # a slot, given back when the handler is done (see _send_replies)
+            elif not self._relay_link:  # a slot, given back when the handler is done (see _send_replies)
                 await self._other_slots.acquire()
+                slotted = True
             task = self._dispatch(frame)
             self._bytes_in.inc(len(frame) + 4)
             self.stream.recycle(frame)  # decoded: kio copied out everything the handler uses
-            if task is not None:
+            if task is not None and self._relay_link:
+                task[0].add_done_callback(lambda done, item=task, slotted=slotted: self._answer_relayed(item, slotted))
+            elif task is not None:
                 # no coroutine per request (thousands a second) unless the queue is full
                 if replies.full():
                     await replies.put(task)
                 else:
                     replies.put_nowait(task)
-            elif not produce:
+            elif slotted:
                 self._other_slots.release()
 
     def _dispatch(self, frame: bytes | memoryview):
@@ -158,10 +172,16 @@ class Connection:
             raise _Close(CloseReason.MALFORMED, str(e)) from None
         requests_of(handler.name).inc()
         client_id = getattr(header, "client_id", None)
+        relayed_host = None
+        if api_key in GROUP_APIS:
+            client_id, relayed_host = relayed_for(client_id)
         if self._open is None:
-            self._place(client_id)
+            self._place(client_id, relayed=relayed_host is not None)
         ctx = self._contexts.get((api_key, version, client_id))
-        if ctx is None:
+        if relayed_host is not None:  # the member's own host, not the relaying broker's
+            self._relay_link = True
+            ctx = RequestContext(self.services, api_key, version, client_id, response_module(api_key, version), (relayed_host, 0))
+        elif ctx is None:
             if len(self._contexts) >= MAX_CONTEXTS:
                 self._contexts.clear()
             ctx = self._contexts[(api_key, version, client_id)] = RequestContext(
@@ -173,7 +193,10 @@ class Connection:
                 peer=self.peer,
             )
         try:
-            answer = handler.fn(ctx, body)  # a coroutine, made a task; or Produce's own future
+            if self.forwarder is not None and relayed_host is None and api_key in GROUP_APIS:
+                answer = self.forwarder.answer(ctx, handler, body, bytes(frame))  # relayed, or handler.fn's
+            else:
+                answer = handler.fn(ctx, body)  # a coroutine, made a task; or Produce's own future
             if not isinstance(answer, asyncio.Future):
                 answer = asyncio.ensure_future(answer)
         except Exception as e:  # a handler that is not a coroutine failed at once: as if its task had
@@ -181,13 +204,32 @@ class Connection:
             answer.set_exception(e)
         return answer, api_key, version, correlation_id
 
-    def _place(self, client_id: str | None) -> None:
+    def _place(self, client_id: str | None, relayed: bool = False) -> None:
         services = self.services
-        bytes_in, bytes_out, self._open = CLIENT_TRAFFIC.counters(known_zone(client_id, services.live_brokers()), services.settings.zone)
+        client_zone = PEER_BROKER if relayed else known_zone(client_id, services.live_brokers())
+        bytes_in, bytes_out, self._open = CLIENT_TRAFFIC.counters(client_zone, services.settings.zone)
         bytes_in.inc(self._bytes_in.value)
         bytes_out.inc(self._bytes_out.value)
         self._bytes_in, self._bytes_out = bytes_in, bytes_out
         self._open.inc()
+
+    def _answer_relayed(self, item, slotted: bool) -> None:
+        """Send the answer of a relay link's request as soon as it is ready (see the module doc)."""
+        task, api_key, version, correlation_id = item
+        if slotted:
+            self._other_slots.release()
+        if self.close_reason is not None or task.cancelled():
+            return
+        try:
+            response = task.result()
+            pieces = encode_response(api_key, version, correlation_id, response)
+        except Exception as e:
+            log.exception("handler_failed", extra={"api_key": api_key, "api_version": version, "peer": str(self.peer)})
+            self._note_close(CloseReason.HANDLER_FAILED, repr(e))
+            self._abort()
+            return
+        self._bytes_out.inc(sum(map(len, pieces)))
+        self._send(pieces)
 
     async def _send_replies(self) -> None:
         """Answer the requests in order. Responses that are ready together (a WAL commit answers

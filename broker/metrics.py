@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 
@@ -42,6 +42,9 @@ REGISTRY.register(LOOP_COUNTERS)
 
 
 NO_ZONE = "none"  # the zone label of a client without a known zone hint, or of a zoneless broker
+# The client zone label of a connection from another broker relaying its clients' group requests
+# (broker/forwarding.py): a broker, not a client, whichever clients' requests it carries.
+PEER_BROKER = "broker"
 
 
 class ClientTraffic:
@@ -87,6 +90,18 @@ REGISTRY.register(CLIENT_TRAFFIC)
 ZONE_HINT_MISSES = Counter(
     "neve_zone_hint_misses_total", "Metadata and FindCoordinator requests whose client.id named a zone no live broker is in (answered as for a client without a zone)"
 )
+GROUP_FORWARDS = Counter(
+    "neve_group_forwarded_requests_total", "Group requests of zoned clients relayed to the group's coordinator (another zone's broker), by API", ["api"]
+)
+GROUP_FORWARD_BYTES = Counter(
+    "neve_group_forwarded_bytes_total", "Bytes of relayed group requests (out) and of the coordinators' answers (in), broker to broker", ["api", "direction"]
+)
+GROUP_FORWARD_FAILURES = Counter(
+    "neve_group_forward_failures_total",
+    "Relayed group requests answered COORDINATOR_NOT_AVAILABLE: no answer by the deadline (timeout) or the link to the coordinator failed (connection)",
+    ["api", "reason"],
+)
+GROUP_FORWARDS_IN_FLIGHT = Gauge("neve_group_forwards_in_flight", "Relayed group requests waiting for their coordinator's answer")
 PRODUCE_BYTES = LOOP_COUNTERS.produce_bytes
 FETCH_BYTES = Counter("neve_fetch_bytes_total", "Record batch bytes returned by Fetch")
 OBJECT_GETS = Counter("neve_object_gets_total", "Object-store GETs made to serve fetches (reads from the recent-objects cache excluded)")

@@ -7,6 +7,7 @@ import logging
 
 from .connection import Connection
 from .context import Services
+from .forwarding import GroupForwarder
 from .framing import FrameStream
 from .registry import load_handlers
 
@@ -18,6 +19,7 @@ class KafkaServer:
         self.services = services
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task] = set()
+        self.forwarder = GroupForwarder(services)  # zoned clients' group requests, to their coordinators
         load_handlers()
 
     async def start(self) -> None:
@@ -38,7 +40,7 @@ class KafkaServer:
 
     async def _serve(self, stream: FrameStream) -> None:
         try:
-            await Connection(self.services, stream).serve()
+            await Connection(self.services, stream, self.forwarder).serve()
         except asyncio.CancelledError:
             pass
         except Exception:
@@ -51,5 +53,6 @@ class KafkaServer:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.forwarder.close()
         if self._server is not None:
             await self._server.wait_closed()

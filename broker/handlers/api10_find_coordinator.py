@@ -5,23 +5,23 @@ a single node always answers itself. Transactions are not supported: key_type 1 
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED (as InitProducerId with a transactional id does), any other
 key type INVALID_REQUEST.
 
-Zones: the rule is "rendezvous hashing of the group id over the live brokers of the group's home
-zone", where the home zone is the zone of the first client that looked the group up, recorded once
-in the metadata store (every live broker when that client had no zone, when the zone has no live
-broker, or when no broker has a zone). Why not over the asking client's zone, as Metadata's
-leaders are: a group's live state (members, generation, the join barrier) is kept by one broker,
-its coordinator, and only its snapshots reach the metadata store, for a successor after a failure.
-Two coordinators of one group, one per zone, would each run their own join barrier and
-generations and hand out overlapping assignments. So every member of a group is sent to the same
-broker, whatever its zone: a group whose members are all in one zone (the common case: one
-consumer fleet per zone) is coordinated in that zone and its clients never leave it, while the
-members of a group spanning zones talk to a coordinator outside their zone for group requests only
-(joins, heartbeats, offset commits: small), their fetches still going to their zone's leaders. Open
-gap: such a member's Metadata lists only its zone, so librdkafka drops and re-adds the coordinator
-broker on every refresh (thousands of reconnections) and aiokafka 0.14 never connects to it
-(tests/cluster/test_zones.py, xfail). A
-hint naming no live broker's zone is counted and logged (locality.ZoneHints) and answered as for a
-client without a zone."""
+Zones: a group's coordinator is "rendezvous hashing of the group id over the live brokers of the
+group's home zone", where the home zone is the zone of the first client that looked the group up,
+recorded once in the metadata store (every live broker when that client had no zone, when the zone
+has no live broker, or when no broker has a zone). Why one coordinator and not one per zone: a
+group's live state (members, generation, the join barrier) is kept by one broker, and only its
+snapshots reach the metadata store, for a successor after a failure; two coordinators of one group
+would each run their own join barrier and generations and hand out overlapping assignments.
+
+A zoned client is answered with a broker of its own zone: rendezvous of the group id over its
+zone's live brokers (the same hashing), so every member of one zone is sent to the same broker,
+and a client never learns of a broker its Metadata does not list. In the group's home zone that
+broker is the coordinator. In another zone it is the group's relay there: it forwards the
+member's group requests to the coordinator broker to broker and relays the answers
+(broker/forwarding.py), so only those small frames cross zones and the member's connections stay
+in its zone. A client without a zone is answered with the coordinator itself. A hint naming no
+live broker's zone is counted and logged (locality.ZoneHints) and answered as for a client
+without a zone."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from ..codec import build, has_field
+from ..groups.coordinator import coordinator_for
 from ..groups.group import GroupError
 from ..locality import ZONE_HINTS
 from ..registry import handles
@@ -50,7 +51,8 @@ async def _find(ctx, key: str, key_type: int, zone: str | None) -> dict:
         await coordinator.place(key, zone)
     except GroupError as e:
         return dict(error_code=ErrorCode(e.code), error_message=str(e), node_id=-1, host="", port=-1)
-    broker = coordinator.coordinator(key)
+    # a zoned client's relay in its zone (the coordinator itself in the group's home zone)
+    broker = coordinator.coordinator(key) if zone is None else coordinator_for(key, ctx.services.live_brokers(), zone)
     return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host, port=broker.port)
 
 

@@ -1,6 +1,7 @@
-"""DescribeCluster (key 60), v0-v1: every live broker, whatever the client's zone (as Metadata
-answers: a client must know of other zones' brokers to survive its own zone's loss), the cluster
-id, and as controller the lowest node id (neve has no controller; Metadata names the same one). Only the broker endpoint type exists:
+"""DescribeCluster (key 60), v0-v1: the brokers Metadata lists to the same client (a zoned
+client: its zone's live brokers; any other client, or one whose zone has no live broker: every
+live broker; broker/locality.py), the cluster id, and as controller the lowest node id of those
+(neve has no controller; Metadata names the same one). Only the broker endpoint type exists:
 asking for controllers (v1 endpoint_type 2) answers MISMATCHED_ENDPOINT_TYPE, an unknown type
 UNSUPPORTED_ENDPOINT_TYPE. Authorized operations are not reported (no authorizer)."""
 
@@ -11,6 +12,7 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from ..codec import build
+from ..locality import brokers_for_zone, known_zone
 from ..registry import handles
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -28,7 +30,8 @@ async def describe_cluster(ctx, request):
         message = f"neve brokers serve endpoint type {BROKERS} (brokers), not {endpoint_type}"
         return build(r.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=message, endpoint_type=BROKERS, cluster_id=s.cluster_id, controller_id=-1, brokers=(), cluster_authorized_operations=NOT_REPORTED)
     live = s.live_brokers()
-    brokers = tuple(build(r.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.zone, is_fenced=False) for b in live)
+    visible = brokers_for_zone(live, known_zone(ctx.client_id, live))
+    brokers = tuple(build(r.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.zone, is_fenced=False) for b in visible)
     return build(
         r.DescribeClusterResponse,
         throttle_time=NO_THROTTLE,
@@ -36,7 +39,7 @@ async def describe_cluster(ctx, request):
         error_message=None,
         endpoint_type=BROKERS,
         cluster_id=s.cluster_id,
-        controller_id=min(b.node_id for b in live),
+        controller_id=min(b.node_id for b in visible),
         brokers=brokers,
         cluster_authorized_operations=NOT_REPORTED,
     )

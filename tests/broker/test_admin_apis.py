@@ -244,16 +244,19 @@ def test_describe_cluster(neve_factory):
     assert result.controller.id == 0
 
 
-def test_describe_cluster_lists_every_zone(cluster_factory):
+def test_describe_cluster_lists_what_metadata_lists(cluster_factory):
     cluster = cluster_factory(zones=("a", "b"))
     expected = {n.port: i for i, n in enumerate(cluster.nodes)}
-    # Every client learns every live broker (as from Metadata), so losing its zone never strands it.
-    for client_id, zones in (("app,zone_id=a", ["a", "b"]), ("ws_az=b", ["a", "b"]), ("no-zone", ["a", "b"])):
+    # A zoned client learns its zone's live brokers (as from Metadata); a client without a zone,
+    # or naming a zone no broker is in, learns every live broker.
+    for client_id, zones in (("app,zone_id=a", ["a"]), ("ws_az=b", ["b"]), ("no-zone", ["a", "b"]), ("lost,zone=c", ["a", "b"])):
         client = AdminClient({"bootstrap.servers": cluster.bootstrap, "client.id": client_id, "logger": LOG})
         result = client.describe_cluster(request_timeout=T).result(T)
-        assert sorted((n.id, n.rack) for n in result.nodes) == [("ab".index(z), z) for z in zones]
+        assert sorted((n.id, n.rack) for n in result.nodes) == [("ab".index(z), z) for z in zones], client_id
         assert all(expected[n.port] == n.id for n in result.nodes)
         assert result.controller.id == min(n.id for n in result.nodes)
+        listed = client.list_topics(timeout=T).brokers
+        assert sorted(listed) == sorted(n.id for n in result.nodes), "DescribeCluster lists what Metadata lists"
 
 
 # kafka-python loads its protocol schemas through importlib.resources' legacy API (its warning is

@@ -1,8 +1,8 @@
 """Zone-aware answers, driven in-process over one shared embedded store with four registered
 brokers in two zones: the zone hint in every spelling and separator, Metadata naming only the
 client's zone's brokers, a hint naming no live zone (all brokers, counted, logged once per
-client id), and FindCoordinator sending every member of a group to one broker: in the group's
-zone when it has one, the same broker from any zone when its members span two."""
+client id), and FindCoordinator sending every member of one zone to one broker of that zone:
+the group's coordinator in its home zone, its relay (broker/forwarding.py) in any other."""
 
 from __future__ import annotations
 
@@ -168,20 +168,23 @@ async def test_a_single_zone_groups_coordinator_is_in_its_zone(cluster):
             assert coordinator == coordinator_for(group, brokers_for_zone(BROKERS, zone)).node_id
 
 
-async def test_a_group_spanning_two_zones_has_one_coordinator(cluster):
-    homes = {"a": 0, "b": 0}
+async def test_a_group_spanning_two_zones_has_one_coordinator_and_a_relay_per_zone(cluster):
     for i in range(20):
         group = f"g-{i}"
         first_zone = "ab"[i % 2]
         first = await find(cluster[1 if first_zone == "a" else 3], group, f"first,zone_id={first_zone}")
-        # members of both zones, asking any broker, in any order: the same broker
-        for services in cluster.values():
-            for zone in "ab":
-                assert await find(services, group, f"m,ws_az={zone}") == first
         assert ZONE_OF[first] == first_zone, "the first member's zone is the group's"
-        homes[first_zone] += 1
-        # only that broker takes the group's requests
+        # members of each zone, asking any broker, in any order: one broker of their own zone,
+        # the coordinator itself in the group's zone
+        for zone in "ab":
+            answers = {await find(services, group, f"m,ws_az={zone}") for services in cluster.values()}
+            assert answers == {coordinator_for(group, brokers_for_zone(BROKERS, zone)).node_id}
+            (answer,) = answers
+            assert ZONE_OF[answer] == zone
+            assert (answer == first) == (zone == first_zone)
+        # only the coordinator takes the group's requests (the other zone's answer relays them)
         for node, services in cluster.items():
+            assert services.coordinator.coordinator(group).node_id == first
             if node == first:
                 assert await services.coordinator.group(group, create=True) is not None
             else:
@@ -194,10 +197,16 @@ async def test_first_lookups_from_two_zones_at_once_agree(cluster):
     groups = [f"race-{uuid.uuid4().hex[:6]}" for _ in range(20)]
     asks = [(g, node, zone) for g in groups for node in cluster for zone in "ab"]
     answers = await asyncio.gather(*(find(cluster[node], g, f"zone={zone}") for g, node, zone in asks))
-    by_group: dict[str, set[int]] = {}
-    for (g, _, _), coordinator in zip(asks, answers):
-        by_group.setdefault(g, set()).add(coordinator)
-    assert all(len(c) == 1 for c in by_group.values()), by_group
+    by_group_zone: dict[tuple[str, str], set[int]] = {}
+    for (g, _, zone), answer in zip(asks, answers):
+        by_group_zone.setdefault((g, zone), set()).add(answer)
+    assert all(len(a) == 1 for a in by_group_zone.values()), by_group_zone
+    # and every broker took the same home zone, so names the same coordinator
+    for g in groups:
+        coordinators = {services.coordinator.coordinator(g).node_id for services in cluster.values()}
+        assert len(coordinators) == 1
+        (coordinator,) = coordinators
+        assert coordinator in {a for (group, _), (a,) in by_group_zone.items() if group == g}
 
 
 async def test_batched_lookup_and_clients_without_a_zone(cluster):
