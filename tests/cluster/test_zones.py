@@ -3,8 +3,10 @@ metrics port. librdkafka and aiokafka producers and consumers name their zone in
 client a different spelling, and bootstrap from their zone's brokers. Asserted from the brokers'
 own connection metrics: every connection of a zoned client lands on a broker of its zone, and
 single-zone groups read everything produced in both zones. A group with members in both zones has
-one coordinator: the only cross-zone connections are to it. A client whose hint names no zone sees
-every broker, works, and is counted as a hint miss."""
+one coordinator, in its home zone; the other zone's members talk to their zone's relay, which
+forwards their group requests broker to broker (broker/forwarding.py): no client connection leaves
+its zone and none churns. A client whose hint names no zone sees every broker, works, and is
+counted as a hint miss."""
 
 from __future__ import annotations
 
@@ -222,45 +224,70 @@ def test_zoned_clients_stay_in_their_zone(zoned, artifacts_dir):
         assert into > COUNT * len(f"pa:{COUNT}"), f"zone {zone}: {into} bytes in from its clients"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Open (issue 23): the group works, with one coordinator, but the zone-b librdkafka member, whose Metadata lists only zone b, "
-    "reconnects to its zone-a coordinator thousands of times (8,577 accepted in one run): the coordinator is not a broker of its "
-    "Metadata. aiokafka 0.14 never connects to such a coordinator at all.",
-)
-def test_a_group_spanning_two_zones_has_one_coordinator(zoned, artifacts_dir):
+def test_a_group_spanning_two_zones_has_one_coordinator_and_stays_in_zone(zoned, artifacts_dir):
     topic = create_topic(zoned.bootstrap("a"), PARTITIONS, prefix="span")
     a, b = zoned.bootstrap("a"), zoned.bootstrap("b")
-    produced = librdkafka_produce(a, "writer,automq_az=a", topic, "pa", artifacts_dir)
     group = f"span-{uuid.uuid4().hex[:6]}"
-    ma, mb = Reader("ma"), Reader("mb")
+    members = {"ma": Reader("ma"), "mb": Reader("mb"), "mc": Reader("mc")}
+    ma, mb, mc = members.values()
     finished = threading.Event()
+    errors = lambda: [m.error for m in members.values() if m.error is not None]  # noqa: E731
 
-    def shared() -> bool:
-        """Everything read, and the partitions split between the two members."""
-        return set(ma.values) | set(mb.values) >= produced and bool(ma.assigned) and bool(mb.assigned) and ma.assigned | mb.assigned == set(range(PARTITIONS)) and not ma.assigned & mb.assigned
+    def split() -> bool:
+        """Every member holds partitions, none twice, all of them held."""
+        held = [m.assigned for m in members.values()]
+        return all(held) and sum(map(len, held)) == PARTITIONS and set().union(*held) == set(range(PARTITIONS))
 
-    # The zone-a member looks the group up first, so zone a is the group's home; the zone-b member
-    # then reaches the coordinator by the address FindCoordinator gave it (librdkafka does; aiokafka
-    # 0.14 connects to a coordinator only if its Metadata lists it, and it lists zone b's brokers).
+    # The zone-a member looks the group up first, so zone a is its home and its coordinator is
+    # there; the zone-b members (librdkafka and aiokafka) reach it through their zone's relay.
     threads = [started(lambda: ma.aiokafka(a, "member-a,zone_id=a", group, topic, finished.is_set))]
     try:
-        wait_for(lambda: ma.assigned == set(range(PARTITIONS)) or ma.error, "the first member to hold every partition")
+        wait_for(lambda: ma.assigned == set(range(PARTITIONS)) or errors(), "the first member to hold every partition")
         threads.append(started(lambda: mb.librdkafka(b, "member-b,zone_id=b", group, topic, finished.is_set, artifacts_dir)))
-        wait_for(lambda: shared() or ma.error or mb.error, "both members to share the partitions and read everything")
-        split = (set(ma.assigned), set(mb.assigned))  # before closing, which revokes
+        threads.append(started(lambda: mc.aiokafka(b, "member-c;ws_az=b", group, topic, finished.is_set)))
+        wait_for(lambda: split() or errors(), "three members to share the partitions")
+        held = {name: set(m.assigned) for name, m in members.items()}
+        # produced once the split stands, so each record is read once, by its partition's member
+        produced = librdkafka_produce(a, "writer,automq_az=a", topic, "pa", artifacts_dir)
+        wait_for(lambda: set().union(*(m.values for m in members.values())) >= produced or errors(), "everything produced to be read")
+        still = {name: set(m.assigned) for name, m in members.items()}  # before closing, which revokes
     finally:
         finished.set()
         stop(threads)
-    assert ma.error is None and mb.error is None, (ma.error, mb.error)
-    assert set(ma.values) | set(mb.values) == produced
-    assert split[0] and split[1] and not split[0] & split[1] and split[0] | split[1] == set(range(PARTITIONS)), split
-    # One coordinator: the only connections across zones are one zone's member's, to one broker.
+    assert errors() == []
+    assert still == held, "no rebalance after the split"
+    read = [v for m in members.values() for v in m.values]
+    assert sorted(read) == sorted(produced), "every record read exactly once"
+    for name, m in members.items():
+        assert {int(v.split(b":")[1]) % PARTITIONS for v in m.values} <= held[name], f"{name} read only its own partitions"
+
+    # Broker-side: every zoned connection in its own zone, a handful per client (no churn); the
+    # zone-b members' group requests crossed zones only as one relay's link to one coordinator.
     landed = zoned.connections()
-    crossed = {(broker, cz) for (broker, cz) in landed if cz in "ab" and ZONES[broker] != cz}
-    assert len(crossed) == 1, landed
-    ((coordinator, member_zone),) = crossed
-    assert sum(v for (broker, cz), v in landed.items() if cz == member_zone and ZONES[broker] != cz) == 1, "one connection, to the coordinator"
+    assert all(ZONES[broker] == cz for (broker, cz) in landed if cz in ("a", "b")), landed
+    per_zone = {zone: sum(v for (_, cz), v in landed.items() if cz == zone) for zone in "ab"}
+    assert per_zone["b"] <= 2 * 8, f"two zone-b members: {per_zone}"
+    assert per_zone["a"] <= 3 * 8, f"a member, a producer and topic setup in zone a: {per_zone}"
+    crossed = [(s[0], s[1]) for s in zoned.samples("neve_client_bytes_total") if s[2] and s[1]["client_zone"] in ("a", "b") and s[1]["client_zone"] != s[1]["broker_zone"]]
+    assert crossed == [], crossed
+    links = {broker: v for (broker, cz), v in landed.items() if cz == "broker"}
+    assert len(links) == 1 and sum(links.values()) == 1, f"one relay link, to the coordinator: {links}"
+    ((coordinator, _),) = links.items()
+    assert ZONES[coordinator] == "a"
+    relays = {broker: v for broker, labels, v in zoned.samples("neve_group_forwarded_requests_total") if v and labels["api"] == "JoinGroup"}
+    assert len(relays) == 1 and all(ZONES[r] == "b" for r in relays), relays
+    assert sum(v for _, _, v in zoned.samples("neve_group_forward_failures_total")) == 0
+    print(f"connections accepted by client zone: {per_zone}; relayed requests: {relayed_summary(zoned)}")
+
+
+def relayed_summary(zoned: ZonedCluster) -> dict[str, tuple[int, int]]:
+    """API -> (requests relayed, bytes out and in), over every broker."""
+    out: dict[str, list[int]] = {}
+    for _, labels, v in zoned.samples("neve_group_forwarded_requests_total"):
+        out.setdefault(labels["api"], [0, 0])[0] += int(v)
+    for _, labels, v in zoned.samples("neve_group_forwarded_bytes_total"):
+        out.setdefault(labels["api"], [0, 0])[1] += int(v)
+    return {api: (n, size) for api, (n, size) in out.items() if n}
 
 
 def test_an_unknown_zone_hint_sees_every_broker_and_is_counted(zoned, artifacts_dir):
