@@ -28,8 +28,8 @@ from compactor.config import CompactorConfig
 from compactor.maintenance import MAINTENANCE
 from compactor.rewrites import current_files, find_part
 from compactor.service import CompactionService
-from compactor.tables import TABLE_PROPERTIES
 from compactor.spark import register_catalog
+from compactor.tables import TABLE_PROPERTIES
 from compactor.translator import RAW, TOMBSTONE
 from metadata.model import ObjectType
 from metadata.store import load_metadata_store
