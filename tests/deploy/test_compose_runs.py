@@ -4,11 +4,14 @@ file's commands, variables and health checks, in its start order. A stock client
 produces through the brokers; Metadata lists the three, and a client naming zone b only broker-b1;
 every record comes back, exactly, from that broker; the registry answers a registered schema; the
 compactor (Spark, the REST catalog on SeaweedFS) puts every record in the topic's table, read with
-pyiceberg through the compactor's own catalog settings; and every neve process stops cleanly on
+pyiceberg through the compactor's own catalog settings and with `neve sql` in the compactor's
+environment (the README's command); and every neve process stops cleanly on
 SIGTERM. Trino is left out (no JVM image here); its catalog file is checked in test_compose_file.py."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import uuid
 
 import pytest
@@ -17,7 +20,7 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.workload import wait_until
-from tests.deploy.compose import LocalCompose, is_neve, resolved
+from tests.deploy.compose import NEVE, LocalCompose, is_neve, resolved
 
 pytestmark = pytest.mark.integration
 
@@ -122,5 +125,11 @@ def test_the_compose_file_runs_brokers_registry_and_compactor_end_to_end(compose
     with load_catalog(config) as catalog:
         identifier = f"{config.namespace}.{topic.replace('-', '_')}"
         wait_until(lambda: table_rows(catalog, identifier) == acked, timeout=WAIT_S, what="every record in the topic's table", interval=1.0)
+    # README's `docker compose exec compactor neve sql ...`: DuckDB over the table, with the compactor's settings
+    query = f"SELECT kafka.partition AS p, kafka.offset AS o, hex(key_raw) AS k, hex(value_raw) AS v FROM {topic.replace('-', '_')}"
+    done = subprocess.run([*NEVE, "sql", "--format", "json", query], capture_output=True, text=True, timeout=WAIT_S, env=compose.environment(compose.services["compactor"]), cwd=compose.workdir)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {(r["p"], r["o"]): (bytes.fromhex(r["k"]), bytes.fromhex(r["v"])) for r in rows} == acked and len(rows) == RECORDS
     assert compose.healthy("compactor")  # its /metrics, the compose file's health check
     assert "tasks run spark" in compose.services["compactor"].log_path.read_text()  # NEVE_COMPACTOR_RUNNER
