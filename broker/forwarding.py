@@ -228,6 +228,7 @@ class GroupForwarder:
         self.sync_timeout_s = sync_timeout_s
         self.max_in_flight = max_in_flight
         self._links: dict[int, PeerLink] = {}
+        self._closing: set[asyncio.Task] = set()  # links to a broker's old address, closing
 
     async def answer(self, ctx, handler, body: Any, frame: bytes) -> Any:
         """The answer to a group request: the handler's, or the coordinator's relayed."""
@@ -273,7 +274,9 @@ class GroupForwarder:
         link = self._links.get(broker.node_id)
         if link is None or link.address != (broker.host, broker.port):
             if link is not None:
-                asyncio.ensure_future(link.close())
+                closing = asyncio.ensure_future(link.close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
             link = self._links[broker.node_id] = PeerLink(broker.host, broker.port, self.max_in_flight)
         return link
 

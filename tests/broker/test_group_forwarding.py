@@ -345,3 +345,25 @@ async def test_a_request_naming_groups_of_several_coordinators_is_split_and_merg
         (remote, NONE, "Stable", [remote.encode()]),
     ]
     assert forwarded("DescribeGroups") - before == 1, "one request to the one other coordinator"
+
+
+async def test_a_kip_848_member_is_relayed_too(cluster):
+    from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
+    from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+
+    group, coordinator, relay = await zone_a_group(cluster)
+    before = forwarded("ConsumerGroupHeartbeat")
+    async with Client(cluster.ports[relay], "kip848,zone_id=b") as member:
+        beat = await member.ask(
+            ConsumerGroupHeartbeatRequest(
+                group_id=group, member_id="m-848", member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout=datetime.timedelta(seconds=10),
+                subscribed_topic_names=("t",), subscribed_topic_regex=None, server_assignor=None, topic_partitions=(),
+            )
+        )  # fmt: skip
+        assert (beat.error_code, beat.member_id, beat.member_epoch) == (NONE, "m-848", 1)
+        assert [sorted(t.partitions) for t in beat.assignment.topic_partitions] == [[0, 1, 2, 3]]
+        described = await member.ask(ConsumerGroupDescribeRequest(group_ids=(group,), include_authorized_operations=False))
+    ((g,),) = [described.groups]
+    assert (g.error_code, [(m.member_id, m.client_id) for m in g.members]) == (NONE, [("m-848", "kip848,zone_id=b")])
+    assert forwarded("ConsumerGroupHeartbeat") - before == 1
+    assert group in cluster.services[coordinator].coordinator.groups and group not in cluster.services[relay].coordinator.groups
