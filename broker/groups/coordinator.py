@@ -3,8 +3,10 @@
 Ownership: a group is coordinated by one live broker, picked by rendezvous hashing of the group id
 over the live brokers of the group's home zone (all live brokers when it has none, or none of them
 is live). A group's live state (members, generation, pending joins) is held by its coordinator
-alone, so every member must be sent to the same broker whatever its own zone: the product card's
-"hash of (group, zone)" would give each zone its own coordinator and split the group. The home
+alone, so every member's requests must reach the same broker whatever its own zone: the product
+card's "hash of (group, zone)" would give each zone its own coordinator and split the group. A
+zoned member is sent to a broker of its own zone, which relays its group requests to this one
+(broker/forwarding.py), so clients stay in their zone and only broker-to-broker group bytes cross. The home
 zone is the zone of the first client that looked the group up, recorded once in the metadata
 store by compare-and-write (`HOME_ZONES`, never changed after), so every broker, asked by members
 of any zone, names the same coordinator; a group whose members are all in one zone is coordinated

@@ -9,7 +9,8 @@ Zones: a client whose client.id names a zone some live broker is in (broker/loca
 of that zone's live brokers only, and its leaders are chosen among them by rendezvous hashing of
 (topic, partition, zone), so a broker joining or leaving moves only its own share. A client never
 told of another zone's brokers cannot connect to them, whatever it decides to ask where
-(FindCoordinator may still name one: see api10_find_coordinator). The price: when its zone's last
+(FindCoordinator names one of its zone too, which relays the group's requests to the coordinator
+wherever it is: broker/forwarding.py). The price: when its zone's last
 broker dies, the client's way back is its bootstrap list (librdkafka and the Java client return
 to it when every known broker is gone, with metadata.recovery.strategy=rebootstrap); a broker
 reached that way finds the zone without a live broker and tells it of every broker. A client without a zone, or with a hint naming no live
