@@ -135,6 +135,12 @@ def test_two_zones_external_etcd_and_a_spark_master():
     assert env["NEVE_COMPACTOR_SPARK_MASTER"] == "spark://spark-master.spark.svc:7077"
     assert env["NEVE_COMPACTOR_CATALOG_URL"] == "postgresql://neve:secret@postgres.platform.svc:5432/iceberg"
     assert env["NEVE_COMPACTOR_S3_ENDPOINT"] == "http://seaweedfs-s3.storage.svc:8333" and env["SPARK_LOCAL_IP"] == "10.1.2.3"
+    # compactor.spark.conf: a spark-defaults.conf where SPARK_CONF_DIR says (spark-submit reads it; neve's own settings win)
+    pod = compactor["spec"]["template"]["spec"]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["mountPath"] == env["SPARK_CONF_DIR"]]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    spark_defaults = by_kind(docs, "ConfigMap")[volume["configMap"]["name"]]["data"]["spark-defaults.conf"]
+    assert spark_defaults.splitlines() == ["spark.cores.max 8", "spark.executor.memory 4g"]
     assert {p["metadata"]["name"] for p in by_kind(docs, "NetworkPolicy").values()} == {f"{RELEASE}-neve-broker"}  # no etcd here; the compactor talks to a Spark cluster
 
 
