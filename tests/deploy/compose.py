@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.servers import remove_weed_sockets, spawn, terminate
+from bench.servers import PORT_ATTEMPTS, PORT_TAKEN, remove_weed_sockets, spawn, terminate
 from tests.deploy.tools import DEPLOY, ROOT, run, tool
 from tests.fixtures import READY_TIMEOUT, _bin, free_port
 
@@ -160,10 +160,20 @@ class LocalCompose:
         return done.returncode == 0
 
     def wait_healthy(self, name: str, timeout: float = READY_TIMEOUT) -> None:
+        """Until the service's health check passes. A service that exits because another process
+        took one of its ports first is started again on new ones (PORT_ATTEMPTS starts in all):
+        nothing that names its ports has started yet, as dependents wait for it to be healthy."""
         service = self.services[name]
         deadline = time.monotonic() + timeout
+        starts = 1
         while not self.healthy(name):
             if service.process.poll() is not None:
+                if starts < PORT_ATTEMPTS and any(taken in service.log_tail() for taken in PORT_TAKEN):
+                    starts += 1
+                    self.stopped(service)
+                    service.ports = {p: free_port() for p in service.ports}
+                    self.start(name)
+                    continue
                 raise AssertionError(f"{name} exited with {service.process.returncode}; log {service.log_path}:\n{service.log_tail()}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"{name} not healthy after {timeout:.0f}s; log {service.log_path}:\n{service.log_tail()}")
@@ -207,9 +217,13 @@ class LocalCompose:
             service = self.services[name]
             terminate(service.process, timeout=60.0)
             codes[name] = service.process.returncode if service.process is not None else None
-            if Path(self.command(service)[0]).name == "weed":
-                remove_weed_sockets({str(p): p for p in service.ports.values()})
+            self.stopped(service)
         return codes
+
+    def stopped(self, service: Service) -> None:
+        """Clean up after a stopped process: `weed mini` leaves unix sockets named by its ports in /tmp."""
+        if Path(self.command(service)[0]).name == "weed":
+            remove_weed_sockets({str(p): p for p in service.ports.values()})
 
     def published(self, name: str, port: int) -> str:
         """The loopback address standing in for a service's port."""
