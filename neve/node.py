@@ -200,7 +200,7 @@ class Node:
             self._sweeper = asyncio.create_task(
                 run_sweeper(
                     self.objects, self._referenced_objects, self.metadata.fence_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s,
-                    read_grace_s=c.wal.read_grace_s, is_leader=sweeping.is_leader,
+                    read_grace_s=c.wal.read_grace_s, is_leader=sweeping.is_leader, committed=self._compacted_objects,
                 )
             )
         if c.broker.retention_check_interval_ms > 0:
@@ -257,6 +257,14 @@ class Node:
         if self.services.compacted is not None:
             return keys
         for key in [k for k in keys if is_manifest(k)]:
+            keys |= (await self.services.reader.manifest(key)).wal_objects()
+        return keys
+
+    async def _compacted_objects(self) -> set[str]:
+        """The WAL objects the cycle manifests that index entries name say compaction replaced:
+        committed objects, which the sweeper collects after the read grace, not the orphan grace."""
+        keys: set[str] = set()
+        for key in [k for k in self.metadata.referenced_objects() if is_manifest(k)]:
             keys |= (await self.services.reader.manifest(key)).wal_objects()
         return keys
 

@@ -46,14 +46,20 @@ Fence = Callable[[Collection[str]], Awaitable[set[str]]]
 # The keys of every object still referenced: by an index entry, or by a cycle manifest an index entry
 # names (the WAL objects a compaction replaced stay readable through it until the table serves them).
 Referenced = Callable[[], set[str] | Awaitable[set[str]]]
+# The keys of objects known to have been committed (e.g. those a cycle manifest says compaction
+# replaced): once unreferenced they wait the read grace, not the orphan grace, even if no round saw
+# them referenced (a compactor can replace an object's entries between two rounds).
+Committed = Callable[[], set[str] | Awaitable[set[str]]]
 
 
 class Sweeper:
     """The sweeper's memory from one round to the next: which listed objects it has seen
     referenced, and since when each unreferenced one has been so. `forget` starts it afresh."""
 
-    def __init__(self, store: ObjectStore, referenced: Referenced, fence: Fence, orphan_grace_s: float, read_grace_s: float = 0.0, prefix: str = "wal/") -> None:
-        self.store, self.referenced, self.fence, self.prefix = store, referenced, fence, prefix
+    def __init__(
+        self, store: ObjectStore, referenced: Referenced, fence: Fence, orphan_grace_s: float, read_grace_s: float = 0.0, prefix: str = "wal/", committed: Committed | None = None
+    ) -> None:
+        self.store, self.referenced, self.fence, self.prefix, self.committed = store, referenced, fence, prefix, committed
         self.orphan_grace_s, self.read_grace_s = orphan_grace_s, read_grace_s
         self.forget()
 
@@ -87,9 +93,14 @@ class Sweeper:
         refs = self.referenced()  # read after listing: anything committed before the listing is in it
         if inspect.isawaitable(refs):
             refs = await refs
+        known: set[str] = set()
+        if self.committed is not None:
+            known = self.committed()
+            if inspect.isawaitable(known):
+                known = await known
         first = self._rounds == 0
         self._rounds += 1
-        seen = {key for key in listed if key in refs or key in self._seen_referenced}
+        seen = {key for key in listed if key in refs or key in self._seen_referenced or key in known}
         since = {key: self._unreferenced_since.get(key, now) for key in listed if key not in refs}
         self._seen_referenced, self._unreferenced_since = seen, since
         self._inherited = set(since) if first else self._inherited & since.keys()
@@ -145,11 +156,12 @@ async def run_sweeper(
     interval_s: float,
     read_grace_s: float = 0.0,
     is_leader: Callable[[], bool] = lambda: True,
+    committed: Committed | None = None,
 ) -> None:
     """Sweep every `interval_s` for as long as the task runs, while `is_leader` says so (its
     memory forgotten whenever it does not), skipping rounds where the index view may be stale
     (e.g. the metadata store is unreachable)."""
-    sweeper = Sweeper(store, referenced, fence, grace_s, read_grace_s)
+    sweeper = Sweeper(store, referenced, fence, grace_s, read_grace_s, committed=committed)
     while True:
         await asyncio.sleep(interval_s)
         try:

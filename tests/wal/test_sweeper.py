@@ -135,6 +135,30 @@ async def test_an_object_whose_entries_went_is_kept_for_the_read_grace_then_dele
         await meta.close()
 
 
+async def test_an_object_known_committed_waits_the_read_grace_though_no_round_saw_it_referenced():
+    """A compactor can replace an object's entries between two rounds: the sweeper never sees it
+    referenced, but the cycle manifests say it was committed (`committed`): it goes after the read
+    grace, not after the orphan grace."""
+    objects = MemoryObjectStore()
+    await objects.put("wal/compacted", b"c" * 50)
+    await objects.put("wal/orphan", b"o" * 20)
+
+    async def fence(keys):
+        return set(keys)
+
+    async def committed():
+        return {"wal/compacted"}
+
+    sweeper = Sweeper(objects, set, fence, orphan_grace_s=600, read_grace_s=READ_GRACE_S, committed=committed)
+    counted = Deletions()
+    t0 = time.time()
+    assert await sweeper.sweep(now=t0) == []
+    assert await sweeper.sweep(now=t0 + READ_GRACE_S - 1) == []
+    assert await sweeper.sweep(now=t0 + READ_GRACE_S) == ["wal/compacted"]  # the young orphan stays
+    assert await listed(objects) == ["wal/orphan"]
+    assert counted("unreferenced") == (1, 50)
+
+
 async def test_a_new_sweeper_keeps_what_it_finds_unreferenced_for_the_read_grace_and_sweeps_orphans():
     """A sweeper that starts (a new leader) cannot tell an old object whose entries just went from
     an old orphan: it starts their clocks afresh. An orphan it sees appear goes by its age."""
