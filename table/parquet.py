@@ -17,6 +17,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -199,5 +200,10 @@ def _decode(footer: Footer, pieces: dict[int, bytes | memoryview], groups: list[
     kafka = table.column("kafka")
     offsets = pc.struct_field(kafka, "offset")
     mask = pc.and_(pc.equal(pc.struct_field(kafka, "partition"), partition), pc.and_(pc.greater_equal(offsets, lo), pc.less_equal(offsets, hi)))
-    rows = table.filter(mask)
-    return rows.take(pc.sort_indices(pc.struct_field(rows.column("kafka"), "offset")))
+    # neve's own files hold a partition's rows in offset order: copy them only when they are not
+    # all wanted, or not in order (another engine's files)
+    rows = table if pc.all(mask).as_py() else table.filter(mask)
+    offsets = pc.struct_field(rows.column("kafka"), "offset").to_numpy(zero_copy_only=False)
+    if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
+        rows = rows.take(np.argsort(offsets, kind="stable"))
+    return rows

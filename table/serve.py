@@ -53,6 +53,11 @@ class Run:
     lasts: list[int]  # each batch's last offset held, ascending
     batches: list[bytes]
     size: int
+    # The rows of the batch the window cut (rows up to `read_to` are all read), carried into the
+    # next window so that no row group is decoded twice by a consumer reading on; None when the
+    # window reached the entry's end.
+    carry: pa.Table | None = None
+    read_to: int = -1
 
 
 Schemas = Callable[[int], Any]  # schema id -> awaitable registry Schema (or None)
@@ -115,6 +120,7 @@ class CompactedReader:
         if run is not None and run.lo <= offset <= run.hi:
             self._runs.move_to_end(key)
             return run
+        carry = (run.carry, run.read_to) if run is not None and run.carry is not None and offset == run.hi + 1 else None
         slot = (*key, entry.object_key, offset)
         pending = self._loading.get(slot)
         if pending is not None:  # another consumer is rebuilding the same batches: share them
@@ -122,7 +128,7 @@ class CompactedReader:
         fut = asyncio.get_running_loop().create_future()
         self._loading[slot] = fut
         try:
-            run = await self._load(partition, entry, offset, compression)
+            run = await self._load(partition, entry, offset, compression, carry)
             fut.set_result(run)
         except BaseException as e:
             fut.set_exception(e)
@@ -141,8 +147,8 @@ class CompactedReader:
                 self._cached -= evicted.size
         return run
 
-    async def _load(self, partition: int, entry, offset: int, compression: str) -> Run | None:
-        window = await self._window(partition, entry, offset, ROW_COLUMNS)
+    async def _load(self, partition: int, entry, offset: int, compression: str, carry: tuple[pa.Table, int] | None = None) -> Run | None:
+        window = await self._window(partition, entry, offset, ROW_COLUMNS, carry)
         if window is None:
             return None
         rows, hi, complete = window
@@ -151,37 +157,48 @@ class CompactedReader:
             lasts, batches = await asyncio.to_thread(rebuild_batches, rows, compression, encoders, complete)
         except (ValueError, TypeError, KeyError, OverflowError, pa.ArrowException) as e:
             raise ObjectStoreError(f"rows of {entry.object_key} partition {partition} from offset {offset} do not rebuild: {e!r}") from e
-        if not complete and batches:
-            hi = lasts[-1]  # the window's last batch may go on past it: read again from there
-        return Run(offset, hi, lasts, batches, sum(len(b) for b in batches))
+        run = Run(offset, hi, lasts, batches, sum(len(b) for b in batches))
+        if not complete and len(rows):
+            # the window's last batch may go on past it: its rows are carried into the next window
+            bases = pc.struct_field(rows.column("kafka"), "batch_base_offset").to_numpy(zero_copy_only=False)
+            cut = int(np.searchsorted(bases, bases[-1], side="left"))
+            run.carry, run.read_to = rows.slice(cut), hi
+            run.hi = lasts[-1] if batches else hi
+        return run
 
-    async def _window(self, partition: int, entry, offset: int, columns: Sequence[str]) -> tuple[pa.Table, int, bool] | None:
+    async def _window(self, partition: int, entry, offset: int, columns: Sequence[str], carry: tuple[pa.Table, int] | None = None) -> tuple[pa.Table, int, bool] | None:
         """The partition's rows from the batch holding `offset` to `hi` (the end of the smallest
         row group that holds rows at `offset` or after, or further if one batch needs it), `hi`,
-        and whether `hi` is the end of the entry (so the last batch read is whole)."""
+        and whether `hi` is the end of the entry (so the last batch read is whole). `carry`: the
+        rows of the batch at `offset` already read, up to an offset (the last window's cut)."""
         part = await self._partition(entry, partition)
         end = min(entry.last_offset, part.last_offset)
-        lo = offset
-        slices = [s for s in part.slices if s.last_offset >= lo and s.first_offset <= end]
+        tables: list[pa.Table] = []
+        start = offset
+        if carry is not None:
+            tables.append(carry[0])
+            start = carry[1] + 1
+        slices = [s for s in part.slices if s.last_offset >= start and s.first_offset <= end]
         if not slices:
-            return None
+            return (tables[0], end, True) if tables else None
         paths = list(dict.fromkeys(s.path for s in slices))
         try:
             footers = await asyncio.gather(*(self.rows.footer(p) for p in paths))
-            hi = _window_end(footers, partition, lo, end)
+            hi = _window_end(footers, partition, start, end)
             while True:
-                tables = [t for t in await asyncio.gather(*(self.rows.read(p, partition, lo, hi, columns) for p in paths)) if t is not None]
-                if not tables:
-                    return None
-                rows = _concat_sorted(tables)
-                first = rows.column("kafka")[0]["batch_base_offset"].as_py() if len(rows) else lo
-                if first < lo:  # the offset is mid-batch: read the batch from its start
-                    lo = first
-                    continue
+                tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, start, hi, columns) for p in paths)) if t is not None and len(t)]
+                rows = _concat_sorted(tables) if tables else None
+                if rows is not None and carry is None and start == offset:
+                    first = rows.column("kafka")[0]["batch_base_offset"].as_py()
+                    if first < offset:  # the offset is mid-batch: read the batch's rows before it too
+                        tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, first, offset - 1, columns) for p in paths)) if t is not None and len(t)]
+                        rows = _concat_sorted(tables)
                 complete = hi >= end
-                if complete or _batches_in(rows) > 1:
-                    return rows, hi, complete
-                hi = _window_end(footers, partition, hi + 1, end)  # one batch wider than the window
+                if complete:
+                    return (rows, hi, True) if rows is not None else None
+                if rows is not None and _batches_in(rows) > 1:
+                    return rows, hi, False
+                start, hi = hi + 1, _window_end(footers, partition, hi + 1, end)  # one batch wider than the window, or no rows in it
         except ObjectStoreError:
             raise
         except (OSError, ValueError, KeyError, pa.ArrowException) as e:

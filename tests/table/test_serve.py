@@ -1,0 +1,129 @@
+"""table/serve.py over files with small row groups: batches that cross row groups, a partition's
+offsets spread over two files (as day partitions spread them), another partition's rows among them,
+and rows deleted by another engine. Every fetch offset, with any byte budget, fetch after fetch,
+gives exactly the batches that hold the offsets from there on, each whole, each once."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cache.reader import ObjectReader
+from cache.recent import RecentObjects
+from compactor.layout import arrow_schema, rows_to_arrow, table_schema
+from compactor.records import Batch, Record, decode_records, iter_batches
+from compactor.translator import kafka_columns, translate
+from metadata.model import IndexEntry, ObjectType
+from table.files import TableFiles
+from table.parquet import ParquetRows
+from table.serve import CompactedReader
+from wal.batch import BATCH_HEADER, LOG_OVERHEAD
+from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
+from wal.store import MemoryObjectStore
+
+TOPIC_ID = uuid.uuid4()
+ROW_GROUP = 7  # rows per row group: most batches cross one
+
+
+def produced(partition: int, count: int, seed: int) -> list[tuple[Batch, list[Record]]]:
+    """Batches of 1-20 records with offsets 0..count-1 and timestamps on two days."""
+    rng = random.Random(seed)
+    out, offset = [], 0
+    while offset < count:
+        n = min(rng.randint(1, 20), count - offset)
+        ts = 1_700_000_000_000 + rng.choice((0, 86_400_000)) + offset
+        batch = Batch(0, 0, 0, offset, 0, 2, rng.choice((0, 1, 2, 3, 4)), n - 1, ts, ts + n, 1000 + partition, 3, offset, n)
+        records = [Record(offset + i, ts + i, b"k%d" % (offset + i) if i % 3 else None, None if i % 5 == 4 else b"v%d " % (offset + i) * (i + 1), (("h", b"%d" % i),) if i % 2 else ()) for i in range(n)]
+        out.append((batch, records))
+        offset += n
+    return out
+
+
+def rows_of(partition: int, batches, keep=lambda offset: True) -> list[dict]:
+    rows = []
+    for batch, records in batches:
+        kafka = kafka_columns(partition, batch)
+        rows += [translate(r, kafka, None)[0] for r in records if keep(r.offset)]
+    return rows
+
+
+def write(path: Path, rows: list[dict]) -> None:
+    schema = arrow_schema(table_schema())
+    pq.write_table(pa.Table.from_batches([rows_to_arrow(rows, schema)]), path, row_group_size=ROW_GROUP, compression="zstd")
+
+
+def served(data: bytes | None) -> list[tuple[int, list[Record]]]:
+    out, view, pos = [], memoryview(data or b""), 0
+    while pos < len(view):
+        base, length = BATCH_HEADER.unpack_from(view, pos)[:2]
+        one = view[pos : pos + LOG_OVERHEAD + length]
+        (batch,) = iter_batches(one, base)
+        out.append((base, decode_records(one, batch)))
+        pos += len(one)
+    return out
+
+
+@pytest.fixture
+def table(tmp_path):
+    """Partition 0's 300 offsets over two files by the day of their batch (the batches of each day
+    in one file, so both files' offsets run 0..299 with holes), partition 1's rows in the first
+    file before partition 0's; offsets 120-140 of partition 0 deleted by "another engine"."""
+    p0, p1 = produced(0, 300, 1), produced(1, 50, 2)
+    deleted = range(120, 141)
+    day = {b.base_offset: (b.base_timestamp // 86_400_000) % 2 for b, _ in p0}
+    first = rows_of(1, p1) + rows_of(0, [(b, r) for b, r in p0 if day[b.base_offset] == 0], keep=lambda o: o not in deleted)
+    second = rows_of(0, [(b, r) for b, r in p0 if day[b.base_offset] == 1], keep=lambda o: o not in deleted)
+    paths = [tmp_path / "day0.parquet", tmp_path / "day1.parquet"]
+    write(paths[0], first)
+    write(paths[1], second)
+    manifest = CycleManifest(
+        new_cycle_id(), TOPIC_ID, "t", "neve.t",
+        (PartitionCompaction(0, (WalRange("wal/x", 0, 30_000, 0, 299, 0),), tuple(FileSlice(p.as_uri(), 0, 1, 0, 299) for p in paths)),),
+    )  # fmt: skip
+    wal = MemoryObjectStore()
+    asyncio.run(wal.put(manifest.key, manifest.encode()))
+    entry = IndexEntry(0, 299, manifest.key, ObjectType.PARQUET, 0, 30_000, 0)
+    want = [(b.base_offset, [r for r in records if r.offset not in deleted]) for b, records in p0]
+    return wal, entry, [w for w in want if w[1]]
+
+
+def reader_over(wal: MemoryObjectStore, cache_bytes: int) -> CompactedReader:
+    objects = ObjectReader(wal, RecentObjects(0))
+    return CompactedReader(objects, ParquetRows(TableFiles(objects, "memory://")), schema_of=None, cache_bytes=cache_bytes)
+
+
+@pytest.mark.parametrize("budget", [1, 700, 1_000_000])
+def test_every_offset_reads_the_batches_from_there_fetch_after_fetch(table, budget):
+    wal, entry, want = table
+
+    async def check():
+        for cache_bytes in (0, 64 << 20):  # nothing kept between fetches, and the usual cache
+            reader = reader_over(wal, cache_bytes)
+            for offset in range(0, 300, 7):
+                got, at, complete = [], offset, False
+                while not complete:
+                    data, complete = await reader.read(TOPIC_ID, 0, entry, at, budget, first=True)
+                    batches = served(data)
+                    assert batches or complete, f"nothing served at {at}"
+                    got += batches
+                    if batches:
+                        at = batches[-1][1][-1].offset + 1
+                expected = [w for w in want if w[1][-1].offset >= offset]
+                assert got == expected, (offset, budget, cache_bytes)
+
+    asyncio.run(check())
+
+
+def test_timestamps_are_found_in_offset_order(table):
+    wal, entry, want = table
+    reader = reader_over(wal, 64 << 20)
+    records = [r for _, rs in want for r in rs]
+    for target in sorted({r.timestamp for r in records})[::5] + [records[-1].timestamp + 10**9]:
+        first = next(((r.offset, r.timestamp) for r in records if r.timestamp >= target), None)
+        assert asyncio.run(reader.offset_for_timestamp(TOPIC_ID, 0, entry, target)) == first
