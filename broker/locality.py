@@ -87,6 +87,21 @@ def brokers_for_zone(brokers: Sequence[Broker], zone: str | None) -> list:
     return list(brokers)
 
 
+def brokers_listed(brokers: Sequence[Broker], zone: str | None) -> list:
+    """The brokers Metadata (and DescribeCluster) names to a client in `zone`: the leaders' zone
+    (brokers_for_zone), and, when that zone has a single live broker, the others after it. A
+    client of a one-broker zone that knew only that broker would have nowhere to go when it dies
+    but its bootstrap list, which librdkafka goes back to only after
+    `metadata.recovery.rebootstrap.trigger.ms` (5 minutes) without metadata; knowing the others,
+    it moves as soon as the dead broker's lease expires. Leaders are never named outside the zone,
+    so a zoned client's produce and fetch bytes stay in it while its broker lives (its metadata
+    requests may go to another zone's broker: Java's least-loaded node)."""
+    leaders = brokers_for_zone(brokers, zone)
+    if zone is None or len(leaders) != 1 or len(leaders) == len(brokers):
+        return leaders
+    return [*leaders, *(b for b in brokers if b not in leaders)]
+
+
 def _weight(topic: str, partition: int, zone: str | None, node_id: int) -> bytes:
     return hashlib.blake2b(f"{topic}\0{partition}\0{zone or ''}\0{node_id}".encode(), digest_size=8).digest()
 

@@ -10,12 +10,12 @@ of that zone's live brokers only, and its leaders are chosen among them by rende
 (topic, partition, zone), so a broker joining or leaving moves only its own share. A client never
 told of another zone's brokers cannot connect to them, whatever it decides to ask where
 (FindCoordinator names one of its zone too, which relays the group's requests to the coordinator
-wherever it is: broker/forwarding.py). The price: when its zone's last
-broker dies, the client's way back is its bootstrap list (librdkafka and the Java client return
-to it when every known broker is gone, with metadata.recovery.strategy=rebootstrap); a broker
-reached that way finds the zone without a live broker and tells it of every broker. A client without a zone, or with a hint naming no live
-broker's zone (counted and logged, see locality.ZoneHints), sees every broker.
-The controller named is the lowest node id among the brokers listed."""
+wherever it is: broker/forwarding.py). One exception (locality.brokers_listed): a zone with a
+single live broker is listed with the others after it, never as leaders, so that its clients can
+move when it dies instead of waiting minutes to go back to their bootstrap list. A client without
+a zone, or with a hint naming no live broker's zone (counted and logged, see locality.ZoneHints),
+sees every broker.
+The controller named is the lowest node id among the leaders' brokers (in the client's zone)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import uuid
 from kio.schema.errors import ErrorCode
 
 from ..codec import build, has_field
-from ..locality import ZONE_HINTS, brokers_for_zone, leader_for
+from ..locality import ZONE_HINTS, brokers_for_zone, brokers_listed, leader_for
 from ..registry import handles
 from ..topics import create_topic_checked
 
@@ -84,7 +84,7 @@ async def metadata(ctx, request):
             )
         partitions = tuple(partitions)
         out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False, partitions=partitions, topic_authorized_operations=-2147483648))
-    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.zone) for b in visible)
+    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.zone) for b in brokers_listed(live, zone))
     return build(
         r.MetadataResponse,
         throttle_time=NO_THROTTLE,

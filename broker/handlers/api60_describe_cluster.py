@@ -12,7 +12,7 @@ import datetime
 from kio.schema.errors import ErrorCode
 
 from ..codec import build
-from ..locality import brokers_for_zone, known_zone
+from ..locality import brokers_for_zone, brokers_listed, known_zone
 from ..registry import handles
 
 NO_THROTTLE = datetime.timedelta(0)
@@ -30,8 +30,8 @@ async def describe_cluster(ctx, request):
         message = f"neve brokers serve endpoint type {BROKERS} (brokers), not {endpoint_type}"
         return build(r.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=message, endpoint_type=BROKERS, cluster_id=s.cluster_id, controller_id=-1, brokers=(), cluster_authorized_operations=NOT_REPORTED)
     live = s.live_brokers()
-    visible = brokers_for_zone(live, known_zone(ctx.client_id, live))
-    brokers = tuple(build(r.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.zone, is_fenced=False) for b in visible)
+    zone = known_zone(ctx.client_id, live)
+    brokers = tuple(build(r.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.zone, is_fenced=False) for b in brokers_listed(live, zone))
     return build(
         r.DescribeClusterResponse,
         throttle_time=NO_THROTTLE,
@@ -39,7 +39,7 @@ async def describe_cluster(ctx, request):
         error_message=None,
         endpoint_type=BROKERS,
         cluster_id=s.cluster_id,
-        controller_id=min(b.node_id for b in visible),
+        controller_id=min(b.node_id for b in brokers_for_zone(live, zone)),  # in the client's zone, as Metadata names it
         brokers=brokers,
         cluster_authorized_operations=NOT_REPORTED,
     )

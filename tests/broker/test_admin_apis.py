@@ -245,16 +245,19 @@ def test_describe_cluster(neve_factory):
 
 
 def test_describe_cluster_lists_what_metadata_lists(cluster_factory):
-    cluster = cluster_factory(zones=("a", "b"))
+    cluster = cluster_factory(zones=("a", "b", "a"))
     expected = {n.port: i for i, n in enumerate(cluster.nodes)}
-    # A zoned client learns its zone's live brokers (as from Metadata); a client without a zone,
-    # or naming a zone no broker is in, learns every live broker.
-    for client_id, zones in (("app,zone_id=a", ["a"]), ("ws_az=b", ["b"]), ("no-zone", ["a", "b"]), ("lost,zone=c", ["a", "b"])):
+    # A zoned client learns its zone's live brokers (as from Metadata), and a client of a one-broker
+    # zone the others too (they are never its leaders: broker/locality.py brokers_listed); a client
+    # without a zone, or naming a zone no broker is in, learns every live broker.
+    every = [(0, "a"), (1, "b"), (2, "a")]
+    for client_id, nodes in (("app,zone_id=a", [(0, "a"), (2, "a")]), ("ws_az=b", every), ("no-zone", every), ("lost,zone=c", every)):
         client = AdminClient({"bootstrap.servers": cluster.bootstrap, "client.id": client_id, "logger": LOG})
         result = client.describe_cluster(request_timeout=T).result(T)
-        assert sorted((n.id, n.rack) for n in result.nodes) == [("ab".index(z), z) for z in zones], client_id
+        assert sorted((n.id, n.rack) for n in result.nodes) == nodes, client_id
         assert all(expected[n.port] == n.id for n in result.nodes)
-        assert result.controller.id == min(n.id for n in result.nodes)
+        zone = {"app,zone_id=a": "a", "ws_az=b": "b"}.get(client_id)
+        assert result.controller.id == min(n.id for n in result.nodes if zone is None or n.rack == zone)  # in the client's zone
         listed = client.list_topics(timeout=T).brokers
         assert sorted(listed) == sorted(n.id for n in result.nodes), "DescribeCluster lists what Metadata lists"
 

@@ -6,7 +6,9 @@ it); those copies are counted, never a missing record.
 
 Two layouts: the acceptance one (three brokers, one per zone: the victim is its zone's only broker,
 so its clients must move to other zones), and one with a second broker in the victim's zone (its
-clients move within the zone)."""
+clients move within the zone). A zoned client's Metadata names its zone's brokers only (issue 23),
+except in a one-broker zone, whose clients also learn of the other brokers (never as leaders) so
+that they have somewhere to move (broker/locality.py brokers_listed)."""
 
 from __future__ import annotations
 
@@ -41,10 +43,8 @@ def test_broker_killed_mid_load(cluster_factory, artifacts_dir, zones):
     assert all(leaders[0] == victim for leaders in leaders_before.values()), leaders_before
     moved = {p.spec.name: [q for q, leader in leaders_before[p.spec.name].items() if leader == victim] for p in victims}
     survivors = {i: (n, zones[i]) for i, n in enumerate(cluster.nodes) if i != victim}
-    # A stock client can only move to a broker it knows of: from its Metadata, or by re-bootstrapping
-    # (librdkafka: after all known brokers are down or 300 s without metadata, racing the lease, so
-    # sometimes within seconds, sometimes minutes later). Checked here, before the kill, so the
-    # outcome does not depend on that race.
+    # A stock client can only move to a broker it knows of (from its Metadata): checked here,
+    # before the kill, so the outcome does not depend on when it would go back to its bootstrap list.
     for p in victims:
         _, known = p.leaders()
         assert known - {victim}, f"{p.spec.name}'s Metadata names no broker but the victim {victim}: it has nowhere to move"
