@@ -89,8 +89,8 @@ def records(n: int, first_ts: int, tag: bytes) -> bytes:
 def node(neve_factory):
     """A node and its metrics port."""
     metrics_port = free_port()
-    # No recent-objects cache: every read goes to the object store.
-    node = neve_factory(env={"NEVE_BROKER_METRICS_PORT": str(metrics_port), "NEVE_WAL_LINGER_MS": "5", "NEVE_WAL_RECENT_OBJECTS_BYTES": "0"})
+    # No recent-objects cache and no chunk cache: every read goes to the object store.
+    node = neve_factory(env={"NEVE_BROKER_METRICS_PORT": str(metrics_port), "NEVE_WAL_LINGER_MS": "5", "NEVE_WAL_RECENT_OBJECTS_BYTES": "0", "NEVE_CACHE_ENABLED": "false"})
     return node, metrics_port
 
 
