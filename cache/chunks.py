@@ -94,7 +94,12 @@ class ZoneChunks:
         peer_timeout_s: float = 2.0,
         peer_retry_s: float = 5.0,
         on_get: Callable[[int], None] | None = None,
+        member: bool = True,
     ) -> None:
+        """`member`: this process owns chunks too (a broker); False for a reader beside the zone's
+        brokers that only asks them (`neve compactor`), reading the store itself only when none
+        answers."""
+        self.member = member
         self.store = store
         self.recent = recent
         self.node_id = node_id
@@ -151,7 +156,7 @@ class ZoneChunks:
     def _owner(self, key: str, chunk_start: int, asked: set[int]) -> Member | None:
         now = time.monotonic()
         candidates = [m for m in self._members() if m.node_id not in asked and self._down.get(m.node_id, 0) <= now]
-        if not any(m.node_id == self.node_id for m in candidates):
+        if self.member and not any(m.node_id == self.node_id for m in candidates):
             candidates.append(Member(self.node_id, "", 0))
         return owner_of(key, chunk_start, candidates)
 

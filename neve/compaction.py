@@ -175,6 +175,7 @@ class CompactorNode:
         self.objects_url = config.wal.object_store or f"file://{os.path.join(self.data_dir, 'objects')}"
         self.metadata_url = config.metadata.url or f"sqlite://{os.path.join(self.data_dir, 'metadata.db')}"
         self.running: RunningCompactor | None = None
+        self._chunks = None
         self._lock_fd: int | None = None
 
     async def start(self, *, cycle: bool = True) -> None:
@@ -197,13 +198,36 @@ class CompactorNode:
             await self.metadata.start()
         except (ValueError, ImportError, ObjectStoreError, MetadataError) as e:
             raise StartupError(str(e)) from None
-        self.running = RunningCompactor(self.config, settings, self.metadata, self.objects, self.objects_url)
+        self.running = RunningCompactor(self.config, settings, self.metadata, self.objects, self.objects_url, reader=self._zone_reader())
         if cycle:
             self.running.start()
+
+    def _zone_reader(self) -> ObjectReader | None:
+        """A reader through the chunk cache of the zone's brokers (NEVE_BROKER_ZONE names the
+        compactor's zone), for tasks that run in this process: it asks the chunks' owners and never
+        owns any itself (seed 003 §4.3.3). None when the cache is off or the runner is Spark (its
+        executors are other processes, which read the store themselves)."""
+        from cache.chunks import Member, ZoneChunks
+        from cache.recent import RecentObjects
+
+        cache, zone = self.config.cache, self.config.broker.zone
+        if not cache.enabled or compactor_settings(self.config, self.data_dir).runner != "in-process":
+            return None
+
+        def members() -> list[Member]:
+            return [Member(b.node_id, b.host, b.cache_port) for b in self.metadata.live_brokers() if b.zone == zone and b.cache_port]
+
+        self._chunks = ZoneChunks(
+            self.objects, RecentObjects(0), node_id=-1, members=members, chunk_bytes=cache.chunk_bytes, memory_bytes=cache.memory_bytes,
+            peer_timeout_s=cache.peer_timeout_ms / 1000, peer_retry_s=cache.peer_retry_ms / 1000, member=False,
+        )  # fmt: skip
+        return ObjectReader(self.objects, RecentObjects(0), chunks=self._chunks)
 
     async def stop(self) -> None:
         if self.running is not None:
             await self.running.stop()
+        if self._chunks is not None:
+            await self._chunks.close()
         await self.metadata.close()
         await self.objects.close()
         if self._lock_fd is not None:

@@ -17,6 +17,8 @@ from confluent_kafka import TopicPartition as KafkaPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.workload import s3_client, wait_until
+from tests.fixtures import free_port
+from tests.neve.test_metrics import scrape
 
 PARTITIONS = 3
 RECORDS = 3_000
@@ -102,10 +104,15 @@ def test_after_compaction_and_collection_the_table_is_the_only_copy(cluster_fact
     assert len(acked) == RECORDS and wal_keys()
     assert consume(cluster.nodes[0].bootstrap, topic, RECORDS) == acked
 
-    compactor = start_compactor(compactor_env(cluster, postgres_db), artifacts_dir / "compactor.log")
+    metrics_port = free_port()
+    compactor = start_compactor({**compactor_env(cluster, postgres_db), "NEVE_COMPACTOR_METRICS_PORT": str(metrics_port)}, artifacts_dir / "compactor.log")
     try:
         # compacted, swapped, then collected by the leader's sweeper: no WAL object is left
         wait_until(lambda: not wal_keys(), timeout=WAIT_S, what="every WAL object collected", interval=0.5)
+        # the compactor (zone a, its tasks in process) read the WAL through zone a's chunk owner
+        samples = scrape(metrics_port)
+        assert samples['neve_cache_peer_bytes_total{direction="received"}'] > 0
+        assert samples["neve_cache_direct_reads_total"] == 0
     finally:
         compactor.terminate()
         assert compactor.wait(60) == 0
