@@ -17,6 +17,7 @@ from . import (
     produce,
     put_ceiling,
     stored_bytes,
+    zones,
 )
 
-SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness, catchup_table, stored_bytes, maintenance)}
+SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness, catchup_table, stored_bytes, maintenance, zones)}
