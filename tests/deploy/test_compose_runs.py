@@ -100,12 +100,15 @@ def test_the_compose_file_runs_brokers_registry_and_compactor_end_to_end(compose
     everyone = bootstrap(compose, "broker-a1", "broker-a2", "broker-b1")
     metadata = AdminClient({"bootstrap.servers": everyone}).list_topics(timeout=30)
     assert sorted(metadata.brokers) == [1, 2, 3]
-    zone_b = AdminClient({"bootstrap.servers": everyone, "client.id": "zone_id=b"}).list_topics(timeout=30)
-    assert sorted(zone_b.brokers) == [3]  # NEVE_BROKER_ZONE of broker-b1; a1 and a2 are zone a
+    zone_a = AdminClient({"bootstrap.servers": everyone, "client.id": "zone_id=a"}).list_topics(timeout=30)
+    assert sorted(zone_a.brokers) == [1, 2]  # NEVE_BROKER_ZONE of broker-a1 and a2; b1 is zone b
 
     topic = f"compose-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": everyone})
     admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(60)
+    # zone b has one broker: its clients also learn of the others, but their leaders are all b1
+    zone_b = AdminClient({"bootstrap.servers": everyone, "client.id": "zone_id=b"}).list_topics(topic, timeout=30)
+    assert {p.leader for p in zone_b.topics[topic].partitions.values()} == {3}
     acked = produce(everyone, topic)
     assert len(acked) == RECORDS
     assert consume(bootstrap(compose, "broker-b1"), topic, "zone_id=b") == acked
