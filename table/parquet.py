@@ -202,7 +202,7 @@ def _decode(footer: Footer, pieces: dict[int, bytes | memoryview], groups: list[
     mask = pc.and_(pc.equal(pc.struct_field(kafka, "partition"), partition), pc.and_(pc.greater_equal(offsets, lo), pc.less_equal(offsets, hi)))
     # neve's own files hold a partition's rows in offset order: copy them only when they are not
     # all wanted, or not in order (another engine's files)
-    rows = table if pc.all(mask).as_py() else table.filter(mask)
+    rows = table if mask.to_numpy(zero_copy_only=False).all() else table.filter(mask)
     offsets = pc.struct_field(rows.column("kafka"), "offset").to_numpy(zero_copy_only=False)
     if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
         rows = rows.take(np.argsort(offsets, kind="stable"))

@@ -187,12 +187,12 @@ class CompactedReader:
             hi = _window_end(footers, partition, start, end)
             while True:
                 tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, start, hi, columns) for p in paths)) if t is not None and len(t)]
-                rows = _concat_sorted(tables) if tables else None
+                rows = await asyncio.to_thread(_concat_sorted, tables) if tables else None
                 if rows is not None and carry is None and start == offset:
                     first = rows.column("kafka")[0]["batch_base_offset"].as_py()
                     if first < offset:  # the offset is mid-batch: read the batch's rows before it too
                         tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, first, offset - 1, columns) for p in paths)) if t is not None and len(t)]
-                        rows = _concat_sorted(tables)
+                        rows = await asyncio.to_thread(_concat_sorted, tables)
                 complete = hi >= end
                 if complete:
                     return (rows, hi, True) if rows is not None else None
@@ -236,10 +236,16 @@ def _window_end(footers, partition: int, lo: int, end: int) -> int:
 
 
 def _concat_sorted(tables: list[pa.Table]) -> pa.Table:
+    """The tables' rows in offset order (each table is): copied only when they interleave (two
+    files' rows of the partition), not when one follows another (a window's carried rows and the
+    next row groups)."""
     if len(tables) == 1:
         return tables[0]
     rows = pa.concat_tables(tables, promote_options="permissive")
-    return rows.take(pc.sort_indices(pc.struct_field(rows.column("kafka"), "offset")))
+    offsets = pc.struct_field(rows.column("kafka"), "offset").to_numpy(zero_copy_only=False)
+    if (offsets[1:] > offsets[:-1]).all():
+        return rows
+    return rows.take(np.argsort(offsets, kind="stable"))
 
 
 def _batches_in(rows: pa.Table) -> int:
