@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from cache.flight import SingleFlight
 from wal.store import ObjectStoreError
 
 from .files import TableFiles
@@ -71,27 +72,17 @@ class ParquetRows:
     def __init__(self, files: TableFiles) -> None:
         self.files = files
         self._footers: OrderedDict[str, Footer] = OrderedDict()
-        self._inflight: dict[str, asyncio.Future] = {}
+        self._reading = SingleFlight()  # concurrent readers of one footer share its GET
 
     async def footer(self, path: str) -> Footer:
         found = self._footers.get(path)
         if found is not None:
             self._footers.move_to_end(path)
             return found
-        pending = self._inflight.get(path)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        fut = asyncio.get_running_loop().create_future()
-        self._inflight[path] = fut
-        try:
-            found = await self._read_footer(path)
-            fut.set_result(found)
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()
-            raise
-        finally:
-            del self._inflight[path]
+        return await self._reading.run(path, lambda: self._read_and_keep(path))
+
+    async def _read_and_keep(self, path: str) -> Footer:
+        found = await self._read_footer(path)
         self._footers[path] = found
         if len(self._footers) > FOOTERS_KEPT:
             self._footers.popitem(last=False)

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cache.flight import SingleFlight
 from cache.reader import ObjectReader
 from wal.batch_builder import build_batch, codec_for
 from wal.manifest import CycleManifest, PartitionCompaction
@@ -72,7 +73,7 @@ class CompactedReader:
         self._runs: OrderedDict[tuple, Run] = OrderedDict()
         self._cache_bytes = cache_bytes
         self._cached = 0
-        self._loading: dict[tuple, asyncio.Future] = {}
+        self._loading = SingleFlight()
 
     async def read(self, topic_id, partition: int, entry, fetch_offset: int, budget: int, first: bool, compression: str = "producer") -> tuple[bytes | None, bool]:
         """Batches of `entry` (a PARQUET index entry of the partition) from the one holding
@@ -121,21 +122,11 @@ class CompactedReader:
             self._runs.move_to_end(key)
             return run
         carry = (run.carry, run.read_to) if run is not None and run.carry is not None and offset == run.hi + 1 else None
-        slot = (*key, entry.object_key, offset)
-        pending = self._loading.get(slot)
-        if pending is not None:  # another consumer is rebuilding the same batches: share them
-            return await asyncio.shield(pending)
-        fut = asyncio.get_running_loop().create_future()
-        self._loading[slot] = fut
-        try:
-            run = await self._load(partition, entry, offset, compression, carry)
-            fut.set_result(run)
-        except BaseException as e:
-            fut.set_exception(e)
-            fut.exception()
-            raise
-        finally:
-            del self._loading[slot]
+        # another consumer rebuilding the same batches shares them
+        return await self._loading.run((*key, entry.object_key, offset), lambda: self._load_and_keep(key, partition, entry, offset, compression, carry))
+
+    async def _load_and_keep(self, key: tuple, partition: int, entry, offset: int, compression: str, carry) -> Run | None:
+        run = await self._load(partition, entry, offset, compression, carry)
         if run is not None:
             old = self._runs.pop(key, None)
             if old is not None:
