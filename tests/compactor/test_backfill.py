@@ -9,6 +9,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
@@ -21,6 +22,7 @@ RECORDS = 100_000
 PARTITIONS = 4
 
 
+@pytest.mark.timeout(900)  # 51 s on a quiet machine, over 300 s under make test-slow
 def test_switching_iceberg_on_converts_the_history_already_produced(neve_factory):
     node = neve_factory(env=node_env(free_port()))
     data_dir = Path(node.data_dir).resolve()

@@ -177,7 +177,16 @@ async def test_a_broker_starts_serves_and_follows_on_the_metadata_of_1000_partit
         import aetcd
 
         async with aetcd.Client("127.0.0.1", port, timeout=300) as client:
-            await client.delete_prefix(f"/{root}/".encode())  # every key of the store under `root`
+            # etcd itself may time the one large delete out under a loaded disk ("etcdserver:
+            # request timed out"; it may still apply it): asked again until it answers
+            for attempt in range(10):
+                try:
+                    await client.delete_prefix(f"/{root}/".encode())  # every key of the store under `root`
+                    break
+                except aetcd.exceptions.ConnectionFailedError:
+                    if attempt == 9:
+                        raise
+                    await asyncio.sleep(1 + attempt)  # a backoff between retries of a failed request
 
 
 async def _acceptance_load(load, port: int, root: str, tmp_path) -> None:
