@@ -25,19 +25,10 @@ import cramjam
 from crc32c import crc32c
 
 from wal import batch as wal_batch
+from wal.batch_builder import zigzag_varint
 
 _CODECS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 _COMPRESS = {1: cramjam.gzip.compress, 2: cramjam.snappy.compress_raw, 3: cramjam.lz4.compress, 4: cramjam.zstd.compress}
-
-
-def _varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def records(count: int, value_size: int) -> bytes:
@@ -46,8 +37,8 @@ def records(count: int, value_size: int) -> bytes:
     for i in range(count):
         key = b"key-%06d" % i
         value = bytes([i % 251]) * value_size
-        body = b"\x00" + _varint(i) + _varint(i) + _varint(len(key)) + key + _varint(len(value)) + value + b"\x00"
-        out.append(_varint(len(body)) + body)
+        body = b"\x00" + zigzag_varint(i) + zigzag_varint(i) + zigzag_varint(len(key)) + key + zigzag_varint(len(value)) + value + b"\x00"
+        out.append(zigzag_varint(len(body)) + body)
     return b"".join(out)
 
 

@@ -68,7 +68,7 @@ def codec_for(compression_type: str, original_codec: int) -> int:
         raise ValueError(f"compression.type {compression_type!r} is none of {', '.join(COMPRESSION_TYPES)}") from None
 
 
-def _zigzag_varint(n: int) -> bytes:
+def zigzag_varint(n: int) -> bytes:
     """n (a signed 64-bit value) as Kafka's zigzag varint/varlong."""
     z = (n << 1) ^ (n >> 63)
     out = bytearray()
@@ -81,15 +81,15 @@ def _zigzag_varint(n: int) -> bytes:
 
 # Every non-negative value of one or two varint bytes, encoded: lengths, offset deltas and most
 # timestamp deltas are this small, and a list index is the cheapest way to write one.
-_SMALL = [_zigzag_varint(n) for n in range(1 << 13)]
+_SMALL = [zigzag_varint(n) for n in range(1 << 13)]
 _SMALL_LIMIT = len(_SMALL)
-_NULL = _zigzag_varint(-1)  # the length of a null key, value or header value
+_NULL = zigzag_varint(-1)  # the length of a null key, value or header value
 _NO_HEADERS = _SMALL[0]
 
 
 def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
     """The header count and headers of one record."""
-    small, limit, slow = _SMALL, _SMALL_LIMIT, _zigzag_varint
+    small, limit, slow = _SMALL, _SMALL_LIMIT, zigzag_varint
     n = len(headers)
     parts = [small[n] if n < limit else slow(n)]
     append = parts.append
@@ -112,7 +112,7 @@ def _encode_records(records: Sequence[BuildRecord], base_timestamp: int) -> byte
     inline, each record is sized before its parts are listed (its length prefix needs no second
     pass), and one join copies every part once."""
     small, limit, null, no_headers = _SMALL, _SMALL_LIMIT, _NULL, _NO_HEADERS
-    slow = _zigzag_varint
+    slow = zigzag_varint
     parts: list[bytes] = []
     extend = parts.extend
     for offset_delta, timestamp, key, value, headers in records:
