@@ -173,24 +173,34 @@ public final class NeveClient {
         return 0;
     }
 
+    /** A consumer's properties for the driver's reads: no group commits, `deserializer` for keys and values. */
+    private static Properties consumerProps(Map<String, String> opts, Properties extra, Class<?> deserializer) {
+        Properties props = new Properties();
+        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
+        props.put(ConsumerConfig.CLIENT_ID_CONFIG, "neve-java-driver");
+        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, deserializer.getName());
+        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, deserializer.getName());
+        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        props.putAll(extra);
+        return props;
+    }
+
+    private static List<TopicPartition> partitionsOf(String topic, int partitions) {
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int p = 0; p < partitions; p++) {
+            tps.add(new TopicPartition(topic, p));
+        }
+        return tps;
+    }
+
     private static int consume(Map<String, String> opts, Properties extra, PrintStream out) {
         String topic = required(opts, "topic");
         int partitions = Integer.parseInt(required(opts, "partitions"));
         long expect = Long.parseLong(opts.getOrDefault("expect", "0"));
         long timeoutMs = Long.parseLong(opts.getOrDefault("timeout-ms", "60000"));
-        Properties props = new Properties();
-        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
-        props.put(ConsumerConfig.CLIENT_ID_CONFIG, "neve-java-driver");
-        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
-        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        props.putAll(extra);
-
+        Properties props = consumerProps(opts, extra, StringDeserializer.class);
         long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
-        List<TopicPartition> tps = new ArrayList<>();
-        for (int p = 0; p < partitions; p++) {
-            tps.add(new TopicPartition(topic, p));
-        }
+        List<TopicPartition> tps = partitionsOf(topic, partitions);
         try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(props)) {
             consumer.assign(tps);
             consumer.seekToBeginning(tps);
@@ -229,18 +239,9 @@ public final class NeveClient {
         String topic = required(opts, "topic");
         int partitions = Integer.parseInt(required(opts, "partitions"));
         long timeoutMs = Long.parseLong(opts.getOrDefault("timeout-ms", "60000"));
-        Properties props = new Properties();
-        props.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
-        props.put(ConsumerConfig.CLIENT_ID_CONFIG, "neve-java-driver");
-        props.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        props.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
-        props.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
-        props.putAll(extra);
+        Properties props = consumerProps(opts, extra, ByteArrayDeserializer.class);
         long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
-        List<TopicPartition> tps = new ArrayList<>();
-        for (int p = 0; p < partitions; p++) {
-            tps.add(new TopicPartition(topic, p));
-        }
+        List<TopicPartition> tps = partitionsOf(topic, partitions);
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
             consumer.assign(tps);
             consumer.seekToBeginning(tps);
