@@ -14,14 +14,13 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
-from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, LOG_OVERHEAD, decompress
+from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, CODEC_NAMES, LOG_OVERHEAD, decompress
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordCount
 _CRC_START = 21
 _MAGIC_POSITION = 16
 
-CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 _CODEC_MASK = 0x07
 _LOG_APPEND_TIME = 0x08
 _TRANSACTIONAL = 0x10

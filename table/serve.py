@@ -30,17 +30,16 @@ import pyarrow.compute as pc
 
 from cache.flight import SingleFlight
 from cache.reader import ObjectReader
-from wal.batch_builder import build_batch, codec_for
 from wal.manifest import CycleManifest, PartitionCompaction
 from wal.store import ObjectStoreError
 
 from .avro_values import ValueEncoder
 from .parquet import ParquetRows
+from .rebuild import rebuild_batches
 
 log = logging.getLogger("neve.table.serve")
 
 ROW_COLUMNS = ("headers", "key_raw", "value_raw", "value_schema_id", "value")
-CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")  # kafka.batch_compression's values
 DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 
 
@@ -241,90 +240,6 @@ def _concat_sorted(tables: list[pa.Table]) -> pa.Table:
 
 def _batches_in(rows: pa.Table) -> int:
     return len(pc.unique(pc.struct_field(rows.column("kafka"), "batch_base_offset")))
-
-
-def rebuild_batches(rows: pa.Table, compression: str, encoders: dict[int, ValueEncoder | None], complete: bool) -> tuple[list[int], list[bytes]]:
-    """(last offsets, batches) of the rows' batches, in offset order; the last batch left out
-    unless `complete` (its rows may go on beyond these). Per-row columns become Python values once
-    each (numpy for the integers); the batch-level ones only at each batch's first row."""
-    n = len(rows)
-    if n == 0:
-        return [], []
-    kafka = rows.column("kafka").combine_chunks()
-    bases = kafka.field("batch_base_offset").to_numpy(zero_copy_only=False)
-    starts = np.concatenate(([0], np.flatnonzero(bases[1:] != bases[:-1]) + 1))
-    ends = np.append(starts[1:], n)
-    if not complete:
-        starts, ends = starts[:-1], ends[:-1]
-    first_rows = pa.array(starts, pa.int64())
-
-    def at_starts(name: str) -> list:
-        return kafka.field(name).take(first_rows).to_pylist()
-
-    def millis(name: str, where=None) -> list:
-        column = kafka.field(name) if where is None else kafka.field(name).take(where)
-        return (column.cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000).tolist()
-
-    offsets = kafka.field("offset").to_numpy(zero_copy_only=False).tolist()
-    timestamps = millis("timestamp")
-    keys = rows.column("key_raw").to_pylist() if "key_raw" in rows.column_names else [None] * n
-    values = _values(rows, encoders)
-    headers = _headers(rows)
-    meta = {name: at_starts(name) for name in ("timestamp_type", "batch_compression", "producer_id", "producer_epoch", "base_sequence", "is_control", "is_transactional")}
-    base_ts, max_ts = millis("batch_base_timestamp", first_rows), millis("batch_max_timestamp", first_rows)
-    lasts: list[int] = []
-    batches: list[bytes] = []
-    for k, (start, stop) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        base = int(bases[start])
-        records = [(offsets[i] - base, timestamps[i], keys[i], values[i], headers[i]) for i in range(start, stop)]
-        batches.append(
-            build_batch(
-                records,
-                codec=codec_for(compression, CODEC_NAMES.index(meta["batch_compression"][k])),
-                timestamp_type=meta["timestamp_type"][k],
-                base_timestamp=base_ts[k],
-                max_timestamp=max_ts[k],
-                producer_id=meta["producer_id"][k],
-                producer_epoch=meta["producer_epoch"][k],
-                base_sequence=meta["base_sequence"][k],
-                is_transactional=meta["is_transactional"][k],
-                is_control=meta["is_control"][k],
-                base_offset=base,
-            )
-        )
-        lasts.append(offsets[stop - 1])
-    return lasts, batches
-
-
-def _headers(rows: pa.Table) -> list:
-    """Each row's headers as (key, value) tuples; () for none (most topics have none: not converted)."""
-    n = len(rows)
-    if "headers" not in rows.column_names:
-        return [()] * n
-    column = rows.column("headers")
-    if not pc.sum(pc.list_value_length(column)).as_py():
-        return [()] * n
-    return [tuple((h["key"], h["value"]) for h in hs) if hs else () for hs in column.to_pylist()]
-
-
-def _values(rows: pa.Table, encoders: dict[int, ValueEncoder | None]) -> list[bytes | None]:
-    """Each row's value bytes: value_raw where kept; the columns re-encoded where the value has a
-    schema id and no raw bytes; None for a tombstone (neither)."""
-    names = rows.column_names
-    raw = rows.column("value_raw").to_pylist() if "value_raw" in names else [None] * len(rows)
-    if "value_schema_id" not in names or "value" not in names:
-        return raw
-    ids = rows.column("value_schema_id").to_pylist()
-    wanted = [i for i, (r, s) in enumerate(zip(raw, ids, strict=True)) if r is None and s is not None]
-    if not wanted:
-        return raw
-    columns = rows.column("value").take(pa.array(wanted, pa.int64())).to_pylist()
-    for i, column in zip(wanted, columns, strict=True):
-        encoder = encoders.get(ids[i])
-        if encoder is None:
-            raise ValueError(f"offset row {i}: schema id {ids[i]} of a value kept as columns is not in the registry")
-        raw[i] = encoder.encode(column)
-    return raw
 
 
 def _joined(pieces: list[bytes]) -> bytes | None:

@@ -47,6 +47,8 @@ _LAST_OFFSET_DELTA_POSITION = 23
 _MIN_BATCH_LENGTH = BATCH_HEADER_SIZE - LOG_OVERHEAD
 
 _CODEC_MASK = 0x07
+# Each codec's name by its number (attributes & 0x7): the table's kafka.batch_compression values.
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
 _LOG_APPEND_TIME = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20

@@ -214,12 +214,50 @@ def build_batch(
         base_timestamp = records[0][1] if count else -1
     if max_timestamp is None:
         max_timestamp = max(r[1] for r in records) if count else -1
-    if not count:
-        codec = NONE
-
     section = _encode_records(records, base_timestamp)
-    if codec != NONE:
+    return frame_batch(
+        section,
+        count,
+        codec=codec,
+        timestamp_type=timestamp_type,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        last_offset_delta=last_offset_delta,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        is_control=is_control,
+        partition_leader_epoch=partition_leader_epoch,
+        base_offset=base_offset,
+    )
+
+
+def frame_batch(
+    section,
+    count: int,
+    *,
+    codec: int,
+    timestamp_type: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    last_offset_delta: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    is_transactional: bool,
+    is_control: bool,
+    partition_leader_epoch: int,
+    base_offset: int,
+) -> bytes:
+    """A v2 batch around an uncompressed records section (any buffer) of `count` records: the
+    section compressed with `codec`, the header written and its CRC-32C computed. build_batch's
+    second half, and the whole of it for a section encoded elsewhere (table/rebuild.py encodes
+    many batches' records at once, from columns)."""
+    if count and codec != NONE:
         section = _compress(codec, section)
+    elif not count:
+        codec = NONE
     attributes = codec
     if timestamp_type == LOG_APPEND_TIME:
         attributes |= _LOG_APPEND_TIME
@@ -229,8 +267,21 @@ def build_batch(
         attributes |= _CONTROL
     header = bytearray(BATCH_HEADER_SIZE)
     BATCH_HEADER.pack_into(
-        header, 0, base_offset, BATCH_HEADER_SIZE - LOG_OVERHEAD + len(section), partition_leader_epoch, 2, 0,
-        attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, count,
+        header,
+        0,
+        base_offset,
+        BATCH_HEADER_SIZE - LOG_OVERHEAD + len(section),
+        partition_leader_epoch,
+        2,
+        0,
+        attributes,
+        last_offset_delta,
+        base_timestamp,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
     )
     # the CRC runs on from the header's covered part into the section: no copy to checksum it whole
     _CRC.pack_into(header, _CRC_START - 4, crc32c(section, crc32c(memoryview(header)[_CRC_START:])))
