@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from metadata.model import IndexEntry
-from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, LOG_OVERHEAD
+from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, LOG_OVERHEAD, decompress
 from wal.store import load_object_store
 
-from .planner import ObjectRead, Task
+from .columns import decode_batches
+from .planner import ObjectRead, Run, Task
 from .records import SERVED_LEADER_EPOCH, Batch, CorruptBatch, decode_records, iter_batches
 from .translator import OUTCOMES, RAW, TOMBSTONE, Resolver, WriterSchema, kafka_columns, translate, writer_schema
 from .writer import TableWriter, WrittenFile
@@ -31,6 +32,10 @@ if TYPE_CHECKING:
 # A batch that does not decode: one row holds its stored bytes (the writer counts it as raw).
 MALFORMED = "malformed"
 COUNTED = (*OUTCOMES, MALFORMED)
+# Consecutive batches of a topic without a schema decoded as columns at once: (RawRows, the
+# batches), for the writer's add_raw_rows.
+RAW_ROWS = "raw rows"
+RAW_ROWS_BYTES = 32 << 20  # records sections decoded as columns at once, at most (past one batch)
 READ_CONCURRENCY = 8  # ranged GETs in flight per task: object-store latency, not bandwidth, bounds a task
 # Catalog settings that reach table.io.properties but no FileIO reads (a PostgreSQL URI carries its
 # password): kept off the context that every executor receives.
@@ -135,34 +140,53 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
     )
     outcomes: dict[int, dict[str, int]] = {}
     malformed: list[tuple[int, int, str]] = []
+    columnar = resolve is None and writer.takes_raw
     try:
         # The writer takes each partition's rows together and in offset order; a task may hold
         # several pieces of one partition's run, packed apart.
         for run in sorted(task.runs, key=lambda r: (r.partition, r.first_offset)):
             counts = outcomes.setdefault(run.partition, dict.fromkeys(COUNTED, 0))
-            for entry in run.entries:
-                for row, outcome in _entry_rows(run.partition, entry, ranges.slice(entry), run.first_offset, resolve):
-                    if outcome is None:  # a topic without a schema: one batch's records
-                        kafka, records = row
-                        if not writer.add_raw(kafka, records):
-                            for record in records:
-                                writer.add(*translate(record, kafka, None))
-                        tombstones = sum(1 for r in records if r[3] is None)
-                        counts[TOMBSTONE] += tombstones
-                        counts[RAW] += len(records) - tombstones
-                        continue
-                    if outcome == MALFORMED:
-                        malformed.append((run.partition, row["kafka"]["offset"], row["value_error"]))
-                        writer.add(row, RAW)
-                    else:
-                        writer.add(row, outcome)
-                    counts[outcome] += 1
+            if columnar:
+                rows = _run_raw_rows(run, ranges, writer.arrow)
+            else:
+                rows = (item for entry in run.entries for item in _entry_rows(run.partition, entry, ranges.slice(entry), run.first_offset, resolve))
+            for row, outcome in rows:
+                if outcome != RAW_ROWS:
+                    _add_row(writer, row, outcome, counts, malformed, run.partition)
+                    continue
+                raw_rows, batches = row
+                if writer.add_raw_rows(run.partition, raw_rows):
+                    counts[TOMBSTONE] += raw_rows.tombstones
+                    counts[RAW] += len(raw_rows) - raw_rows.tombstones
+                    continue
+                for view, batch in batches:  # offsets add_raw_rows refuses: batch by batch, as records
+                    for batch_row, batch_outcome in _batch_rows(run.partition, view, batch, run.first_offset, None):
+                        _add_row(writer, batch_row, batch_outcome, counts, malformed, run.partition)
         files = writer.close()
     except BaseException:
         writer.abort()
         io.delete_created()
         raise
     return TaskResult(index, attempt, files, outcomes, sum(len(d) for d in data), time.perf_counter() - started, malformed)
+
+
+def _add_row(writer: TableWriter, row: Any, outcome: str | None, counts: dict[str, int], malformed: list[tuple[int, int, str]], partition: int) -> None:
+    """One of _entry_rows' (row, outcome) to the writer, counted."""
+    if outcome is None:  # a topic without a schema: one batch's records
+        kafka, records = row
+        if not writer.add_raw(kafka, records):
+            for record in records:
+                writer.add(*translate(record, kafka, None))
+        tombstones = sum(1 for r in records if r[3] is None)
+        counts[TOMBSTONE] += tombstones
+        counts[RAW] += len(records) - tombstones
+        return
+    if outcome == MALFORMED:
+        malformed.append((partition, row["kafka"]["offset"], row["value_error"]))
+        writer.add(row, RAW)
+    else:
+        writer.add(row, outcome)
+    counts[outcome] += 1
 
 
 def run_task_tuple(item: tuple[TaskContext, int, Task]) -> TaskResult:
@@ -308,27 +332,92 @@ def _entry_rows(partition: int, entry: IndexEntry, data: memoryview, first_offse
     broken (nothing after it can be found), the row holds the rest of the entry's bytes. For a
     topic without a schema (`resolve` None) a decoded batch comes whole instead, as
     ((kafka columns, its records from `first_offset`), None): the writer takes it as columns."""
+    for item in _entry_batches(partition, entry, data, first_offset):
+        if isinstance(item, dict):
+            yield item, MALFORMED
+        else:
+            yield from _batch_rows(partition, *item, first_offset, resolve)
+
+
+def _batch_rows(partition: int, view: memoryview, batch: Batch, first_offset: int, resolve: Resolver | None) -> Iterator[tuple[Any, str | None]]:
+    """_entry_rows' rows of one batch whose framing and checksum are sound (`view` holds it)."""
+    try:
+        decode_records(view, batch)
+    except CorruptBatch as e:
+        yield _malformed(partition, batch, view[batch.position : batch.position + batch.size], e, first_offset), MALFORMED
+        return
+    kafka = kafka_columns(partition, batch)
+    if resolve is None:
+        records = [r for r in batch.records if r.offset >= first_offset]
+        if records:
+            yield (kafka, records), None
+        return
+    for record in batch.records:
+        if record.offset >= first_offset:
+            yield translate(record, kafka, resolve)
+
+
+def _run_raw_rows(run: Run, ranges: _Ranges, schema: Any) -> Iterator[tuple[Any, str | None]]:
+    """_entry_rows' rows of every entry of `run` (a topic without a schema), except that
+    consecutive batches whose records all decode come as columns, ((RawRows, [(view, batch)]),
+    RAW_ROWS), decoded at once (columns.py); the others as _entry_rows has them."""
+    batches: list[tuple[memoryview, Batch]] = []
+    payloads: list[Any] = []
+    size = 0
+    for entry in run.entries:
+        for item in _entry_batches(run.partition, entry, ranges.slice(entry), run.first_offset):
+            if isinstance(item, dict):
+                yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema)
+                batches, payloads, size = [], [], 0
+                yield item, MALFORMED
+                continue
+            view, batch = item
+            payload = view[batch.position + BATCH_HEADER_SIZE : batch.position + batch.size]
+            if batch.codec:
+                try:
+                    payload = decompress(batch.codec, payload)
+                except Exception:  # as decode_records: the batch goes its way, which names the error
+                    payload = None
+            batches.append(item)
+            payloads.append(payload)
+            size += len(payload) if payload is not None else 0
+            if size >= RAW_ROWS_BYTES:
+                yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema)
+                batches, payloads, size = [], [], 0
+    yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema)
+
+
+def _decoded_rows(partition: int, batches: list[tuple[memoryview, Batch]], payloads: list[Any], first_offset: int, schema: Any) -> Iterator[tuple[Any, str | None]]:
+    if not batches:
+        return
+    rows, taken, counts = decode_batches(partition, [b for _, b in batches], payloads, first_offset, schema)
+    at = i = 0
+    while i < len(batches):
+        if not taken[i]:
+            yield from _batch_rows(partition, *batches[i], first_offset, None)
+            i += 1
+            continue
+        j, n = i, 0
+        while j < len(batches) and taken[j]:
+            n += counts[j]
+            j += 1
+        if n:
+            yield ((rows if n == len(rows) else rows.slice(at, at + n)), batches[i:j]), RAW_ROWS
+        at += n
+        i = j
+
+
+def _entry_batches(partition: int, entry: IndexEntry, data: memoryview, first_offset: int) -> Iterator[tuple[memoryview, Batch] | dict[str, Any]]:
+    """Each batch of one entry holding offsets from `first_offset` on whose framing and checksum
+    are sound, as (the view of the entry's bytes it is in, its header); one that fails them as its
+    MALFORMED row instead (its framing broken: the row holds the rest of the entry's bytes)."""
     pos, base = 0, entry.base_offset
     while pos < len(data):
         view = data[pos:]
         try:
             for batch in iter_batches(view, base):
-                if batch.last_offset < first_offset:
-                    continue
-                try:
-                    decode_records(view, batch)
-                except CorruptBatch as e:
-                    yield _malformed(partition, batch, view[batch.position : batch.position + batch.size], e, first_offset), MALFORMED
-                    continue
-                kafka = kafka_columns(partition, batch)
-                if resolve is None:
-                    records = [r for r in batch.records if r.offset >= first_offset]
-                    if records:
-                        yield (kafka, records), None
-                    continue
-                for record in batch.records:
-                    if record.offset >= first_offset:
-                        yield translate(record, kafka, resolve)
+                if batch.last_offset >= first_offset:
+                    yield view, batch
             return
         except CorruptBatch as e:  # iter_batches: framing, magic or CRC
             batch, parsed = _header(view, e, entry)
@@ -337,7 +426,7 @@ def _entry_rows(partition: int, entry: IndexEntry, data: memoryview, first_offse
             if not framed:
                 batch.last_offset_delta = entry.last_offset - batch.base_offset
             if batch.last_offset >= first_offset:
-                yield _malformed(partition, batch, stored, e, first_offset, parsed), MALFORMED
+                yield _malformed(partition, batch, stored, e, first_offset, parsed)
             if not framed:
                 return
             pos += e.position + batch.size

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
@@ -26,6 +27,7 @@ from pyiceberg.typedef import Record as PartitionRecord
 from pyiceberg.types import TimestampType, TimestamptzType
 from pyiceberg.utils.datetime import date_to_days, datetime_to_micros, time_to_micros
 
+from .columns import RawRows, records_to_rows
 from .layout import arrow_schema, rows_to_arrow
 from .records import Record
 from .translator import OUTCOMES, PRODUCED_VALUE, RAW, TOMBSTONE
@@ -91,54 +93,14 @@ class _OpenFile:
     offsets: dict[int, OffsetSpan] = field(default_factory=dict)
     last_partition: int | None = None
     outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
-    raw: _RawColumns | None = None  # add_raw's rows not yet written (never beside `rows`)
+    # add_raw's rows not yet written (never beside `rows`): Arrow pieces, their rows and tombstones
+    raw: list[pa.RecordBatch] = field(default_factory=list)
+    raw_count: int = 0
+    raw_tombstones: int = 0
 
     @property
     def pending(self) -> int:
-        return len(self.rows) + (self.raw.count if self.raw is not None else 0)
-
-
-class _RawColumns:
-    """Rows of a topic without a value schema, held as columns: what translate() would make of
-    each record, without a dict a row (value, value_schema_id and value_error are null)."""
-
-    __slots__ = ("count", "kafka", "headers", "key_raw", "value_raw", "outcomes")
-
-    def __init__(self, kafka_names: Sequence[str]) -> None:
-        self.count = 0
-        self.kafka: dict[str, list] = {name: [] for name in kafka_names}
-        self.headers: list[list[dict]] = []
-        self.key_raw: list[bytes | None] = []
-        self.value_raw: list[bytes | None] = []
-        self.outcomes: list[str] = []
-
-    def extend(self, kafka: dict[str, Any], records: Sequence[Record]) -> None:
-        n = len(records)
-        for name, column in self.kafka.items():
-            if name == "offset":
-                column.extend([r[0] for r in records])
-            elif name == "timestamp":
-                column.extend([r[1] * 1000 for r in records])  # Kafka's ms as timestamptz micros
-            else:
-                column.extend([kafka[name]] * n)
-        self.headers.extend([[{"key": k, "value": v} for k, v in r[4]] if r[4] else [] for r in records])
-        self.key_raw.extend([r[2] for r in records])
-        values = [r[3] for r in records]
-        self.value_raw.extend(values)
-        self.outcomes.extend([TOMBSTONE if v is None else RAW for v in values])
-        self.count += n
-
-    def to_arrow(self, schema: pa.Schema) -> pa.RecordBatch:
-        kafka_type = schema.field("kafka").type
-        kafka = pa.StructArray.from_arrays([pa.array(self.kafka[f.name], type=f.type) for f in kafka_type], fields=list(kafka_type))
-        columns = {
-            "kafka": kafka,
-            "headers": pa.array(self.headers, type=schema.field("headers").type),
-            "key_raw": pa.array(self.key_raw, type=schema.field("key_raw").type),
-            "value_raw": pa.array(self.value_raw, type=schema.field("value_raw").type),
-        }
-        arrays = [columns[f.name] if f.name in columns else pa.nulls(self.count, type=f.type) for f in schema]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        return len(self.rows) + self.raw_count
 
 
 class TableWriter:
@@ -165,7 +127,6 @@ class TableWriter:
         self.arrow = arrow_schema(schema)
         self._partition_of = _partitioner(schema, spec)
         self._raw_partition = _raw_partitioner(schema, spec, self.arrow)
-        self._kafka_names = [f.name for f in self.arrow.field("kafka").type]
         self._files: dict[tuple, _OpenFile] = {}
         self._written: list[WrittenFile] = []
 
@@ -177,7 +138,7 @@ class TableWriter:
         open_file = self._files.get(key)
         if open_file is None:
             open_file = self._files[key] = self._open(row["value_schema_id"], spec_value)
-        elif open_file.raw is not None:
+        elif open_file.raw:
             self._flush(open_file)  # add_raw's rows first: the file keeps the order rows came in
         kafka = row["kafka"]
         partition, offset = kafka["partition"], kafka["offset"]
@@ -195,6 +156,12 @@ class TableWriter:
         if len(open_file.rows) >= BATCH_ROWS:
             self._flush(open_file)
 
+    @property
+    def takes_raw(self) -> bool:
+        """Whether add_raw and add_raw_rows can take rows (a table without a value column, and a spec
+        on kafka.timestamp alone or none)."""
+        return self._raw_partition is not None
+
     def add_raw(self, kafka: dict[str, Any], records: Sequence[Record]) -> bool:
         """The rows `translate(record, kafka, None)` makes of each of `records` (one decoded
         batch's, of a topic without a value schema, in offset order), added as add() would add
@@ -206,41 +173,52 @@ class TableWriter:
         offsets = [r[0] for r in records]
         if not all(map(operator.lt, offsets, offsets[1:])):
             return False
-        partition = kafka["partition"]
-        groups = self._raw_partition(records)
+        return self.add_raw_rows(kafka["partition"], records_to_rows(kafka, records, self.arrow))
+
+    def add_raw_rows(self, partition: int, rows: RawRows) -> bool:
+        """add_raw's rows as columns already (columns.decode_batches: consecutive batches of
+        Kafka partition `partition`). False, having added nothing, as for add_raw."""
+        if self._raw_partition is None or not len(rows):
+            return False
+        offsets = rows.offsets
+        if not (offsets[1:] > offsets[:-1]).all():
+            return False
+        groups = self._raw_partition(rows)
         for spec_value, group in groups:  # every file must take its rows before any is added
             open_file = self._files.get((None, spec_value))
             span = open_file.offsets.get(partition) if open_file is not None else None
-            if span is not None and (partition != open_file.last_partition or group[0][0] <= span.last):
+            if span is not None and (partition != open_file.last_partition or group.offsets[0] <= span.last):
                 return False
         for spec_value, group in groups:
-            self._add_raw_group(kafka, partition, spec_value, group)
+            self._add_raw_group(partition, spec_value, group)
         return True
 
-    def _add_raw_group(self, kafka: dict[str, Any], partition: int, spec_value: tuple, records: Sequence[Record]) -> None:
+    def _add_raw_group(self, partition: int, spec_value: tuple, rows: RawRows) -> None:
         key = (None, spec_value)
         open_file = self._files.get(key)
         if open_file is None:
             open_file = self._files[key] = self._open(None, spec_value)
         elif open_file.rows:
             self._flush(open_file)  # add()'s rows first: the file keeps the order rows came in
-        first, last = records[0][0], records[-1][0]
+        n = len(rows)
+        first, last = int(rows.offsets[0]), int(rows.offsets[-1])
         span = open_file.offsets.get(partition)
         if span is None:
-            open_file.offsets[partition] = OffsetSpan(open_file.record_count + open_file.pending, len(records), first, last)
+            open_file.offsets[partition] = OffsetSpan(open_file.record_count + open_file.pending, n, first, last)
         else:
             span.last = last
-            span.rows += len(records)
+            span.rows += n
         open_file.last_partition = partition
         # In slices that fill BATCH_ROWS exactly, so that the file's batches are add()'s.
         at = 0
-        while at < len(records):
-            if open_file.raw is None:
-                open_file.raw = _RawColumns(self._kafka_names)
-            take = min(len(records) - at, BATCH_ROWS - open_file.raw.count)
-            open_file.raw.extend(kafka, records if take == len(records) else records[at : at + take])
+        while at < n:
+            take = min(n - at, BATCH_ROWS - open_file.raw_count)
+            piece = rows if take == n else rows.slice(at, at + take)
+            open_file.raw.append(piece.rows)
+            open_file.raw_count += take
+            open_file.raw_tombstones += piece.tombstones
             at += take
-            if open_file.raw.count >= BATCH_ROWS:
+            if open_file.raw_count >= BATCH_ROWS:
                 self._flush(open_file)
 
     def close(self) -> list[WrittenFile]:
@@ -297,14 +275,13 @@ class TableWriter:
         return _OpenFile(path, schema_id, partition, sink, writer)
 
     def _flush(self, open_file: _OpenFile) -> None:
-        raw = open_file.raw
-        if raw is not None:
-            batch = raw.to_arrow(self.arrow)
-            open_file.writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-            open_file.record_count += batch.num_rows
-            for outcome in raw.outcomes:
-                open_file.outcomes[outcome] += 1
-            open_file.raw = None
+        if open_file.raw:
+            # One row group of the pieces, as one batch of them would be.
+            open_file.writer.write_table(pa.Table.from_batches(open_file.raw, schema=self.arrow), row_group_size=ROW_GROUP_ROWS)
+            open_file.record_count += open_file.raw_count
+            open_file.outcomes[TOMBSTONE] += open_file.raw_tombstones
+            open_file.outcomes[RAW] += open_file.raw_count - open_file.raw_tombstones
+            open_file.raw, open_file.raw_count, open_file.raw_tombstones = [], 0, 0
         if not open_file.rows:
             return
         batch = self._to_arrow(open_file.rows, open_file.row_outcomes)
@@ -380,40 +357,55 @@ def _partitioner(schema: Schema, spec: PartitionSpec) -> Callable[[dict], tuple]
     return partition_of
 
 
-def _raw_partitioner(schema: Schema, spec: PartitionSpec, arrow: pa.Schema) -> Callable[[Sequence[Record]], list[tuple[tuple, Sequence[Record]]]] | None:
-    """records → [(partition value, its records in order)], values in the order their first
-    record comes (the order add() opens files in), for add_raw; None when add_raw cannot serve
-    this table (a value column, or a spec on anything but kafka.timestamp)."""
+def _raw_partitioner(schema: Schema, spec: PartitionSpec, arrow: pa.Schema) -> Callable[[RawRows], list[tuple[tuple, RawRows]]] | None:
+    """rows → [(partition value, its rows in order)], values in the order their first row comes
+    (the order add() opens files in), for add_raw_rows; None when it cannot serve this table (a
+    value column, or a spec on anything but kafka.timestamp)."""
     if "value" in arrow.names:
         return None
     if not spec.fields:
-        return lambda records: [((), records)]
+        return lambda rows: [((), rows)]
     if len(spec.fields) != 1 or schema.find_column_name(spec.fields[0].source_id) != "kafka.timestamp":
         return None
     pf = spec.fields[0]
     source_type = schema.find_type(pf.source_id)
-    transform = _fast_transform(pf.transform, source_type) or pf.transform.transform(source_type)
+    per = _fast_divisor(pf.transform, source_type)
+    transform = pf.transform.transform(source_type)
 
-    def groups(records: Sequence[Record]) -> list[tuple[tuple, Sequence[Record]]]:
-        values = [transform(r[1] * 1000) for r in records]
-        first = values[0]
-        if values.count(first) == len(values):  # a batch within one day: the common case
-            return [((first,), records)]
-        by_value: dict[Any, list[Record]] = {}
-        for value, record in zip(values, records, strict=True):
-            by_value.setdefault(value, []).append(record)
-        return [((value,), group) for value, group in by_value.items()]
+    def groups(rows: RawRows) -> list[tuple[tuple, RawRows]]:
+        micros = rows.timestamps * 1000  # columns.py keeps timestamps whose micros fit int64
+        if per is not None:
+            keys = micros // per  # numpy's // floors, as Python's does
+            value_of: Callable[[Any], Any] = int
+        else:  # any other transform: once per distinct timestamp
+            distinct, inverse = np.unique(micros, return_inverse=True)
+            values = [transform(int(m)) for m in distinct.tolist()]
+            ids: dict[Any, int] = {}
+            keys = np.array([ids.setdefault(v, len(ids)) for v in values], dtype=np.int64)[inverse]
+            by_id = list(ids)
+            value_of = by_id.__getitem__
+        if (keys == keys[0]).all():  # rows within one day: the common case
+            return [((value_of(keys[0]),), rows)]
+        distinct, first_at = np.unique(keys, return_index=True)
+        return [((value_of(key),), rows.take(np.flatnonzero(keys == key))) for key in distinct[np.argsort(first_at)]]
 
     return groups
+
+
+def _fast_divisor(transform: Any, source_type: Any) -> int | None:
+    """The microseconds a day or an hour partition spans, for a day or hour of a timestamp."""
+    if not isinstance(source_type, (TimestampType, TimestamptzType)) or not isinstance(transform, (DayTransform, HourTransform)):
+        return None
+    return MICROS_PER_DAY if isinstance(transform, DayTransform) else MICROS_PER_HOUR
 
 
 def _fast_transform(transform: Any, source_type: Any) -> Callable[[Any], Any] | None:
     """pyiceberg's day or hour of a timestamp as one floor division of its microseconds (what its
     micros_to_days and micros_to_hours compute, without a timedelta and three calls a row); None
     for any other transform. Values that are not ints (datetimes) go through pyiceberg's."""
-    if not isinstance(source_type, (TimestampType, TimestamptzType)) or not isinstance(transform, (DayTransform, HourTransform)):
+    per = _fast_divisor(transform, source_type)
+    if per is None:
         return None
-    per = MICROS_PER_DAY if isinstance(transform, DayTransform) else MICROS_PER_HOUR
     slow = transform.transform(source_type)
     return lambda v: v // per if type(v) is int else slow(v)
 

@@ -1,0 +1,396 @@
+"""Record batches of a topic without a value schema decoded straight into the table's raw columns
+(Arrow): the varints of every record of many batches decoded by numpy at once, keys, values and
+headers cut out of the decompressed bytes by Arrow, no Python object a record.
+
+Only batches whose every record decodes are taken; the others are named, for records.py's
+per-record path to keep as it keeps them (a malformed row, or rows if it reads them after all).
+That path's records become the same columns here too (records_to_rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .records import Batch, Record
+from .translator import kafka_columns
+
+_PAD = bytes(16)  # after the last payload: a varint read past it stays inside the buffer
+_WINDOW = 64  # records checked at once when record sizes repeat (doubled while they keep repeating)
+_MAX_HEADERS = 64  # records with more headers go the per-record way (one numpy step per header index)
+# Kafka's milliseconds become microseconds: a timestamp beyond this cannot (records.py's path says how).
+_MAX_MS = (2**63 - 1) // 1000
+_MAX_DELTA = 2**62  # an offset delta beyond it may overflow: records.py's path decides
+
+
+@dataclass(slots=True)
+class RawRows:
+    """The rows of consecutive batches of one Kafka partition: `rows` in the table's Arrow
+    schema (value, value_schema_id and value_error null), with their offsets and timestamps (ms)."""
+
+    rows: pa.RecordBatch
+    offsets: np.ndarray  # int64, one per row
+    timestamps: np.ndarray  # int64 ms, one per row
+    tombstones: int
+
+    def __len__(self) -> int:
+        return self.rows.num_rows
+
+    def take(self, indices: np.ndarray) -> RawRows:
+        rows = self.rows.take(pa.array(indices))
+        return RawRows(rows, self.offsets[indices], self.timestamps[indices], rows.column("value_raw").null_count)
+
+    def slice(self, start: int, stop: int) -> RawRows:
+        rows = self.rows.slice(start, stop - start)
+        return RawRows(rows, self.offsets[start:stop], self.timestamps[start:stop], rows.column("value_raw").null_count)
+
+
+def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa.Schema) -> RawRows:
+    """What translate(record, kafka, None) makes of each of `records` (one batch's, decoded by
+    records.py; `kafka` from kafka_columns), as rows of `schema`."""
+    n = len(records)
+    offsets = [r[0] for r in records]
+    timestamps = [r[1] for r in records]
+    kafka_type = schema.field("kafka").type
+    kafka_arrays = []
+    for f in kafka_type:
+        if f.name == "offset":
+            kafka_arrays.append(pa.array(offsets, type=f.type))
+        elif f.name == "timestamp":
+            kafka_arrays.append(pa.array([t * 1000 for t in timestamps], type=f.type))  # Kafka's ms as timestamptz micros
+        else:
+            kafka_arrays.append(pa.array([kafka[f.name]] * n, type=f.type))
+    values = [r[3] for r in records]
+    columns = {
+        "kafka": pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
+        "headers": pa.array([[{"key": k, "value": v} for k, v in r[4]] if r[4] else [] for r in records], type=schema.field("headers").type),
+        "key_raw": pa.array([r[2] for r in records], type=schema.field("key_raw").type),
+        "value_raw": pa.array(values, type=schema.field("value_raw").type),
+    }
+    arrays = [columns[f.name] if f.name in columns else pa.nulls(n, type=f.type) for f in schema]
+    rows = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return RawRows(rows, np.array(offsets, dtype=np.int64), np.array(timestamps, dtype=np.int64), values.count(None))
+
+
+def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[bytes | None], first_offset: int, schema: pa.Schema) -> tuple[RawRows, list[bool], list[int]]:
+    """The rows of `batches` (headers from records.iter_batches, in order) whose records all decode,
+    from their decompressed records sections `payloads` (None: did not decompress); records below
+    `first_offset` left out. Also, per batch, whether it was taken, and how many rows it gave."""
+    ends = np.cumsum([len(p) if p is not None else 0 for p in payloads], dtype=np.int64)
+    data = b"".join([*(p for p in payloads if p is not None), _PAD])
+    buf = np.frombuffer(data, dtype=np.uint8)
+    ok = [p is not None for p in payloads]
+    starts: list[np.ndarray] = []
+    for i, batch in enumerate(batches):
+        if not ok[i]:
+            continue
+        begin = int(ends[i]) - len(payloads[i])  # type: ignore[arg-type]
+        found = _record_starts(data, buf, begin, int(ends[i]), batch.record_count)
+        if found is None:
+            ok[i] = False
+        else:
+            starts.append(np.full(len(found), i, dtype=np.int64))
+            starts.append(found)
+    if starts:
+        batch_of = np.concatenate(starts[0::2])
+        record_at = np.concatenate(starts[1::2])
+    else:
+        batch_of = record_at = np.zeros(0, dtype=np.int64)
+    fields = _decode_fields(buf, record_at, batch_of, batches)
+    taken = np.array(ok, dtype=bool)
+    taken[np.unique(batch_of[fields.bad])] = False
+    buffer = pa.py_buffer(data)
+    while True:
+        keep = taken[batch_of] & (fields.offsets >= first_offset)
+        header_keep = keep[fields.header_record]
+        names = _binary(buffer, fields.name_at[header_keep], fields.name_length[header_keep])
+        failed = _not_utf8(names, batch_of[fields.header_record[header_keep]])
+        if not failed.size:
+            break
+        taken[failed] = False  # records.py's path names the batch
+    rows = _to_arrow(partition, batches, buffer, fields, keep, header_keep, names, batch_of, schema)
+    counts = np.bincount(batch_of[keep], minlength=len(batches))
+    return rows, taken.tolist(), counts.tolist()
+
+
+def _record_starts(data: bytes, buf: np.ndarray, pos: int, end: int, count: int) -> np.ndarray | None:
+    """Where each of the `count` records of data[pos:end] starts (at its length); None when they
+    do not fill it exactly, as records.py checks them (a length under 6 or past the end, bytes
+    after the last). A record's start depends on the one before, so this walks them one by one,
+    except where record sizes repeat: then many are checked at once, by comparing their lengths'
+    bytes with the last record's."""
+    if count <= 0:
+        return np.zeros(0, dtype=np.int64) if pos == end else None
+    pieces: list[np.ndarray] = []
+    found: list[int] = []
+    append = found.append
+    done = 0
+    last_size = repeats = wait = 0
+    window = _WINDOW
+    while done < count:
+        start = pos
+        if pos >= end:
+            return None
+        b = data[pos]
+        if b < 0x80:
+            n = b
+            pos += 1
+        elif pos + 1 < end and data[pos + 1] < 0x80:
+            n = (b & 0x7F) | data[pos + 1] << 7
+            pos += 2
+        else:
+            n = b & 0x7F
+            shift = 7
+            while True:
+                pos += 1
+                if pos >= end or shift > 63:
+                    return None
+                b = data[pos]
+                n |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+            pos += 1
+        length = (n >> 1) ^ -(n & 1)
+        if length < 6 or pos + length > end:
+            return None
+        pos += length
+        append(start)
+        done += 1
+        size = pos - start
+        if size != last_size:
+            last_size, repeats = size, 0
+            continue
+        repeats += 1
+        if wait:
+            wait -= 1
+            continue
+        if repeats < 2 or done == count:
+            continue
+        # The next records, if their sizes repeat too: their lengths' bytes are this one's.
+        m = min(count - done, (end - pos) // size, window)
+        if m <= 0:
+            continue
+        candidates = pos + size * np.arange(m, dtype=np.int64)
+        same = buf[candidates] == data[start]
+        for byte in range(1, size - length):
+            same &= buf[candidates + byte] == data[start + byte]
+        k = m if same.all() else int(np.argmin(same))
+        if k:
+            pieces.append(np.array(found, dtype=np.int64))
+            found.clear()
+            pieces.append(candidates[:k])
+            pos += k * size
+            done += k
+        if k == m:
+            window *= 2
+        else:
+            window, wait = _WINDOW, 32
+    if pos != end:
+        return None
+    if found:
+        pieces.append(np.array(found, dtype=np.int64))
+    return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+
+
+def _varints(buf: np.ndarray, at: np.ndarray, bad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The zigzag varints at positions `at` of `buf`: (values as int64, positions after them).
+    Marks in `bad` those longer than 10 bytes or beyond 64 bits (records.py's path decides)."""
+    b = buf[at]
+    raw = (b & 0x7F).astype(np.uint64)
+    after = at + 1
+    more = np.flatnonzero(b >= 0x80)
+    k = 1
+    while more.size:
+        if k == 10:
+            bad[more] = True
+            break
+        b = buf[at[more] + k]
+        bits = (b & 0x7F).astype(np.uint64)
+        if k == 9:
+            bad[more[bits > 1]] = True
+        raw[more] |= bits << np.uint64(7 * k)
+        stop = b < 0x80
+        after[more[stop]] = at[more[stop]] + k + 1
+        more = more[~stop]
+        k += 1
+    values = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+    return values, after
+
+
+@dataclass(slots=True)
+class _Fields:
+    bad: np.ndarray  # bool per record: does not decode here
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    key_at: np.ndarray
+    key_length: np.ndarray  # < 0: null
+    value_at: np.ndarray
+    value_length: np.ndarray
+    header_count: np.ndarray
+    # per header, records' headers in order: its record, name and value (length < 0: null)
+    header_record: np.ndarray
+    name_at: np.ndarray
+    name_length: np.ndarray
+    header_value_at: np.ndarray
+    header_value_length: np.ndarray
+
+
+def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray, batches: Sequence[Batch]) -> _Fields:
+    """Every record's fields, each a step over all records at once (records.py's _decode, field by
+    field). A record decodes when its fields end exactly where its length says."""
+    n = len(record_at)
+    bad = np.zeros(n, dtype=bool)
+    length, at = _varints(buf, record_at, bad)
+    end = at + length  # _record_starts checked it against the batch
+    limit = end + 1  # a position past the record: the record is bad, reads stay in `buf`
+
+    def varint() -> np.ndarray:
+        nonlocal at
+        value, at = _varints(buf, at, bad)
+        np.minimum(at, limit, out=at)
+        return value
+
+    def skip(length: np.ndarray) -> np.ndarray:
+        nonlocal at
+        start = at
+        size = np.maximum(length, 0)
+        over = size > end - at
+        bad[over] = True
+        at = np.where(over, limit, at + np.where(over, 0, size))
+        return start
+
+    at = at + 1  # attributes: unused in v2
+    timestamp_delta = varint()
+    offset_delta = varint()
+    key_length = varint()
+    key_at = skip(key_length)
+    value_length = varint()
+    value_at = skip(value_length)
+    header_count = varint()
+    header_count = np.maximum(header_count, 0)  # records.py reads a negative count as none
+    # Each header takes 2 bytes at least: a count the record cannot hold is bad (and bounds the loop).
+    over = (header_count > (end - at) // 2) | (header_count > _MAX_HEADERS)
+    bad[over] = True
+    header_count[over] = 0
+    firsts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(header_count, out=firsts[1:])
+    total = int(firsts[-1])
+    header_record = np.repeat(np.arange(n, dtype=np.int64), header_count)
+    name_at = np.zeros(total, dtype=np.int64)
+    name_length = np.zeros(total, dtype=np.int64)
+    header_value_at = np.zeros(total, dtype=np.int64)
+    header_value_length = np.zeros(total, dtype=np.int64)
+    rest = np.flatnonzero(header_count)
+    j = 0
+    while rest.size:
+        into = firsts[rest] + j
+        pos, rest_bad, rest_end, rest_limit = at[rest], np.zeros(rest.size, dtype=bool), end[rest], limit[rest]
+        for target_at, target_length in ((name_at, name_length), (header_value_at, header_value_length)):
+            value, pos = _varints(buf, pos, rest_bad)
+            np.minimum(pos, rest_limit, out=pos)
+            target_at[into] = pos
+            target_length[into] = value
+            size = np.maximum(value, 0)
+            over = size > rest_end - pos
+            rest_bad |= over
+            pos = np.where(over, rest_limit, pos + np.where(over, 0, size))
+        rest_bad |= name_length[into] < 0  # a header key is never null
+        at[rest] = pos
+        bad[rest] |= rest_bad
+        j += 1
+        rest = rest[header_count[rest] > j]
+    bad |= at != end
+    base_offset = np.array([b.base_offset if abs(b.base_offset) < _MAX_DELTA else _MAX_DELTA for b in batches], dtype=np.int64)[batch_of]
+    bad |= (np.abs(base_offset) >= _MAX_DELTA) | (np.abs(offset_delta) >= _MAX_DELTA)  # no int64 overflow below
+    offsets = base_offset + np.where(bad, 0, offset_delta)
+    log_append = np.array([b.attributes & 0x08 != 0 for b in batches], dtype=bool)[batch_of]
+    base_ts = np.array([_clamp(b.base_timestamp) for b in batches], dtype=np.int64)[batch_of]
+    max_ts = np.array([_clamp(b.max_timestamp) for b in batches], dtype=np.int64)[batch_of]
+    header_ok = np.array([abs(b.base_timestamp) <= _MAX_MS and abs(b.max_timestamp) <= _MAX_MS for b in batches], dtype=bool)[batch_of]
+    created = base_ts + np.clip(timestamp_delta, -2 * _MAX_MS, 2 * _MAX_MS)
+    timestamps = np.where(log_append, max_ts, created)
+    bad |= ~header_ok | (np.abs(timestamps) > _MAX_MS) | (~log_append & (np.abs(timestamp_delta) > 2 * _MAX_MS))
+    return _Fields(
+        bad, offsets, timestamps, key_at, key_length, value_at, value_length, header_count,
+        header_record, name_at, name_length, header_value_at, header_value_length,
+    )  # fmt: skip
+
+
+def _clamp(ms: int) -> int:
+    return max(-_MAX_MS - 1, min(_MAX_MS + 1, ms))
+
+
+def _binary(data: pa.Buffer, at: np.ndarray, length: np.ndarray) -> pa.Array:
+    """The byte strings data[at:at + length] (length < 0: null) as one large_binary array: an
+    array of them and the gaps between them, over `data` itself, of which every other is taken."""
+    n = len(at)
+    if not n:
+        return pa.array([], type=pa.large_binary())
+    size = np.maximum(length, 0)
+    bounds = np.empty(2 * n, dtype=np.int64)
+    bounds[0::2] = at
+    bounds[1::2] = at + size
+    both = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 2 * n - 1, [None, pa.py_buffer(bounds), data])
+    taken = both.take(pa.array(np.arange(0, 2 * n - 1, 2, dtype=np.int64)))
+    nulls = length < 0
+    if not nulls.any():
+        return taken
+    validity = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [validity, *taken.buffers()[1:]], null_count=int(nulls.sum()))
+
+
+def _not_utf8(names: pa.Array, batch_of_name: np.ndarray) -> np.ndarray:
+    """The batches (indices) with a header name Python does not decode as UTF-8 (records.py's
+    test, made once per distinct name)."""
+    if not len(names):
+        return np.zeros(0, dtype=np.int64)
+    failed = []
+    for name in names.unique().to_pylist():
+        try:
+            name.decode()
+        except UnicodeDecodeError:
+            failed.append(name)
+    if not failed:
+        return np.zeros(0, dtype=np.int64)
+    hit = np.asarray(pc.is_in(names, value_set=pa.array(failed, pa.large_binary())))
+    return np.unique(batch_of_name[hit])
+
+
+def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, batch_of: np.ndarray, schema: pa.Schema) -> RawRows:
+    """The kept records as rows of `schema` (`names`: the kept records' header names)."""
+    kept = np.flatnonzero(keep)
+    offsets, timestamps = fields.offsets[kept], fields.timestamps[kept]
+    kafka_type = schema.field("kafka").type
+    per_batch = [kafka_columns(partition, b) for b in batches]
+    which = pa.array(batch_of[kept])
+    kafka_arrays = []
+    for f in kafka_type:
+        if f.name == "offset":
+            kafka_arrays.append(pa.array(offsets, type=f.type))
+        elif f.name == "timestamp":
+            kafka_arrays.append(pa.array(timestamps * 1000).view(f.type))
+        elif f.name == "partition":
+            kafka_arrays.append(pa.array(np.full(len(kept), partition, dtype=np.int32), type=f.type))
+        else:
+            kafka_arrays.append(pa.array([k[f.name] for k in per_batch], type=f.type).take(which))
+    header_type = schema.field("headers").type
+    element = header_type.value_type
+    firsts = np.zeros(len(kept) + 1, dtype=np.int64)
+    np.cumsum(fields.header_count[kept], out=firsts[1:])
+    header_values = _binary(buffer, fields.header_value_at[header_keep], fields.header_value_length[header_keep])
+    structs = pa.StructArray.from_arrays([names.view(element.field(0).type), header_values.cast(element.field(1).type)], fields=list(element))
+    values = _binary(buffer, fields.value_at[kept], fields.value_length[kept])
+    columns = {
+        "kafka": pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
+        "headers": pa.LargeListArray.from_arrays(pa.array(firsts), structs, type=header_type),
+        "key_raw": _binary(buffer, fields.key_at[kept], fields.key_length[kept]).cast(schema.field("key_raw").type),
+        "value_raw": values.cast(schema.field("value_raw").type),
+    }
+    arrays = [columns[f.name] if f.name in columns else pa.nulls(len(kept), type=f.type) for f in schema]
+    return RawRows(pa.RecordBatch.from_arrays(arrays, schema=schema), offsets, timestamps, values.null_count)
