@@ -289,6 +289,8 @@ class Node:
             await self.wal.close()
             if self.registry is not None:
                 await self.registry.stop()
+            if self.services.compacted is not None:
+                await self.services.compacted.close()  # reads ahead under way
             if self._table_files is not None:
                 await self._table_files.close()
             if self._schemas is not None:

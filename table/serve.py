@@ -10,9 +10,10 @@ table kept it; otherwise the Avro value re-encoded with its writer schema behind
 header, which the compactor's byte-exact rule made identical to what was produced), compressed
 with the topic's compression.type (`producer`: the original batch's codec), CRC computed.
 
-The batches rebuilt from one window are kept (a byte-bounded LRU, one run of batches per partition
-and codec), so a consumer reading on, and every other consumer of the same range, is served
-without reading or decoding the rows again. Decoding and encoding run off the event loop."""
+The batches rebuilt from one window are kept (a run; a byte-bounded LRU of runs by partition and
+codec), so every consumer of the same range is served without reading or decoding the rows again;
+while a consumer is served from one run, the next is rebuilt (read ahead), so that a consumer
+reading on finds it ready. Decoding and encoding run off the event loop."""
 
 from __future__ import annotations
 
@@ -69,10 +70,14 @@ class CompactedReader:
         self.rows = rows
         self._schema_of = schema_of
         self._encoders: dict[int, ValueEncoder | None] = {}
+        # (topic id, partition, compression, lo) -> Run, least recently used first; and the same
+        # runs by (topic id, partition, compression), to find the one holding an offset
         self._runs: OrderedDict[tuple, Run] = OrderedDict()
+        self._of_partition: dict[tuple, dict[int, Run]] = {}
         self._cache_bytes = cache_bytes
         self._cached = 0
         self._loading = SingleFlight()
+        self._ahead: set[asyncio.Task] = set()
 
     async def read(self, topic_id, partition: int, entry, fetch_offset: int, budget: int, first: bool, compression: str = "producer") -> tuple[bytes | None, bool]:
         """Batches of `entry` (a PARQUET index entry of the partition) from the one holding
@@ -85,6 +90,7 @@ class CompactedReader:
             run = await self._run(topic_id, partition, entry, offset, compression)
             if run is None:
                 break
+            self._read_next(topic_id, partition, entry, run, compression)
             i = bisect_left(run.lasts, offset)
             while i < len(run.batches):
                 batch = run.batches[i]
@@ -95,6 +101,12 @@ class CompactedReader:
                 i += 1
             offset = run.hi + 1
         return _joined(pieces), True
+
+    async def close(self) -> None:
+        """Stop the reads ahead under way (nobody waits for them)."""
+        for task in list(self._ahead):
+            task.cancel()
+        await asyncio.gather(*self._ahead, return_exceptions=True)
 
     async def offset_for_timestamp(self, topic_id, partition: int, entry, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record of `entry` at or after `timestamp` (ms), in
@@ -116,26 +128,55 @@ class CompactedReader:
 
     async def _run(self, topic_id, partition: int, entry, offset: int, compression: str) -> Run | None:
         key = (topic_id, partition, compression)
-        run = self._runs.get(key)
-        if run is not None and run.lo <= offset <= run.hi:
-            self._runs.move_to_end(key)
-            return run
-        carry = (run.carry, run.read_to) if run is not None and run.carry is not None and offset == run.hi + 1 else None
-        # another consumer rebuilding the same batches shares them
+        before = None  # the run that ends just before `offset`: its cut batch's rows carry on
+        for run in self._of_partition.get(key, {}).values():
+            if run.lo <= offset <= run.hi:
+                self._runs.move_to_end((*key, run.lo))
+                return run
+            if run.hi + 1 == offset:
+                before = run
+        carry = (before.carry, before.read_to) if before is not None and before.carry is not None else None
+        # another consumer rebuilding the same batches shares them (and so does a read ahead)
         return await self._loading.run((*key, entry.object_key, offset), lambda: self._load_and_keep(key, partition, entry, offset, compression, carry))
+
+    def _read_next(self, topic_id, partition: int, entry, run: Run, compression: str) -> None:
+        """Start rebuilding the run after `run` while its batches are served: a consumer reading
+        on finds it ready (one run ahead, at most; kept in the same LRU)."""
+        offset = run.hi + 1
+        key = (topic_id, partition, compression)
+        if offset > entry.last_offset or (*key, entry.object_key, offset) in self._loading:
+            return
+        if any(r.lo <= offset <= r.hi for r in self._of_partition.get(key, {}).values()):
+            return
+        task = asyncio.create_task(self._ahead_of(topic_id, partition, entry, offset, compression))
+        self._ahead.add(task)
+        task.add_done_callback(self._ahead.discard)
+
+    async def _ahead_of(self, topic_id, partition: int, entry, offset: int, compression: str) -> None:
+        try:
+            await self._run(topic_id, partition, entry, offset, compression)
+        except ObjectStoreError as e:  # the consumer's own read meets it again, and answers it
+            log.debug("read ahead failed", extra={"partition": partition, "offset": offset, "error": repr(e)})
 
     async def _load_and_keep(self, key: tuple, partition: int, entry, offset: int, compression: str, carry) -> Run | None:
         run = await self._load(partition, entry, offset, compression, carry)
         if run is not None:
-            old = self._runs.pop(key, None)
-            if old is not None:
-                self._cached -= old.size
-            self._runs[key] = run
+            self._forget((*key, run.lo))
+            self._runs[(*key, run.lo)] = run
+            self._of_partition.setdefault(key, {})[run.lo] = run
             self._cached += run.size
             while self._cached > self._cache_bytes and len(self._runs) > 1:
-                _, evicted = self._runs.popitem(last=False)
-                self._cached -= evicted.size
+                self._forget(next(iter(self._runs)))
         return run
+
+    def _forget(self, run_key: tuple) -> None:
+        run = self._runs.pop(run_key, None)
+        if run is not None:
+            self._cached -= run.size
+            runs = self._of_partition[run_key[:3]]
+            del runs[run_key[3]]
+            if not runs:
+                del self._of_partition[run_key[:3]]
 
     async def _load(self, partition: int, entry, offset: int, compression: str, carry: tuple[pa.Table, int] | None = None) -> Run | None:
         window = await self._window(partition, entry, offset, ROW_COLUMNS, carry)

@@ -127,3 +127,38 @@ def test_timestamps_are_found_in_offset_order(table):
     for target in sorted({r.timestamp for r in records})[::5] + [records[-1].timestamp + 10**9]:
         first = next(((r.offset, r.timestamp) for r in records if r.timestamp >= target), None)
         assert asyncio.run(reader.offset_for_timestamp(TOPIC_ID, 0, entry, target)) == first
+
+
+def test_the_next_run_is_rebuilt_ahead_and_no_row_is_read_twice(table):
+    """While a consumer is served from one run, the next is rebuilt: once those reads ahead are
+    done, each following fetch is answered without reading a file, and reading the partition
+    through decodes each of its rows once (the cut batch carried from run to run)."""
+    wal, entry, want = table
+
+    async def check():
+        reader = reader_over(wal, 64 << 20)
+        decoded, original = [], reader.rows.read
+
+        async def read(path, partition, lo, hi, columns):
+            rows = await original(path, partition, lo, hi, columns)
+            if rows is not None and columns:
+                decoded.extend(rows.column("kafka").combine_chunks().field("offset").to_pylist())
+            return rows
+
+        reader.rows.read = read
+        got, at, complete, reads_while_ready = [], 0, False, 0
+        while not complete:
+            await asyncio.gather(*reader._ahead)
+            before = len(decoded)
+            data, complete = await reader.read(TOPIC_ID, 0, entry, at, 1, first=True)
+            reads_while_ready += (len(decoded) != before) and at > 0
+            batches = served(data)
+            got += batches
+            if batches:
+                at = batches[-1][1][-1].offset + 1
+        assert got == want
+        assert sorted(decoded) == sorted({r.offset for _, rs in want for r in rs})  # each row once
+        assert reads_while_ready == 0
+        await reader.close()
+
+    asyncio.run(check())
