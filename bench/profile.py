@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 TOP = 15
-NEVE_PACKAGES = ("broker/", "wal/", "metadata/", "cache/", "neve/", "compactor/")
+NEVE_PACKAGES = ("broker/", "wal/", "metadata/", "cache/", "neve/", "compactor/", "table/", "registry/")
 _LINE = re.compile(r":\d+\)$")
 
 
