@@ -20,11 +20,14 @@ import pyarrow.compute as pc
 from .records import Batch, Record
 from .translator import kafka_columns
 
-_PAD = bytes(16)  # after the last payload: a varint read past it stays inside the buffer
+# After the last payload: the reads of a record's fixed fields past its end stay inside the buffer
+# (a record's position is checked once its fields are read; each varint moves it 10 bytes at most).
+_PAD = bytes(128)
 _WINDOW = 64  # records checked at once when record sizes repeat (doubled while they keep repeating)
 _MAX_HEADERS = 64  # records with more headers go the per-record way (one numpy step per header index)
 # Kafka's milliseconds become microseconds: a timestamp beyond this cannot (records.py's path says how).
 _MAX_MS = (2**63 - 1) // 1000
+_INT64_MAX = 2**63 - 1
 _MAX_DELTA = 2**62  # an offset delta beyond it may overflow: records.py's path decides
 
 
@@ -113,8 +116,8 @@ def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[
         if not failed.size:
             break
         taken[failed] = False  # records.py's path names the batch
-    rows = _to_arrow(partition, batches, buffer, fields, keep, header_keep, names, batch_of, schema)
     counts = np.bincount(batch_of[keep], minlength=len(batches))
+    rows = _to_arrow(partition, batches, buffer, fields, keep, header_keep, names, counts, schema)
     return rows, taken.tolist(), counts.tolist()
 
 
@@ -131,7 +134,7 @@ def _record_starts(data: bytes, buf: np.ndarray, pos: int, end: int, count: int)
     append = found.append
     done = 0
     last_size = repeats = wait = 0
-    window = _WINDOW
+    window, backoff = count, 32  # first all the rest: one step for a batch of one record size
     while done < count:
         start = pos
         if pos >= end:
@@ -188,9 +191,12 @@ def _record_starts(data: bytes, buf: np.ndarray, pos: int, end: int, count: int)
             pos += k * size
             done += k
         if k == m:
-            window *= 2
+            window *= 4
+        elif k >= 16:  # a run ended (an offset or timestamp delta a byte longer, say): the next may be long too
+            window, backoff = count, 32
         else:
-            window, wait = _WINDOW, 32
+            # Sizes that repeat a little only: walk on, checking again later and later.
+            window, wait, backoff = _WINDOW, backoff, backoff * 2
     if pos != end:
         return None
     if found:
@@ -202,24 +208,33 @@ def _varints(buf: np.ndarray, at: np.ndarray, bad: np.ndarray) -> tuple[np.ndarr
     """The zigzag varints at positions `at` of `buf`: (values as int64, positions after them).
     Marks in `bad` those longer than 10 bytes or beyond 64 bits (records.py's path decides)."""
     b = buf[at]
-    raw = (b & 0x7F).astype(np.uint64)
+    raw = b.astype(np.int64)
     after = at + 1
     more = np.flatnonzero(b >= 0x80)
-    k = 1
-    while more.size:
-        if k == 10:
-            bad[more] = True
-            break
-        b = buf[at[more] + k]
-        bits = (b & 0x7F).astype(np.uint64)
-        if k == 9:
-            bad[more[bits > 1]] = True
-        raw[more] |= bits << np.uint64(7 * k)
-        stop = b < 0x80
-        after[more[stop]] = at[more[stop]] + k + 1
-        more = more[~stop]
-        k += 1
-    values = (raw >> np.uint64(1)).astype(np.int64) ^ -(raw & np.uint64(1)).astype(np.int64)
+    if more.size:  # the few of more than one byte, a byte at a time
+        raw[more] &= 0x7F
+        top = None
+        k = 1
+        while more.size:
+            if k == 10:
+                bad[more] = True
+                break
+            b = buf[at[more] + k]
+            bits = (b & 0x7F).astype(np.int64)
+            if k == 9:
+                bad[more[bits > 1]] = True
+                top = more[bits == 1]  # bit 63: a negative int64, shifted right logically below
+            raw[more] |= bits << (7 * k)
+            stop = b < 0x80
+            after[more[stop]] = at[more[stop]] + k + 1
+            more = more[~stop]
+            k += 1
+    else:
+        top = None
+    values = raw >> 1
+    values ^= -(raw & 1)
+    if top is not None and top.size:
+        values[top] = ((raw[top] >> 1) & _INT64_MAX) ^ -(raw[top] & 1)
     return values, after
 
 
@@ -253,7 +268,6 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray,
     def varint() -> np.ndarray:
         nonlocal at
         value, at = _varints(buf, at, bad)
-        np.minimum(at, limit, out=at)
         return value
 
     def skip(length: np.ndarray) -> np.ndarray:
@@ -261,8 +275,11 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray,
         start = at
         size = np.maximum(length, 0)
         over = size > end - at
-        bad[over] = True
-        at = np.where(over, limit, at + np.where(over, 0, size))
+        if over.any():
+            bad[over] = True
+            at = np.where(over, limit, at + np.where(over, 0, size))
+        else:
+            at = at + size
         return start
 
     at = at + 1  # attributes: unused in v2
@@ -287,6 +304,8 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray,
     header_value_at = np.zeros(total, dtype=np.int64)
     header_value_length = np.zeros(total, dtype=np.int64)
     rest = np.flatnonzero(header_count)
+    if rest.size:
+        np.minimum(at, limit, out=at)  # from here on each record's reads are kept to it
     j = 0
     while rest.size:
         into = firsts[rest] + j
@@ -306,16 +325,25 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray,
         j += 1
         rest = rest[header_count[rest] > j]
     bad |= at != end
-    base_offset = np.array([b.base_offset if abs(b.base_offset) < _MAX_DELTA else _MAX_DELTA for b in batches], dtype=np.int64)[batch_of]
-    bad |= (np.abs(base_offset) >= _MAX_DELTA) | (np.abs(offset_delta) >= _MAX_DELTA)  # no int64 overflow below
-    offsets = base_offset + np.where(bad, 0, offset_delta)
-    log_append = np.array([b.attributes & 0x08 != 0 for b in batches], dtype=bool)[batch_of]
-    base_ts = np.array([_clamp(b.base_timestamp) for b in batches], dtype=np.int64)[batch_of]
-    max_ts = np.array([_clamp(b.max_timestamp) for b in batches], dtype=np.int64)[batch_of]
-    header_ok = np.array([abs(b.base_timestamp) <= _MAX_MS and abs(b.max_timestamp) <= _MAX_MS for b in batches], dtype=bool)[batch_of]
-    created = base_ts + np.clip(timestamp_delta, -2 * _MAX_MS, 2 * _MAX_MS)
-    timestamps = np.where(log_append, max_ts, created)
-    bad |= ~header_ok | (np.abs(timestamps) > _MAX_MS) | (~log_append & (np.abs(timestamp_delta) > 2 * _MAX_MS))
+    base_offset = np.array([min(max(b.base_offset, -_MAX_DELTA), _MAX_DELTA) for b in batches], dtype=np.int64)
+    if n and (offset_delta.max() >= _MAX_DELTA or offset_delta.min() <= -_MAX_DELTA or np.abs(base_offset).max() >= _MAX_DELTA):
+        bad |= (np.abs(base_offset[batch_of]) >= _MAX_DELTA) | (np.abs(offset_delta) >= _MAX_DELTA)  # none overflows below
+        offset_delta = np.where(bad, 0, offset_delta)
+    offsets = base_offset[batch_of] + offset_delta
+    # Timestamps whose micros do not fit int64 are left to records.py's path (a row it cannot write).
+    base_ts = np.array([_clamp(b.base_timestamp) for b in batches], dtype=np.int64)
+    header_ok = np.array([abs(b.base_timestamp) <= _MAX_MS and abs(b.max_timestamp) <= _MAX_MS for b in batches], dtype=bool)
+    if not header_ok.all():
+        bad |= ~header_ok[batch_of]
+    if n and (timestamp_delta.max() > 2 * _MAX_MS or timestamp_delta.min() < -2 * _MAX_MS):
+        timestamp_delta = np.clip(timestamp_delta, -2 * _MAX_MS - 1, 2 * _MAX_MS + 1)  # beyond: bad below, unless LogAppendTime
+    timestamps = base_ts[batch_of] + timestamp_delta
+    log_append = np.array([b.attributes & 0x08 != 0 for b in batches], dtype=bool)
+    if log_append.any():
+        max_ts = np.array([_clamp(b.max_timestamp) for b in batches], dtype=np.int64)
+        timestamps = np.where(log_append[batch_of], max_ts[batch_of], timestamps)
+    if n and (timestamps.max() > _MAX_MS or timestamps.min() < -_MAX_MS):
+        bad |= np.abs(timestamps) > _MAX_MS
     return _Fields(
         bad, offsets, timestamps, key_at, key_length, value_at, value_length, header_count,
         header_record, name_at, name_length, header_value_at, header_value_length,
@@ -362,13 +390,18 @@ def _not_utf8(names: pa.Array, batch_of_name: np.ndarray) -> np.ndarray:
     return np.unique(batch_of_name[hit])
 
 
-def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, batch_of: np.ndarray, schema: pa.Schema) -> RawRows:
-    """The kept records as rows of `schema` (`names`: the kept records' header names)."""
-    kept = np.flatnonzero(keep)
+def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema) -> RawRows:
+    """The kept records as rows of `schema` (`names`: the kept records' header names; `counts`:
+    the kept records of each batch, which come batch after batch)."""
+    if keep.all():
+        kept = slice(None)
+        n = len(keep)
+    else:
+        kept = np.flatnonzero(keep)
+        n = len(kept)
     offsets, timestamps = fields.offsets[kept], fields.timestamps[kept]
     kafka_type = schema.field("kafka").type
     per_batch = [kafka_columns(partition, b) for b in batches]
-    which = pa.array(batch_of[kept])
     kafka_arrays = []
     for f in kafka_type:
         if f.name == "offset":
@@ -376,12 +409,16 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
         elif f.name == "timestamp":
             kafka_arrays.append(pa.array(timestamps * 1000).view(f.type))
         elif f.name == "partition":
-            kafka_arrays.append(pa.array(np.full(len(kept), partition, dtype=np.int32), type=f.type))
+            kafka_arrays.append(pa.array(np.full(n, partition, dtype=np.int32), type=f.type))
         else:
-            kafka_arrays.append(pa.array([k[f.name] for k in per_batch], type=f.type).take(which))
+            column = pa.array([k[f.name] for k in per_batch], type=f.type)
+            if pa.types.is_large_string(f.type):
+                kafka_arrays.append(column.take(pa.array(np.repeat(np.arange(len(batches)), counts))))
+            else:
+                kafka_arrays.append(pa.array(np.repeat(column.to_numpy(zero_copy_only=False), counts), type=f.type))
     header_type = schema.field("headers").type
     element = header_type.value_type
-    firsts = np.zeros(len(kept) + 1, dtype=np.int64)
+    firsts = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(fields.header_count[kept], out=firsts[1:])
     header_values = _binary(buffer, fields.header_value_at[header_keep], fields.header_value_length[header_keep])
     structs = pa.StructArray.from_arrays([names.view(element.field(0).type), header_values.cast(element.field(1).type)], fields=list(element))
@@ -392,5 +429,5 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
         "key_raw": _binary(buffer, fields.key_at[kept], fields.key_length[kept]).cast(schema.field("key_raw").type),
         "value_raw": values.cast(schema.field("value_raw").type),
     }
-    arrays = [columns[f.name] if f.name in columns else pa.nulls(len(kept), type=f.type) for f in schema]
+    arrays = [columns[f.name] if f.name in columns else pa.nulls(n, type=f.type) for f in schema]
     return RawRows(pa.RecordBatch.from_arrays(arrays, schema=schema), offsets, timestamps, values.null_count)
