@@ -208,29 +208,40 @@ def _varints(buf: np.ndarray, at: np.ndarray, bad: np.ndarray) -> tuple[np.ndarr
     """The zigzag varints at positions `at` of `buf`: (values as int64, positions after them).
     Marks in `bad` those longer than 10 bytes or beyond 64 bits (records.py's path decides)."""
     b = buf[at]
+    more = b >= 0x80
+    if not more.any():  # all of one byte
+        raw = b.astype(np.int64)
+        values = raw >> 1
+        values ^= -(raw & 1)
+        return values, at + 1
+    second = buf[at + 1]
+    if not (more & (second >= 0x80)).any():  # none longer than 2 bytes: the common case, in whole passes
+        raw = (b & 0x7F).astype(np.int64)
+        raw |= (second & 0x7F).astype(np.int64) * more << 7
+        values = raw >> 1
+        values ^= -(raw & 1)
+        return values, at + 1 + more
+    # Some longer: those a byte at a time.
     raw = b.astype(np.int64)
     after = at + 1
-    more = np.flatnonzero(b >= 0x80)
-    if more.size:  # the few of more than one byte, a byte at a time
-        raw[more] &= 0x7F
-        top = None
-        k = 1
-        while more.size:
-            if k == 10:
-                bad[more] = True
-                break
-            b = buf[at[more] + k]
-            bits = (b & 0x7F).astype(np.int64)
-            if k == 9:
-                bad[more[bits > 1]] = True
-                top = more[bits == 1]  # bit 63: a negative int64, shifted right logically below
-            raw[more] |= bits << (7 * k)
-            stop = b < 0x80
-            after[more[stop]] = at[more[stop]] + k + 1
-            more = more[~stop]
-            k += 1
-    else:
-        top = None
+    more = np.flatnonzero(more)
+    raw[more] &= 0x7F
+    top = None
+    k = 1
+    while more.size:
+        if k == 10:
+            bad[more] = True
+            break
+        b = buf[at[more] + k]
+        bits = (b & 0x7F).astype(np.int64)
+        if k == 9:
+            bad[more[bits > 1]] = True
+            top = more[bits == 1]  # bit 63: a negative int64, shifted right logically below
+        raw[more] |= bits << (7 * k)
+        stop = b < 0x80
+        after[more[stop]] = at[more[stop]] + k + 1
+        more = more[~stop]
+        k += 1
     values = raw >> 1
     values ^= -(raw & 1)
     if top is not None and top.size:
