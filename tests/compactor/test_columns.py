@@ -14,10 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactor.columns import decode_batches, records_to_rows
+from compactor.job import TaskContext, run_task
 from compactor.layout import arrow_schema, partition_spec, table_schema
+from compactor.planner import ObjectRead, Run, Task
 from compactor.records import BATCH_HEADER_SIZE, CorruptBatch, decode_records, iter_batches
 from compactor.translator import kafka_columns, translate
 from compactor.writer import TableWriter
+from metadata.model import IndexEntry, ObjectType
 from wal.batch import decompress
 from wal.batch_builder import LOG_APPEND_TIME, NONE, ZSTD, build_batch, frame_batch, zigzag_varint
 
@@ -215,3 +218,29 @@ def test_the_writer_files_the_columns_as_it_files_rows(tmp_path_factory, partiti
     assert [(w.path.replace("/a/", "/"), w.record_count, w.partition, w.offsets, w.outcomes) for w in got] == [(w.path.replace("/b/", "/"), w.record_count, w.partition, w.offsets, w.outcomes) for w in want]
     for a, b in zip(got, want, strict=True):
         assert pq.read_table(a.path, partitioning=None).equals(pq.read_table(b.path, partitioning=None))
+
+
+def test_a_task_keeps_rows_the_writer_takes_only_one_by_one(tmp_path):
+    """Offsets that go back within a batch (to another day's file) are refused as columns: the task
+    files that batch record by record, as before, and the batches around it as columns."""
+    before = build_batch([(i, T0, None, b"a%d" % i, ()) for i in range(3)])
+    back = build_batch([(0, T0, None, b"x", ()), (2, T0 + DAY, None, b"y", ()), (1, T0 - DAY, None, None, ())], last_offset_delta=2)
+    after = build_batch([(i, T0, b"k", b"b%d" % i, ()) for i in range(2)])
+    data = before + back + after
+    (tmp_path / "objects").mkdir()
+    (tmp_path / "objects" / "obj").write_bytes(data)
+    schema = table_schema()
+    context = TaskContext(
+        cycle_id="c0", topic="t", objects_url=f"file://{tmp_path / 'objects'}", data_location=f"file://{tmp_path / 'data'}", io_properties={},
+        table_schema=schema.model_dump_json(), partition_spec=partition_spec(schema).model_dump_json(), table_properties={},
+    )  # fmt: skip
+    entry = IndexEntry(100, 107, "obj", ObjectType.WAL, 0, len(data), T0 + DAY)
+    result = run_task(context, Task((Run("t", PARTITION, (entry,), 0),), (ObjectRead("obj", 0, len(data)),)))
+    by_day = {f.partition: pq.read_table(f.path, partitioning=None).to_pylist() for f in result.files}
+    day = T0 // DAY
+    assert {d: [(r["kafka"]["offset"], r["value_raw"]) for r in rows] for (d,), rows in by_day.items()} == {
+        day: [(100, b"a0"), (101, b"a1"), (102, b"a2"), (103, b"x"), (106, b"b0"), (107, b"b1")],
+        day + 1: [(105, b"y")],
+        day - 1: [(104, None)],
+    }
+    assert result.partition_outcomes[PARTITION]["raw"] == 7 and result.partition_outcomes[PARTITION]["tombstone"] == 1
