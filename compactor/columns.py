@@ -18,7 +18,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .records import Batch, Record
-from .translator import kafka_columns
 
 # After the last payload: the reads of a record's fixed fields past its end stay inside the buffer
 # (a record's position is checked once its fields are read; each varint moves it 10 bytes at most).
@@ -84,26 +83,23 @@ def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[
     """The rows of `batches` (headers from records.iter_batches, in order) whose records all decode,
     from their decompressed records sections `payloads` (None: did not decompress); records below
     `first_offset` left out. Also, per batch, whether it was taken, and how many rows it gave."""
-    ends = np.cumsum([len(p) if p is not None else 0 for p in payloads], dtype=np.int64)
     data = b"".join([*(p for p in payloads if p is not None), _PAD])
     buf = np.frombuffer(data, dtype=np.uint8)
     ok = [p is not None for p in payloads]
-    starts: list[np.ndarray] = []
+    # Record starts, in order: Python ints as walked, arrays where runs of one size were found at once.
+    starts = _Starts()
+    found = [0] * len(batches)
+    end = 0
     for i, batch in enumerate(batches):
-        if not ok[i]:
+        payload = payloads[i]
+        if payload is None:
             continue
-        begin = int(ends[i]) - len(payloads[i])  # type: ignore[arg-type]
-        found = _record_starts(data, buf, begin, int(ends[i]), batch.record_count)
-        if found is None:
-            ok[i] = False
-        else:
-            starts.append(np.full(len(found), i, dtype=np.int64))
-            starts.append(found)
-    if starts:
-        batch_of = np.concatenate(starts[0::2])
-        record_at = np.concatenate(starts[1::2])
-    else:
-        batch_of = record_at = np.zeros(0, dtype=np.int64)
+        begin, end = end, end + len(payload)
+        found[i] = starts.walk(data, buf, begin, end, batch.record_count)
+        if found[i] < 0:
+            ok[i], found[i] = False, 0
+    record_at = starts.array()
+    batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), found)
     fields = _decode_fields(buf, record_at, batch_of, batches)
     taken = np.array(ok, dtype=bool)
     taken[np.unique(batch_of[fields.bad])] = False
@@ -121,87 +117,114 @@ def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[
     return rows, taken.tolist(), counts.tolist()
 
 
-def _record_starts(data: bytes, buf: np.ndarray, pos: int, end: int, count: int) -> np.ndarray | None:
-    """Where each of the `count` records of data[pos:end] starts (at its length); None when they
-    do not fill it exactly, as records.py checks them (a length under 6 or past the end, bytes
-    after the last). A record's start depends on the one before, so this walks them one by one,
-    except where record sizes repeat: then many are checked at once, by comparing their lengths'
-    bytes with the last record's."""
-    if count <= 0:
-        return np.zeros(0, dtype=np.int64) if pos == end else None
-    pieces: list[np.ndarray] = []
-    found: list[int] = []
-    append = found.append
-    done = 0
-    last_size = repeats = wait = 0
-    window, backoff = count, 32  # first all the rest: one step for a batch of one record size
-    while done < count:
-        start = pos
-        if pos >= end:
-            return None
-        b = data[pos]
-        if b < 0x80:
-            n = b
-            pos += 1
-        elif pos + 1 < end and data[pos + 1] < 0x80:
-            n = (b & 0x7F) | data[pos + 1] << 7
-            pos += 2
-        else:
-            n = b & 0x7F
-            shift = 7
-            while True:
+class _Starts:
+    """Where records start (at their lengths), batch after batch: Python ints as walked, arrays
+    where runs of one size were found at once."""
+
+    def __init__(self) -> None:
+        self.walked: list[int] = []
+        self.arrays: list[np.ndarray] = []
+        # where the batch being walked began, to forget it if it does not decode
+        self._batch_walked = self._batch_arrays = 0
+
+    def array(self) -> np.ndarray:
+        if not self.arrays:
+            return np.array(self.walked, dtype=np.int64)
+        self._keep_walked()
+        return np.concatenate(self.arrays)
+
+    def _keep_walked(self) -> None:
+        """The walked starts into arrays (the batch being walked apart from those before it)."""
+        before = self._batch_walked
+        if before:
+            self.arrays.append(np.array(self.walked[:before], dtype=np.int64))
+            self._batch_walked, self._batch_arrays = 0, len(self.arrays)
+        if len(self.walked) > before:
+            self.arrays.append(np.array(self.walked[before:], dtype=np.int64))
+        self.walked.clear()
+
+    def _undo(self) -> int:
+        del self.arrays[self._batch_arrays :]
+        del self.walked[self._batch_walked :]
+        return -1
+
+    def walk(self, data: bytes, buf: np.ndarray, pos: int, end: int, count: int) -> int:
+        """Adds the starts of the `count` records of data[pos:end]; how many (-1, adding none, when
+        they do not fill it exactly, as records.py checks them: a length under 6 or past the end,
+        bytes after the last). A record's start depends on the one before, so this walks them one
+        by one, except where record sizes repeat: then many are checked at once, by comparing their
+        lengths' bytes with the last record's."""
+        if count <= 0:
+            return 0 if pos == end else -1
+        self._batch_walked, self._batch_arrays = len(self.walked), len(self.arrays)
+        append = self.walked.append
+        done = 0
+        last_size = repeats = wait = 0
+        window, backoff = count, 32  # first all the rest: one step for a batch of one record size
+        while done < count:
+            start = pos
+            if pos >= end:
+                return self._undo()
+            b = data[pos]
+            if b < 0x80:
+                n = b
                 pos += 1
-                if pos >= end or shift > 63:
-                    return None
-                b = data[pos]
-                n |= (b & 0x7F) << shift
-                if b < 0x80:
-                    break
-                shift += 7
-            pos += 1
-        length = (n >> 1) ^ -(n & 1)
-        if length < 6 or pos + length > end:
-            return None
-        pos += length
-        append(start)
-        done += 1
-        size = pos - start
-        if size != last_size:
-            last_size, repeats = size, 0
-            continue
-        repeats += 1
-        if wait:
-            wait -= 1
-            continue
-        if repeats < 2 or done == count:
-            continue
-        # The next records, if their sizes repeat too: their lengths' bytes are this one's.
-        m = min(count - done, (end - pos) // size, window)
-        if m <= 0:
-            continue
-        candidates = pos + size * np.arange(m, dtype=np.int64)
-        same = buf[candidates] == data[start]
-        for byte in range(1, size - length):
-            same &= buf[candidates + byte] == data[start + byte]
-        k = m if same.all() else int(np.argmin(same))
-        if k:
-            pieces.append(np.array(found, dtype=np.int64))
-            found.clear()
-            pieces.append(candidates[:k])
-            pos += k * size
-            done += k
-        if k == m:
-            window *= 4
-        elif k >= 16:  # a run ended (an offset or timestamp delta a byte longer, say): the next may be long too
-            window, backoff = count, 32
-        else:
-            # Sizes that repeat a little only: walk on, checking again later and later.
-            window, wait, backoff = _WINDOW, backoff, backoff * 2
-    if pos != end:
-        return None
-    if found:
-        pieces.append(np.array(found, dtype=np.int64))
-    return np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+            elif pos + 1 < end and data[pos + 1] < 0x80:
+                n = (b & 0x7F) | data[pos + 1] << 7
+                pos += 2
+            else:
+                n = b & 0x7F
+                shift = 7
+                while True:
+                    pos += 1
+                    if pos >= end or shift > 63:
+                        return self._undo()
+                    b = data[pos]
+                    n |= (b & 0x7F) << shift
+                    if b < 0x80:
+                        break
+                    shift += 7
+                pos += 1
+            length = (n >> 1) ^ -(n & 1)
+            if length < 6 or pos + length > end:
+                return self._undo()
+            pos += length
+            append(start)
+            done += 1
+            size = pos - start
+            if size != last_size:
+                last_size, repeats = size, 0
+                continue
+            repeats += 1
+            if wait:
+                wait -= 1
+                continue
+            if repeats < 2 or done == count:
+                continue
+            # The next records, if their sizes repeat too: their lengths' bytes are this one's.
+            m = min(count - done, (end - pos) // size, window)
+            if m <= 0:
+                continue
+            candidates = pos + size * np.arange(m, dtype=np.int64)
+            same = buf[candidates] == data[start]
+            for byte in range(1, size - length):
+                same &= buf[candidates + byte] == data[start + byte]
+            k = m if same.all() else int(np.argmin(same))
+            if k:
+                self._keep_walked()
+                self.arrays.append(candidates[:k])
+                pos += k * size
+                done += k
+            if k == m:
+                window *= 4
+            elif k >= 16:  # a run ended (an offset or timestamp delta a byte longer, say): the next may be long too
+                window, backoff = count, 32
+            else:
+                # Sizes that repeat a little only: walk on, checking again later and later.
+                window, wait, backoff = _WINDOW, backoff, backoff * 2
+        if pos != end:
+            return self._undo()
+        return count
 
 
 def _varints(buf: np.ndarray, at: np.ndarray, bad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -336,33 +359,34 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray,
         j += 1
         rest = rest[header_count[rest] > j]
     bad |= at != end
-    base_offset = np.array([min(max(b.base_offset, -_MAX_DELTA), _MAX_DELTA) for b in batches], dtype=np.int64)
-    if n and (offset_delta.max() >= _MAX_DELTA or offset_delta.min() <= -_MAX_DELTA or np.abs(base_offset).max() >= _MAX_DELTA):
-        bad |= (np.abs(base_offset[batch_of]) >= _MAX_DELTA) | (np.abs(offset_delta) >= _MAX_DELTA)  # none overflows below
+    try:
+        header = np.array([(b.base_offset, b.base_timestamp, b.max_timestamp, b.attributes) for b in batches], dtype=np.int64).reshape(-1, 4)
+    except OverflowError:  # a base offset past int64 (the header's own fields are in range): clamped, so bad below
+        header = np.array([(min(max(b.base_offset, -_MAX_DELTA), _MAX_DELTA), b.base_timestamp, b.max_timestamp, b.attributes) for b in batches], dtype=np.int64)
+    base_offset = np.clip(header[:, 0], -_MAX_DELTA, _MAX_DELTA)
+    if n and (offset_delta.max() >= _MAX_DELTA or offset_delta.min() <= -_MAX_DELTA or base_offset.max() >= _MAX_DELTA or base_offset.min() <= -_MAX_DELTA):
+        wide = base_offset[batch_of]
+        bad |= (wide >= _MAX_DELTA) | (wide <= -_MAX_DELTA) | (offset_delta >= _MAX_DELTA) | (offset_delta <= -_MAX_DELTA)  # none overflows below
         offset_delta = np.where(bad, 0, offset_delta)
     offsets = base_offset[batch_of] + offset_delta
     # Timestamps whose micros do not fit int64 are left to records.py's path (a row it cannot write).
-    base_ts = np.array([_clamp(b.base_timestamp) for b in batches], dtype=np.int64)
-    header_ok = np.array([abs(b.base_timestamp) <= _MAX_MS and abs(b.max_timestamp) <= _MAX_MS for b in batches], dtype=bool)
+    base_ts, max_ts = header[:, 1], header[:, 2]
+    header_ok = (base_ts >= -_MAX_MS) & (base_ts <= _MAX_MS) & (max_ts >= -_MAX_MS) & (max_ts <= _MAX_MS)
     if not header_ok.all():
         bad |= ~header_ok[batch_of]
+        base_ts, max_ts = np.clip(base_ts, -_MAX_MS - 1, _MAX_MS + 1), np.clip(max_ts, -_MAX_MS - 1, _MAX_MS + 1)
     if n and (timestamp_delta.max() > 2 * _MAX_MS or timestamp_delta.min() < -2 * _MAX_MS):
         timestamp_delta = np.clip(timestamp_delta, -2 * _MAX_MS - 1, 2 * _MAX_MS + 1)  # beyond: bad below, unless LogAppendTime
     timestamps = base_ts[batch_of] + timestamp_delta
-    log_append = np.array([b.attributes & 0x08 != 0 for b in batches], dtype=bool)
+    log_append = (header[:, 3] & 0x08) != 0
     if log_append.any():
-        max_ts = np.array([_clamp(b.max_timestamp) for b in batches], dtype=np.int64)
         timestamps = np.where(log_append[batch_of], max_ts[batch_of], timestamps)
     if n and (timestamps.max() > _MAX_MS or timestamps.min() < -_MAX_MS):
-        bad |= np.abs(timestamps) > _MAX_MS
+        bad |= (timestamps > _MAX_MS) | (timestamps < -_MAX_MS)
     return _Fields(
         bad, offsets, timestamps, key_at, key_length, value_at, value_length, header_count,
         header_record, name_at, name_length, header_value_at, header_value_length,
     )  # fmt: skip
-
-
-def _clamp(ms: int) -> int:
-    return max(-_MAX_MS - 1, min(_MAX_MS + 1, ms))
 
 
 def _binary(data: pa.Buffer, at: np.ndarray, length: np.ndarray) -> pa.Array:
@@ -401,6 +425,22 @@ def _not_utf8(names: pa.Array, batch_of_name: np.ndarray) -> np.ndarray:
     return np.unique(batch_of_name[hit])
 
 
+def _kafka_fields(batches: Sequence[Batch]) -> dict[str, Any]:
+    """translator.kafka_columns' batch-level fields of `batches`, each as an array (a list for
+    batch_compression), in one pass over the batches (kafka_columns a batch is a dict a batch:
+    most of the time of batches of one record). tests/compactor/test_columns.py holds the two equal."""
+    names = ("timestamp_type", "batch_base_offset", "batch_leader_epoch", "batch_magic", "batch_base_timestamp", "batch_max_timestamp", "producer_id", "producer_epoch", "base_sequence", "is_control", "is_transactional")
+    rows = [(b.timestamp_type, b.base_offset, b.partition_leader_epoch, b.magic, b.base_timestamp, b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence, b.is_control, b.is_transactional) for b in batches]
+    table = np.array(rows, dtype=np.int64).reshape(-1, len(names))
+    fields: dict[str, Any] = {name: table[:, i] for i, name in enumerate(names)}
+    fields["batch_base_timestamp"] = fields["batch_base_timestamp"] * 1000  # ms as timestamptz micros
+    fields["batch_max_timestamp"] = fields["batch_max_timestamp"] * 1000
+    fields["is_control"] = fields["is_control"].astype(bool)
+    fields["is_transactional"] = fields["is_transactional"].astype(bool)
+    fields["batch_compression"] = [b.codec_name for b in batches]
+    return fields
+
+
 def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema) -> RawRows:
     """The kept records as rows of `schema` (`names`: the kept records' header names; `counts`:
     the kept records of each batch, which come batch after batch)."""
@@ -412,7 +452,9 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
         n = len(kept)
     offsets, timestamps = fields.offsets[kept], fields.timestamps[kept]
     kafka_type = schema.field("kafka").type
-    per_batch = [kafka_columns(partition, b) for b in batches]
+    live = np.flatnonzero(counts)
+    per_batch = _kafka_fields([batches[i] for i in live.tolist()])
+    repeats = counts[live]
     kafka_arrays = []
     for f in kafka_type:
         if f.name == "offset":
@@ -422,11 +464,13 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
         elif f.name == "partition":
             kafka_arrays.append(pa.array(np.full(n, partition, dtype=np.int32), type=f.type))
         else:
-            column = pa.array([k[f.name] for k in per_batch], type=f.type)
+            values = per_batch[f.name]
             if pa.types.is_large_string(f.type):
-                kafka_arrays.append(column.take(pa.array(np.repeat(np.arange(len(batches)), counts))))
+                kafka_arrays.append(pa.array(values, type=f.type).take(pa.array(np.repeat(np.arange(len(live)), repeats))))
+            elif pa.types.is_timestamp(f.type):
+                kafka_arrays.append(pa.array(np.repeat(values, repeats)).view(f.type))
             else:
-                kafka_arrays.append(pa.array(np.repeat(column.to_numpy(zero_copy_only=False), counts), type=f.type))
+                kafka_arrays.append(pa.array(np.repeat(values, repeats), type=f.type))
     header_type = schema.field("headers").type
     element = header_type.value_type
     firsts = np.zeros(n + 1, dtype=np.int64)

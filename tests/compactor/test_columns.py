@@ -158,6 +158,8 @@ CORRUPT = {
     "more headers than bytes": record(0, 0, b"\x01", b"\x01", zigzag_varint(1000)),
     "timestamp beyond int64 micros": record(2**62, 0, b"\x01", b"\x01"),
     "offset delta beyond int64": record(0, 2**62, b"\x01", b"\x01"),
+    "offset delta of -2**63": record(0, -(2**63), b"\x01", b"\x01"),
+    "timestamp delta of -2**63": record(-(2**63), 0, b"\x01", b"\x01"),
     "bytes after the last record": b"\x00",
     "record cut short": GOOD[:-1],
 }
@@ -244,3 +246,9 @@ def test_a_task_keeps_rows_the_writer_takes_only_one_by_one(tmp_path):
         day - 1: [(104, None)],
     }
     assert result.partition_outcomes[PARTITION]["raw"] == 7 and result.partition_outcomes[PARTITION]["tombstone"] == 1
+
+
+def test_a_batch_that_fails_after_a_run_of_one_size_leaves_no_starts_behind():
+    runs = framed(GOOD * 100 + record(0, 0, b"\x01", zigzag_varint(7) + b"x" * 7) * 50, 150)
+    bad = [framed(GOOD * 100 + b"\x00", 100), framed(GOOD * 100, 101), framed(GOOD * 60 + CORRUPT["key past the record"] + GOOD * 60, 121)]
+    assert check(runs + bad[0] + runs + bad[1] + bad[2] + runs, 0) == [True, False, True, False, False, True]
