@@ -22,7 +22,7 @@ from .records import Batch, Record
 # After the last payload: the reads of a record's fixed fields past its end stay inside the buffer
 # (a record's position is checked once its fields are read; each varint moves it 10 bytes at most).
 _PAD = bytes(128)
-_WINDOW = 64  # records checked at once when record sizes repeat (doubled while they keep repeating)
+_WINDOW = 64  # records checked at once when record sizes repeat again (4x more each time they all do)
 _MAX_HEADERS = 64  # records with more headers go the per-record way (one numpy step per header index)
 # Kafka's milliseconds become microseconds: a timestamp beyond this cannot (records.py's path says how).
 _MAX_MS = (2**63 - 1) // 1000
@@ -296,7 +296,7 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray,
     n = len(record_at)
     bad = np.zeros(n, dtype=bool)
     length, at = _varints(buf, record_at, bad)
-    end = at + length  # _record_starts checked it against the batch
+    end = at + length  # _Starts.walk checked it against the batch
     limit = end + 1  # a position past the record: the record is bad, reads stay in `buf`
 
     def varint() -> np.ndarray:
@@ -362,7 +362,7 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray,
     try:
         header = np.array([(b.base_offset, b.base_timestamp, b.max_timestamp, b.attributes) for b in batches], dtype=np.int64).reshape(-1, 4)
     except OverflowError:  # a base offset past int64 (the header's own fields are in range): clamped, so bad below
-        header = np.array([(min(max(b.base_offset, -_MAX_DELTA), _MAX_DELTA), b.base_timestamp, b.max_timestamp, b.attributes) for b in batches], dtype=np.int64)
+        header = np.array([(min(max(b.base_offset, -_MAX_DELTA), _MAX_DELTA), b.base_timestamp, b.max_timestamp, b.attributes) for b in batches], dtype=np.int64).reshape(-1, 4)
     base_offset = np.clip(header[:, 0], -_MAX_DELTA, _MAX_DELTA)
     if n and (offset_delta.max() >= _MAX_DELTA or offset_delta.min() <= -_MAX_DELTA or base_offset.max() >= _MAX_DELTA or base_offset.min() <= -_MAX_DELTA):
         wide = base_offset[batch_of]
