@@ -141,10 +141,12 @@ class CompactedReader:
 
     def _read_next(self, topic_id, partition: int, entry, run: Run, compression: str) -> None:
         """Start rebuilding the run after `run` while its batches are served: a consumer reading
-        on finds it ready (one run ahead, at most; kept in the same LRU)."""
+        on finds it ready (one run ahead, at most; kept in the same LRU). Not when the cache has
+        no room for it (a run about the size of this one) without evicting: a read ahead must not
+        push out runs that consumers are reading."""
         offset = run.hi + 1
         key = (topic_id, partition, compression)
-        if offset > entry.last_offset or (*key, entry.object_key, offset) in self._loading:
+        if offset > entry.last_offset or self._cached + run.size > self._cache_bytes or (*key, entry.object_key, offset) in self._loading:
             return
         if any(r.lo <= offset <= r.hi for r in self._of_partition.get(key, {}).values()):
             return
