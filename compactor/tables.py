@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from . import avro_types, layout
+from .writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS, ROW_GROUP_BYTES_PROPERTY, ROW_GROUP_ROWS_PROPERTY
 
 log = logging.getLogger("neve.compactor.tables")
 
@@ -23,11 +24,12 @@ TABLE = "neve.iceberg.table"
 PARTITION_BY = layout.PARTITION_BY_CONFIG  # "neve.iceberg.partition.by"
 
 
-# Row groups of a few MiB in the files maintenance (or Spark's rewrite_data_files) writes: a Kafka
+# Row groups of a few MiB in the files the compactor writes (compactor/writer.py reads these too)
+# and those maintenance (or Spark's rewrite_data_files) writes: a Kafka
 # fetch reads and rebuilds a partition's rows a row group at a time (table/serve.py), and Iceberg's
 # defaults (128 MiB, 1M rows) would make a consumer's first fetch of a merged file decode all of it.
 # Query engines read row groups of this size well (DuckDB's own default is 122,880 rows).
-TABLE_PROPERTIES = {"write.parquet.row-group-size-bytes": str(8 * 1024 * 1024), "write.parquet.row-group-limit": "65536"}
+TABLE_PROPERTIES = {ROW_GROUP_BYTES_PROPERTY: str(DEFAULT_ROW_GROUP_BYTES), ROW_GROUP_ROWS_PROPERTY: str(DEFAULT_ROW_GROUP_ROWS)}
 
 
 def is_enabled(configs: Mapping[str, str], default: bool) -> bool:

@@ -9,6 +9,7 @@ is found when its batch does not convert: that row alone is stored raw instead, 
 from __future__ import annotations
 
 import datetime
+import math
 import operator
 import uuid
 from collections.abc import Callable, Sequence
@@ -35,7 +36,11 @@ from .translator import OUTCOMES, PRODUCED_VALUE, RAW, TOMBSTONE
 MICROS_PER_DAY = 86_400_000_000
 MICROS_PER_HOUR = 3_600_000_000
 BATCH_ROWS = 8192  # rows converted to Arrow at a time, per open file
-ROW_GROUP_ROWS = 1 << 20
+# A file's row groups, unless the table's properties say otherwise (tables.TABLE_PROPERTIES sets
+# both on the tables neve creates): the broker serves compacted offsets a row group at a time, so
+# a row group is a read's smallest window; and each row group costs the write and the statistics.
+ROW_GROUP_ROWS_PROPERTY, ROW_GROUP_BYTES_PROPERTY = "write.parquet.row-group-limit", "write.parquet.row-group-size-bytes"
+DEFAULT_ROW_GROUP_ROWS, DEFAULT_ROW_GROUP_BYTES = 65_536, 8 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -97,6 +102,10 @@ class _OpenFile:
     raw: list[pa.RecordBatch] = field(default_factory=list)
     raw_count: int = 0
     raw_tombstones: int = 0
+    # rows converted to Arrow (and counted in record_count), not yet written: the next row group
+    group: list[pa.RecordBatch] = field(default_factory=list)
+    group_rows: int = 0
+    group_bytes: int = 0
 
     @property
     def pending(self) -> int:
@@ -124,6 +133,8 @@ class TableWriter:
         self.filesystem = filesystem
         self.file_prefix = file_prefix or uuid.uuid4().hex
         self.table_properties = table_properties or {}
+        self.row_group_rows = int(self.table_properties.get(ROW_GROUP_ROWS_PROPERTY, DEFAULT_ROW_GROUP_ROWS))
+        self.row_group_bytes = int(self.table_properties.get(ROW_GROUP_BYTES_PROPERTY, DEFAULT_ROW_GROUP_BYTES))
         self.arrow = arrow_schema(schema)
         self._partition_of = _partitioner(schema, spec)
         self._raw_partition = _raw_partitioner(schema, spec, self.arrow)
@@ -225,6 +236,7 @@ class TableWriter:
         """Finish every file; the files written by this writer, in the order they were opened."""
         for open_file in self._files.values():
             self._flush(open_file)
+            self._write_group(open_file)
             open_file.writer.close()
             size = open_file.sink.tell()
             open_file.sink.close()
@@ -275,22 +287,41 @@ class TableWriter:
         return _OpenFile(path, schema_id, partition, sink, writer)
 
     def _flush(self, open_file: _OpenFile) -> None:
+        """The rows held as dicts or raw pieces converted to Arrow, into the next row group
+        (written once it holds the table's row-group rows or bytes)."""
         if open_file.raw:
-            # One row group of the pieces, as one batch of them would be.
-            open_file.writer.write_table(pa.Table.from_batches(open_file.raw, schema=self.arrow), row_group_size=ROW_GROUP_ROWS)
-            open_file.record_count += open_file.raw_count
+            self._stage(open_file, pa.Table.from_batches(open_file.raw, schema=self.arrow))
             open_file.outcomes[TOMBSTONE] += open_file.raw_tombstones
             open_file.outcomes[RAW] += open_file.raw_count - open_file.raw_tombstones
             open_file.raw, open_file.raw_count, open_file.raw_tombstones = [], 0, 0
         if not open_file.rows:
             return
-        batch = self._to_arrow(open_file.rows, open_file.row_outcomes)
-        open_file.writer.write_batch(batch, row_group_size=ROW_GROUP_ROWS)
-        open_file.record_count += batch.num_rows
+        self._stage(open_file, self._to_arrow(open_file.rows, open_file.row_outcomes))
         for outcome in open_file.row_outcomes:
             open_file.outcomes[outcome] += 1
         open_file.rows = []
         open_file.row_outcomes = []
+
+    def _stage(self, open_file: _OpenFile, rows: pa.Table | pa.RecordBatch) -> None:
+        open_file.record_count += rows.num_rows
+        while rows.num_rows:
+            # cut at the row limit, or where the byte limit falls (by the rows' mean size), so that
+            # every row group but a file's last reaches one of them
+            room = self.row_group_rows - open_file.group_rows
+            if rows.nbytes:
+                room = min(room, max(1, math.ceil((self.row_group_bytes - open_file.group_bytes) * rows.num_rows / rows.nbytes)))
+            piece = rows.slice(0, room)
+            rows = rows.slice(piece.num_rows)
+            open_file.group += piece.to_batches() if isinstance(piece, pa.Table) else [piece]
+            open_file.group_rows += piece.num_rows
+            open_file.group_bytes += piece.nbytes
+            if open_file.group_rows >= self.row_group_rows or open_file.group_bytes >= self.row_group_bytes:
+                self._write_group(open_file)
+
+    def _write_group(self, open_file: _OpenFile) -> None:
+        if open_file.group:
+            open_file.writer.write_table(pa.Table.from_batches(open_file.group, schema=self.arrow), row_group_size=self.row_group_rows)
+            open_file.group, open_file.group_rows, open_file.group_bytes = [], 0, 0
 
     def _to_arrow(self, rows: list[dict], outcomes: list[str]) -> pa.RecordBatch:
         try:

@@ -183,3 +183,37 @@ def test_the_data_file_for_the_committer(writer_setup):
     assert (data_file.lower_bounds[schema_id], data_file.upper_bounds[schema_id]) == ((21).to_bytes(4, "little"), (21).to_bytes(4, "little"))
     assert data_file.value_counts[schema.find_field("kafka.offset").field_id] == 3
     assert data_file.null_value_counts[schema.find_field("value_raw").field_id] == 3
+
+
+@pytest.mark.parametrize("value_bytes, properties, groups", [
+    (10, {"write.parquet.row-group-size-bytes": str(1 << 30)}, [65_536, 65_536, 18_928]),  # the default row limit
+    (10, {"write.parquet.row-group-limit": "50000", "write.parquet.row-group-size-bytes": str(1 << 30)}, [50_000, 50_000, 50_000]),
+    (1000, {"write.parquet.row-group-size-bytes": str(2 << 20)}, None),  # the byte limit: about 2 MiB each
+])  # fmt: skip
+def test_row_groups_fill_to_the_tables_limits_whoever_adds_the_rows(tmp_path, value_bytes, properties, groups):
+    """A file's row groups hold up to the table's row-group rows or bytes (the broker serves a
+    row group at a time), with rows by add_raw and by add() in one group, in the order added."""
+    schema = table_schema()
+    writer = TableWriter(schema, partition_spec(schema, "none"), str(tmp_path / "data"), pafs.LocalFileSystem(), file_prefix="t", table_properties=properties)
+    total, offset = 150_000, 0
+    while offset < total:
+        n = min(1000, total - offset)
+        b = Batch(0, 0, 0, offset, 0, 2, 0, n - 1, T0, T0, -1, -1, -1, n)
+        records = [Record(offset + i, T0, None, b"%0*d" % (value_bytes, offset + i), ()) for i in range(n)]
+        if (offset // 1000) % 7 == 3:  # now and then a batch the row way
+            for r in records:
+                writer.add(*translate(r, kafka_columns(0, b), None))
+        else:
+            assert writer.add_raw(kafka_columns(0, b), records)
+        offset += n
+    (written,) = writer.close()
+    parquet = pq.ParquetFile(written.path)
+    sizes = [parquet.metadata.row_group(i).num_rows for i in range(parquet.num_row_groups)]
+    if groups is not None:
+        assert sizes == groups
+    else:
+        assert sum(sizes) == total and len(sizes) > 1
+        stored = [parquet.metadata.row_group(i).total_byte_size for i in range(parquet.num_row_groups)]
+        assert all(0.75 * (2 << 20) <= n <= 1.25 * (2 << 20) for n in stored[:-1]), stored
+    values = parquet.read(columns=["value_raw"]).column("value_raw").to_pylist()
+    assert values == [b"%0*d" % (value_bytes, i) for i in range(total)]
