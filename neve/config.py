@@ -1,7 +1,7 @@
 """neve's configuration: typed sections with documented defaults, loaded in one place.
 
 Precedence, lowest to highest: the defaults below → a TOML config file (`--config FILE`, sections
-named like the dataclasses: [broker], [wal], [metadata], [registry], [compactor], [cache], [faults]) → environment variables
+named like the dataclasses: [broker], [wal], [metadata], [registry], [compactor], [cache], [table], [faults]) → environment variables
 `NEVE_<SECTION>_<FIELD>` (e.g. NEVE_WAL_LINGER_MS=5) → command-line flags.
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from cache.config import CacheConfig
 from compactor.config import CompactorConfig
+from table.config import TableReadConfig
 
 
 @dataclass
@@ -166,6 +167,7 @@ class Config:
     registry: RegistryConfig = field(default_factory=RegistryConfig)
     compactor: CompactorConfig = field(default_factory=CompactorConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    table: TableReadConfig = field(default_factory=TableReadConfig)
     faults: FaultsConfig = field(default_factory=FaultsConfig)
     data_dir: str = "neve-data"
     """Where `neve dev` keeps its objects and metadata."""

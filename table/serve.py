@@ -35,13 +35,13 @@ from wal.manifest import CycleManifest, PartitionCompaction
 from wal.store import ObjectStoreError
 
 from .avro_values import ValueEncoder
+from .config import TableReadConfig
 from .parquet import ParquetRows
 from .rebuild import rebuild_batches
 
 log = logging.getLogger("neve.table.serve")
 
 ROW_COLUMNS = ("headers", "key_raw", "value_raw", "value_schema_id", "value")
-DEFAULT_CACHE_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -65,7 +65,7 @@ Schemas = Callable[[int], Any]  # schema id -> awaitable registry Schema (or Non
 
 
 class CompactedReader:
-    def __init__(self, manifests: ObjectReader, rows: ParquetRows, schema_of: Schemas, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(self, manifests: ObjectReader, rows: ParquetRows, schema_of: Schemas, cache_bytes: int = TableReadConfig.rebuilt_bytes) -> None:
         self._manifests = manifests
         self.rows = rows
         self._schema_of = schema_of
