@@ -147,12 +147,14 @@ def _tail(path: Path, n: int = 2000) -> str:
     return path.read_text(errors="replace")[-n:] if path.exists() else ""
 
 
-def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None, user: str | None = None) -> subprocess.Popen:
+def spawn(args: list[str], log_path: Path, env: dict[str, str] | None = None, cwd: Path | None = None, user: str | None = None, unset: tuple[str, ...] = ()) -> subprocess.Popen:
     """A server process in its own session (a Ctrl-C reaches the bench, which stops it in order),
-    as `user` if given (the caller must be root)."""
+    as `user` if given (the caller must be root), with this process's environment but `unset`,
+    and `env`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    inherited = {k: v for k, v in os.environ.items() if k not in unset}
     with open(log_path, "ab") as log:
-        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=cwd, start_new_session=True, user=user)
+        return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env={**inherited, **(env or {})}, cwd=cwd, start_new_session=True, user=user)
 
 
 def terminate(proc: subprocess.Popen | None, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
@@ -451,15 +453,18 @@ class SparkStandalone:
         # Loopback only; and a port taken between free_port and the bind is an error (PORT_TAKEN),
         # not Spark's quiet move to the next port, which would leave master_url naming another's.
         env = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_DAEMON_JAVA_OPTS": "-Dspark.port.maxRetries=0"}
+        # The cluster stands for other machines: the S3 keys this process may hold (a SeaweedFS
+        # fixture puts them in os.environ) are not theirs; executors get what the driver hands on.
+        unset = tuple(name for name in os.environ if name.startswith("AWS_"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         offset = self.master_log.stat().st_size if self.master_log.exists() else 0
         master = [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.webui_port)]
-        self.master = spawn(master, self.master_log, env=env, cwd=self.work_dir)
+        self.master = spawn(master, self.master_log, env=env, cwd=self.work_dir, unset=unset)
         wait_log_line(self.master_log, offset, self.MASTER_READY, self.master, f"spark master on {self.port}", self.READY_TIMEOUT_S)
         offset = self.worker_log.stat().st_size if self.worker_log.exists() else 0
         worker = [spark_class, "org.apache.spark.deploy.worker.Worker", self.master_url, "--host", "127.0.0.1", "--webui-port", str(self.worker_webui_port),
                   "--cores", str(self.cores), "--memory", self.memory, "--work-dir", str(self.work_dir)]  # fmt: skip
-        self.worker = spawn(worker, self.worker_log, env=env, cwd=self.work_dir)
+        self.worker = spawn(worker, self.worker_log, env=env, cwd=self.work_dir, unset=unset)
         wait_log_line(self.worker_log, offset, f"{self.WORKER_READY} {self.master_url}", self.worker, f"spark worker of {self.master_url}", self.READY_TIMEOUT_S)
 
     def state(self) -> dict:

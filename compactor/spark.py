@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,11 @@ JDBC_DRIVERS = {
     "sqlite": ("/usr/share/java/sqlite-jdbc.jar", None, "libxerial-sqlite-jdbc-java"),
 }
 SPARK_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
+# What a task reads the WAL's S3 with (wal/s3.py, obstore: the AWS environment). A local master's
+# executors are this process's Python workers and inherit it; a cluster's run on other machines,
+# in their workers' environment, so the driver hands these on (spark.executorEnv.*). Absent here
+# (an IAM role): nothing is handed on, and executors use their own machine's role.
+EXECUTOR_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION")
 S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
 
 
@@ -141,8 +147,9 @@ def catalog_conf(target: CatalogTarget, name: str | None = None) -> dict[str, st
     return conf
 
 
-def session_conf(config: CompactorConfig, jars: list[Path]) -> dict[str, str]:
-    """Every setting of the compactor's session (pure: `spark_session` applies it)."""
+def session_conf(config: CompactorConfig, jars: list[Path], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every setting of the compactor's session (pure but for `environ`, the process's environment
+    by default, whose EXECUTOR_ENV a cluster's executors get: `spark_session` applies it)."""
     target = catalog_target(config) if config.catalog_url else None
     conf = {
         "spark.master": config.spark_master,
@@ -160,6 +167,9 @@ def session_conf(config: CompactorConfig, jars: list[Path]) -> dict[str, str]:
     }
     if is_local(config.spark_master):  # executors on other machines must reach a cluster's driver
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    else:
+        environ = os.environ if environ is None else environ
+        conf |= {f"spark.executorEnv.{name}": environ[name] for name in EXECUTOR_ENV if environ.get(name)}
     if target is not None:  # not the default catalog: `neve.t` would then name table t of no namespace
         conf |= catalog_conf(target)
     return conf

@@ -1,9 +1,11 @@
 """Issue 21: nothing in the compactor's job assumes one machine. `neve compactor --once` with
-spark.master naming a Spark standalone cluster (a master and one 1-core worker on loopback)
-compacts what a `neve dev` node acknowledged: the tasks run in the worker's executor, a JVM and
-Python workers of its own that read the WAL objects and write the Parquet files themselves, and
-the driver commits them. The table then holds exactly one row per acknowledged offset, byte for
-byte, and the index names Parquet only."""
+spark.master naming a Spark standalone cluster (a master and one 1-core worker on loopback, whose
+environment holds none of the driver's S3 keys, as another machine's would not) compacts what a
+`neve dev` node acknowledged: the tasks run in the worker's executor, a JVM and Python workers of
+its own that read the WAL objects and write the Parquet files themselves, and the driver commits
+them. The table then holds exactly one row per acknowledged offset, byte for byte, and the index
+names Parquet only; with the WAL in the node's data dir, and with the WAL and the table's files
+on S3 (SeaweedFS), whose keys the executors get from the driver."""
 
 from __future__ import annotations
 
@@ -12,13 +14,17 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+from compactor.config import CompactorConfig
+from compactor.spark import session_conf
 from metadata.model import ObjectType
 from tests.compactor.produced import CODECS, PARTITIONS, check_rows, produce_raw
 from tests.compactor.test_service import WAIT_S, index_types
+from tests.fixtures import S3_KEY, S3_SECRET
 from tests.readers import rows_pyiceberg
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900), pytest.mark.xdist_group("spark")]
@@ -27,8 +33,16 @@ PER_CODEC = 400  # records per codec: 2,000 over two partitions, every ninth a t
 COMPACT_TIMEOUT_S = 600.0  # a driver JVM, an executor JVM and the jars shipped to it, on a busy 2-core machine
 
 
-def test_the_compactor_runs_its_tasks_on_a_spark_standalone_cluster(neve_factory, spark_standalone, artifacts_dir):
-    node = neve_factory(env={"NEVE_WAL_LINGER_MS": "5"})  # the compactor off (tests/fixtures.py)
+@pytest.mark.parametrize("storage", ["data-dir", "s3"])
+def test_the_compactor_runs_its_tasks_on_a_spark_standalone_cluster(storage, neve_factory, spark_standalone, artifacts_dir, request):
+    stores, io = {}, {}
+    if storage == "s3":  # the WAL and the table's files in the worker's SeaweedFS, under a prefix of this test's
+        s3 = request.getfixturevalue("seaweedfs")
+        prefix = f"standalone-{uuid.uuid4().hex[:10]}"
+        stores = {**s3.env, "NEVE_WAL_OBJECT_STORE": s3.object_store_url(prefix), "NEVE_COMPACTOR_WAREHOUSE": f"s3://{s3.bucket}/{prefix}/warehouse",
+                  "NEVE_COMPACTOR_S3_ENDPOINT": s3.endpoint, "NEVE_COMPACTOR_S3_ACCESS_KEY_ID": S3_KEY, "NEVE_COMPACTOR_S3_SECRET_ACCESS_KEY": S3_SECRET}  # fmt: skip
+        io = {"s3.endpoint": s3.endpoint, "s3.access-key-id": S3_KEY, "s3.secret-access-key": S3_SECRET, "s3.region": "us-east-1"}
+    node = neve_factory(env={"NEVE_WAL_LINGER_MS": "5", **stores})  # the compactor off (tests/fixtures.py)
     produced = produce_raw(node.bootstrap, per_codec=PER_CODEC)
     assert len(produced.want) == len(CODECS) * PER_CODEC and set(produced.counts()) == set(range(PARTITIONS))
     assert node.stop() == 0
@@ -37,7 +51,7 @@ def test_the_compactor_runs_its_tasks_on_a_spark_standalone_cluster(neve_factory
 
     # SPARK_LOCAL_IP: the driver binds and advertises loopback (the Helm chart sets the pod IP);
     # without it Spark picks the host's first non-loopback address for executors to call back to
-    env = {**os.environ, "NEVE_COMPACTOR_RUNNER": "spark", "NEVE_COMPACTOR_SPARK_MASTER": spark_standalone.master_url, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, **stores, "NEVE_COMPACTOR_RUNNER": "spark", "NEVE_COMPACTOR_SPARK_MASTER": spark_standalone.master_url, "SPARK_LOCAL_IP": "127.0.0.1"}
     log = artifacts_dir / "compactor.log"
     with open(log, "wb") as out:
         done = subprocess.run([sys.executable, "-m", "neve", "compactor", "--once", "--data-dir", str(data_dir)], stdout=out, stderr=subprocess.STDOUT, env=env, timeout=COMPACT_TIMEOUT_S, check=False)
@@ -46,8 +60,12 @@ def test_the_compactor_runs_its_tasks_on_a_spark_standalone_cluster(neve_factory
     assert "tasks run spark" in output
     assert re.search(rf"^caught up: \d+ cycles, {len(produced.want)} rows$", output, re.MULTILINE), output[-3000:]
 
-    catalog = SqlCatalog("neve", uri=f"sqlite:///{data_dir / 'catalog.db'}", warehouse=f"file://{data_dir / 'warehouse'}")
-    check_rows(produced, rows_pyiceberg(catalog.load_table("neve." + produced.topic.replace("-", "_"))), where="standalone")
+    catalog = SqlCatalog("neve", uri=f"sqlite:///{data_dir / 'catalog.db'}", warehouse=f"file://{data_dir / 'warehouse'}", **io)
+    table = catalog.load_table("neve." + produced.topic.replace("-", "_"))
+    check_rows(produced, rows_pyiceberg(table), where="standalone")
+    warehouse = stores.get("NEVE_COMPACTOR_WAREHOUSE", f"file://{data_dir / 'warehouse'}")
+    files = table.inspect.files().column("file_path").to_pylist()
+    assert files and all(f.startswith(f"{warehouse}/") for f in files), files
     assert index_types(data_dir, produced.topic) == {ObjectType.PARQUET}
 
     # The tasks ran in the cluster's executor, which called the driver back on loopback.
@@ -71,3 +89,11 @@ def wait_completed_app(cluster) -> dict:
             assert not state["activeapps"] and len(state["completedapps"]) == 1, state
             return state["completedapps"][0]
         time.sleep(0.2)
+
+
+def test_a_clusters_executors_get_the_drivers_s3_keys_and_a_local_masters_inherit_them():
+    environ = {"AWS_ACCESS_KEY_ID": "key", "AWS_SECRET_ACCESS_KEY": "secret", "AWS_REGION": "eu-west-1", "AWS_SESSION_TOKEN": "", "HOME": "/root"}
+    handed = {k: v for k, v in session_conf(CompactorConfig(spark_master="spark://h:7077"), [], environ).items() if k.startswith("spark.executorEnv.")}
+    assert handed == {"spark.executorEnv.AWS_ACCESS_KEY_ID": "key", "spark.executorEnv.AWS_SECRET_ACCESS_KEY": "secret", "spark.executorEnv.AWS_REGION": "eu-west-1"}
+    assert not any(k.startswith("spark.executorEnv.") for k in session_conf(CompactorConfig(spark_master="local[2]"), [], environ))
+    assert not any(k.startswith("spark.executorEnv.") for k in session_conf(CompactorConfig(spark_master="spark://h:7077"), [], {"HOME": "/root"}))  # an IAM role
