@@ -29,7 +29,14 @@ PARTITION_BY = layout.PARTITION_BY_CONFIG  # "neve.iceberg.partition.by"
 # fetch reads and rebuilds a partition's rows a row group at a time (table/serve.py), and Iceberg's
 # defaults (128 MiB, 1M rows) would make a consumer's first fetch of a merged file decode all of it.
 # Query engines read row groups of this size well (DuckDB's own default is 122,880 rows).
-TABLE_PROPERTIES = {ROW_GROUP_BYTES_PROPERTY: str(DEFAULT_ROW_GROUP_BYTES), ROW_GROUP_ROWS_PROPERTY: str(DEFAULT_ROW_GROUP_ROWS)}
+# And a table.metadata.json of each commit kept only for the last 100 commits (Iceberg's
+# write.metadata.previous-versions-max): a commit every few seconds otherwise leaves tens of
+# thousands of them a day. Snapshots are in the current metadata: time travel keeps working.
+TABLE_PROPERTIES = {
+    ROW_GROUP_BYTES_PROPERTY: str(DEFAULT_ROW_GROUP_BYTES),
+    ROW_GROUP_ROWS_PROPERTY: str(DEFAULT_ROW_GROUP_ROWS),
+    "write.metadata.delete-after-commit.enabled": "true",
+}
 
 
 def is_enabled(configs: Mapping[str, str], default: bool) -> bool:

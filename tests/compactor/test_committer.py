@@ -15,7 +15,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import BinaryType, IntegerType, LongType, NestedField
 
 from compactor.committer import commit_cycle, committed_cycle, last_cycle
+from compactor.layout import arrow_schema, rows_to_arrow
+from compactor.records import Batch, Record
 from compactor.reindex import finish_last_cycle, replacement, swap
+from compactor.tables import load_or_create
+from compactor.translator import kafka_columns, translate
 from metadata.model import Append, IndexEntry, ObjectCommit, ObjectType
 from metadata.store import load_metadata_store
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
@@ -182,3 +186,28 @@ async def test_a_second_compactors_cycle_over_the_same_offsets_appends_nothing(t
     reborn = manifest_for(again.topic_id, 0, await commit_wal(store, again.topic_id, 0, [4]), f"{tmp_path}/c.parquet")
     commit_cycle(table.refresh(), reborn, [write_rows(table, tmp_path, "c", [(0, o, None) for o in range(4)])])
     assert rows_of(table) == sorted([(0, o) for o in range(4)] * 2)
+
+
+async def test_neve_tables_keep_the_metadata_files_of_the_last_commits_only_and_every_snapshot(tmp_path, store):
+    """A table made by the compactor deletes its oldest metadata.json after each commit past
+    write.metadata.previous-versions-max (100 by default; 3 here), and its snapshots (time
+    travel, the cycles' summaries) all stay."""
+    catalog = SqlCatalog("neve", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
+    table = load_or_create(catalog, "neve.t", "none")
+    with table.transaction() as change:
+        change.set_properties({"write.metadata.previous-versions-max": "3"})
+    info = await store.create_topic("t", 1)
+    entries = await commit_wal(store, info.topic_id, 0, [1] * 8)
+    cycles = []
+    for i, entry in enumerate(entries):
+        path = f"{tmp_path}/c{i}.parquet"
+        batch = Batch(0, 0, 0, i, 0, 2, 0, 0, 1000 + i, 1000 + i, -1, -1, -1, 1)
+        pq.write_table(pa.Table.from_batches([rows_to_arrow([translate(Record(i, 1000 + i, None, b"v%d" % i, ()), kafka_columns(0, batch), None)[0]], arrow_schema(table.schema()))]), path)
+        data_file = parquet_file_to_data_file(table.io, table.refresh().metadata, f"file://{path}")
+        cycles.append(commit_cycle(table.refresh(), manifest_for(info.topic_id, 0, [entry], path), [data_file]))
+
+    metadata_files = sorted((tmp_path / "warehouse" / "neve" / "t" / "metadata").glob("*.metadata.json"))
+    assert len(metadata_files) == 4  # the current one and the 3 before it
+    table = table.refresh()
+    assert [s.snapshot_id for s in table.metadata.snapshots] == [c.snapshot_id for c in cycles]
+    assert sorted(r["value_raw"] for r in table.scan(snapshot_id=cycles[2].snapshot_id).to_arrow().to_pylist()) == [b"v0", b"v1", b"v2"]
