@@ -83,6 +83,7 @@ class CompactionService:
         self._catalog = None
         self._spark = spark
         self._owns_spark = spark is None
+        self.failed: list[str] = []  # topics whose compaction failed in the last run_once
         # per (topic id, partition): the next offset not yet in the table, once known
         self._checkpoints: dict[tuple, int] = {}
         self._recovered: set[str] = set()  # tables whose last cycle was checked since start
@@ -112,6 +113,7 @@ class CompactionService:
         """One cycle over every topic whose table is on. A topic that fails is logged and counted;
         the others still run. First, the tables of deleted topics that asked for it are dropped."""
         done = []
+        self.failed = []
         await self.drop_deleted_tables()
         for info in sorted(self.metadata.topics().values(), key=lambda t: t.name):
             if not tables.is_enabled(info.configs, self.config.tables_by_default):
@@ -123,6 +125,7 @@ class CompactionService:
                 log.warning("topic skipped this cycle", extra={"topic": info.name, "reason": repr(e)})
             except Exception:
                 metrics.CYCLE_FAILURES.inc()
+                self.failed.append(info.name)
                 log.exception("topic's compaction failed; it is retried next cycle", extra={"topic": info.name})
         return done
 

@@ -67,6 +67,10 @@ async def _run_compactor(config, once: bool) -> int:
             done = await node.running.run_until_caught_up(progress)
         finally:
             await node.stop()
+        failed = node.running.service.failed
+        if failed:  # the log says why
+            print(f"neve compactor: compaction failed for {', '.join(failed)} after {len(done)} cycles", file=sys.stderr, flush=True)
+            return 1
         print(f"caught up: {len(done)} cycles, {sum(c.rows for c in done)} rows", flush=True)
         return 0
     stop = asyncio.Event()

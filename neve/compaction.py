@@ -141,7 +141,8 @@ class RunningCompactor:
             await self.service.leadership.resign()
 
     async def run_until_caught_up(self, on_cycle=None, max_rounds: int = 1000) -> list[TopicCycle]:
-        """`neve compactor --once`: cycles until one finds nothing due; `on_cycle` sees each topic's."""
+        """`neve compactor --once`: cycles until one finds nothing due; `on_cycle` sees each topic's.
+        The topics whose compaction failed in that last round are then in `self.service.failed`."""
         done: list[TopicCycle] = []
         for _ in range(max_rounds):
             cycles = [c for c in await self.service.run_once() if c.cycle_id is not None]

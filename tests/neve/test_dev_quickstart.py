@@ -178,6 +178,24 @@ def test_neve_compactor_serves_its_metrics(neve_factory, artifacts_dir):
         assert compactor.wait(60) == 0
 
 
+def test_neve_compactor_once_exits_non_zero_naming_the_topic_it_could_not_compact(neve_factory, artifacts_dir):
+    """`neve compactor --once` is what scripts and jobs run: a topic whose compaction fails (here
+    its WAL objects are gone) makes it exit 1 and say which, not print "caught up"."""
+    node = neve_factory()
+    produce(node.bootstrap, "lost")
+    assert node.stop() == 0
+    wal = [p for p in (Path(node.data_dir) / "objects").rglob("*") if p.is_file() and "wal" in p.relative_to(Path(node.data_dir) / "objects").parts[:1]]
+    assert wal
+    for path in wal:
+        path.unlink()
+    env = {**os.environ, "NEVE_COMPACTOR_RUNNER": "in-process"}
+    done = subprocess.run([sys.executable, "-m", "neve", "compactor", "--once", "--data-dir", str(node.data_dir)], capture_output=True, text=True, env=env, timeout=WAIT_S)
+    (artifacts_dir / "compactor.log").write_text(done.stdout + done.stderr)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "neve compactor: compaction failed for lost after 0 cycles" in done.stderr
+    assert "caught up" not in done.stdout
+
+
 def test_neve_sql_says_when_there_is_no_table_yet(tmp_path):
     done = subprocess.run([sys.executable, "-m", "neve", "sql", "--data-dir", str(tmp_path), "SELECT * FROM t"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
