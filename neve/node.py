@@ -247,7 +247,8 @@ class Node:
         compactor = self.config.compactor
         self._table_files = TableFiles(reader, self.object_store_url, compactor.s3_endpoint, compactor.s3_region if compactor.s3_endpoint else "")
         self._schemas = load_lookup(RegistrySettings(url=self.config.registry.url), self.metadata)
-        return CompactedReader(reader, ParquetRows(self._table_files), self._schemas.schema, cache_bytes=self.config.table.rebuilt_bytes)
+        table = self.config.table
+        return CompactedReader(reader, ParquetRows(self._table_files, table.decoded_bytes), self._schemas.schema, cache_bytes=table.rebuilt_bytes)
 
     async def _referenced_objects(self) -> set[str]:
         """What the sweeper keeps: objects index entries name; and, only where compacted offsets

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from cache.flight import SingleFlight
 from wal.store import ObjectStoreError
 
+from .config import TableReadConfig
 from .files import TableFiles
 
 FOOTERS_KEPT = 4096
@@ -68,11 +69,27 @@ class Footer:
         return out
 
 
+@dataclass(slots=True)
+class _Decoded:
+    """Every row of one row group (the columns read), as pyarrow decoded them."""
+
+    rows: pa.Table
+    partitions: np.ndarray | None  # kafka.partition when non-decreasing (neve's files): sliced, not filtered
+    size: int
+
+
 class ParquetRows:
-    def __init__(self, files: TableFiles) -> None:
+    def __init__(self, files: TableFiles, decoded_bytes: int = TableReadConfig.decoded_bytes) -> None:
         self.files = files
         self._footers: OrderedDict[str, Footer] = OrderedDict()
         self._reading = SingleFlight()  # concurrent readers of one footer share its GET
+        # decoded row groups, least recently used first: a row group holds the rows of many
+        # partitions (a cycle writes every partition's rows into one file), and each of their
+        # readers takes its own from one decode
+        self._decoded: OrderedDict[tuple, _Decoded] = OrderedDict()
+        self._decoded_bytes = decoded_bytes
+        self._kept = 0
+        self._decoding = SingleFlight()
 
     async def footer(self, path: str) -> Footer:
         found = self._footers.get(path)
@@ -109,15 +126,34 @@ class ParquetRows:
         groups = [g.index for g in footer.row_groups if g.may_hold(partition, lo, hi)]
         if not groups:
             return None
-        wanted = ["kafka", *[c for c in columns if c != "kafka"]]
-        ranges = [r for g in groups for r in footer.chunk_ranges(g, wanted)]
-        reader, key = self.files.locate(path)
+        wanted = ("kafka", *[c for c in columns if c != "kafka"])
+        decoded = await asyncio.gather(*(self._group(footer, g, wanted) for g in groups))
+        return _select(decoded, partition, lo, hi)
+
+    async def _group(self, footer: Footer, group: int, wanted: tuple[str, ...]) -> _Decoded:
+        key = (footer.path, group, wanted)
+        found = self._decoded.get(key)
+        if found is not None:
+            self._decoded.move_to_end(key)
+            return found
+        return await self._decoding.run(key, lambda: self._decode_and_keep(footer, group, wanted))
+
+    async def _decode_and_keep(self, footer: Footer, group: int, wanted: tuple[str, ...]) -> _Decoded:
+        ranges = footer.chunk_ranges(group, wanted)
+        reader, key = self.files.locate(footer.path)
         got = await reader.read_many([(key, s, n) for s, n in ranges])
         pieces = {s: got[(key, s, n)] for s, n in ranges if (key, s, n) in got}
         for s, n in ranges:
             if s not in pieces:  # its merged GET failed: read it alone (raises if that fails too)
                 pieces[s] = await reader.read(key, s, n)
-        return await asyncio.to_thread(_decode, footer, pieces, groups, wanted, partition, lo, hi)
+        decoded = await asyncio.to_thread(_decode, footer, pieces, group, wanted)
+        cache_key = (footer.path, group, wanted)
+        self._decoded[cache_key] = decoded
+        self._kept += decoded.size
+        while self._kept > self._decoded_bytes and len(self._decoded) > 1:
+            _, evicted = self._decoded.popitem(last=False)
+            self._kept -= evicted.size
+        return decoded
 
 
 def _parse_footer(path: str, size: int, tail_start: int, tail: bytes) -> Footer:
@@ -182,19 +218,40 @@ class _Sparse(io.RawIOBase):
         return len(data)
 
 
-def _decode(footer: Footer, pieces: dict[int, bytes | memoryview], groups: list[int], columns: list[str], partition: int, lo: int, hi: int) -> pa.Table:
+def _decode(footer: Footer, pieces: dict[int, bytes | memoryview], group: int, columns: Sequence[str]) -> _Decoded:
     pieces = dict(pieces)
     pieces[footer.tail_start] = footer.tail
     parquet = pq.ParquetFile(_Sparse(footer.size, pieces), metadata=footer.metadata)
     present = [c for c in columns if c in parquet.schema_arrow.names]
-    table = parquet.read_row_groups(groups, columns=present, use_threads=False)
-    kafka = table.column("kafka")
-    offsets = pc.struct_field(kafka, "offset")
-    mask = pc.and_(pc.equal(pc.struct_field(kafka, "partition"), partition), pc.and_(pc.greater_equal(offsets, lo), pc.less_equal(offsets, hi)))
-    # neve's own files hold a partition's rows in offset order: copy them only when they are not
-    # all wanted, or not in order (another engine's files)
-    rows = table if mask.to_numpy(zero_copy_only=False).all() else table.filter(mask)
+    rows = parquet.read_row_groups([group], columns=present, use_threads=False)
+    partitions = pc.struct_field(rows.column("kafka"), "partition").to_numpy(zero_copy_only=False)
+    ordered = len(partitions) < 2 or bool((partitions[1:] >= partitions[:-1]).all())
+    return _Decoded(rows, partitions if ordered else None, rows.nbytes)
+
+
+def _select(decoded: Sequence[_Decoded], partition: int, lo: int, hi: int) -> pa.Table:
+    """The rows of `partition` with offsets in [lo, hi] from decoded row groups, in offset order.
+    In neve's own files a row group's rows run partition by partition, each in offset order: the
+    rows are a slice (no copy); another engine's files are filtered and sorted."""
+    tables = []
+    for group in decoded:
+        rows = group.rows
+        if group.partitions is not None:
+            start, stop = np.searchsorted(group.partitions, [partition, partition + 1])
+            rows = rows.slice(start, stop - start)
+        else:
+            rows = rows.filter(pc.equal(pc.struct_field(rows.column("kafka"), "partition"), partition))
+        offsets = pc.struct_field(rows.column("kafka"), "offset").to_numpy(zero_copy_only=False)
+        if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
+            order = np.argsort(offsets, kind="stable")
+            rows, offsets = rows.take(order), offsets[order]
+        start, stop = np.searchsorted(offsets, [lo, hi + 1])
+        if stop > start:
+            tables.append(rows.slice(start, stop - start))
+    if not tables:
+        return rows.slice(0, 0)
+    rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
     offsets = pc.struct_field(rows.column("kafka"), "offset").to_numpy(zero_copy_only=False)
-    if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
+    if len(tables) > 1 and not (offsets[1:] > offsets[:-1]).all():
         rows = rows.take(np.argsort(offsets, kind="stable"))
     return rows
