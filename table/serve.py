@@ -220,12 +220,12 @@ class CompactedReader:
             hi = _window_end(footers, partition, start, end)
             while True:
                 tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, start, hi, columns) for p in paths)) if t is not None and len(t)]
-                rows = await asyncio.to_thread(_concat_sorted, tables) if tables else None
+                rows = await _joined_rows(tables)
                 if rows is not None and carry is None and start == offset:
                     first = rows.column("kafka")[0]["batch_base_offset"].as_py()
                     if first < offset:  # the offset is mid-batch: read the batch's rows before it too
                         tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, first, offset - 1, columns) for p in paths)) if t is not None and len(t)]
-                        rows = await asyncio.to_thread(_concat_sorted, tables)
+                        rows = await _joined_rows(tables)
                 complete = hi >= end
                 if complete:
                     return (rows, hi, True) if rows is not None else None
@@ -266,6 +266,13 @@ def _window_end(footers, partition: int, lo: int, end: int) -> int:
             if group.may_hold(partition, lo, end) and group.offsets is not None:
                 hi = min(hi, max(group.offsets[1], lo))
     return hi
+
+
+async def _joined_rows(tables: list[pa.Table]) -> pa.Table | None:
+    """The tables' rows in offset order, joined off the event loop (one table is as it is)."""
+    if len(tables) <= 1:
+        return tables[0] if tables else None
+    return await asyncio.to_thread(_concat_sorted, tables)
 
 
 def _concat_sorted(tables: list[pa.Table]) -> pa.Table:
