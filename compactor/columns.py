@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from numpy.lib.stride_tricks import sliding_window_view
 
 from .records import Batch, Record
 
@@ -28,6 +29,10 @@ _MAX_HEADERS = 64  # records with more headers go the per-record way (one numpy 
 _MAX_MS = (2**63 - 1) // 1000
 _INT64_MAX = 2**63 - 1
 _MAX_DELTA = 2**62  # an offset delta beyond it may overflow: records.py's path decides
+# _uniform_fields reads the records of the commonest size under _UNIFORM_MAX_SIZE bytes at once
+# when there are this many.
+_UNIFORM_MIN, _UNIFORM_MAX_SIZE = 32, 1 << 16
+_UNIFORM_HEAD = 24  # a key this short is read with the bytes around it (copied once a record)
 
 
 @dataclass(slots=True)
@@ -292,11 +297,171 @@ class _Fields:
 
 def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray, batches: Sequence[Batch]) -> _Fields:
     """Every record's fields, each a step over all records at once (records.py's _decode, field by
-    field). A record decodes when its fields end exactly where its length says."""
+    field). A record decodes when its fields end exactly where its length says. Records of one
+    size laid out alike (most of a producer's) are read by _uniform_fields, the others here."""
     n = len(record_at)
     bad = np.zeros(n, dtype=bool)
     length, at = _varints(buf, record_at, bad)
     end = at + length  # _Starts.walk checked it against the batch
+    uniform = _uniform_fields(buf, record_at, end)
+    if uniform is None:
+        fields = _record_fields(buf, at, end, bad)
+    else:
+        covered, per_record = uniform
+        rest = np.flatnonzero(~covered)
+        if rest.size:
+            rest_bad = bad[rest]
+            fields = _record_fields(buf, at[rest], end[rest], rest_bad)
+            bad[rest] = rest_bad
+            for into, part in zip(per_record, fields[:7], strict=True):
+                into[rest] = part
+            fields = (*per_record, rest[fields[7]], *fields[8:])  # headers: of the records' own indices
+        else:
+            fields = (*per_record, *(np.zeros(0, dtype=np.int64) for _ in range(5)))
+    timestamp_delta, offset_delta, key_at, key_length, value_at, value_length, header_count, header_record, name_at, name_length, header_value_at, header_value_length = fields
+    try:
+        header = np.array([(b.base_offset, b.base_timestamp, b.max_timestamp, b.attributes) for b in batches], dtype=np.int64).reshape(-1, 4)
+    except OverflowError:  # a base offset past int64 (the header's own fields are in range): clamped, so bad below
+        header = np.array([(min(max(b.base_offset, -_MAX_DELTA), _MAX_DELTA), b.base_timestamp, b.max_timestamp, b.attributes) for b in batches], dtype=np.int64).reshape(-1, 4)
+    base_offset = np.clip(header[:, 0], -_MAX_DELTA, _MAX_DELTA)
+    if n and (offset_delta.max() >= _MAX_DELTA or offset_delta.min() <= -_MAX_DELTA or base_offset.max() >= _MAX_DELTA or base_offset.min() <= -_MAX_DELTA):
+        wide = base_offset[batch_of]
+        bad |= (wide >= _MAX_DELTA) | (wide <= -_MAX_DELTA) | (offset_delta >= _MAX_DELTA) | (offset_delta <= -_MAX_DELTA)  # none overflows below
+        offset_delta = np.where(bad, 0, offset_delta)
+    offsets = base_offset[batch_of] + offset_delta
+    # Timestamps whose micros do not fit int64 are left to records.py's path (a row it cannot write).
+    base_ts, max_ts = header[:, 1], header[:, 2]
+    header_ok = (base_ts >= -_MAX_MS) & (base_ts <= _MAX_MS) & (max_ts >= -_MAX_MS) & (max_ts <= _MAX_MS)
+    if not header_ok.all():
+        bad |= ~header_ok[batch_of]
+        base_ts, max_ts = np.clip(base_ts, -_MAX_MS - 1, _MAX_MS + 1), np.clip(max_ts, -_MAX_MS - 1, _MAX_MS + 1)
+    if n and (timestamp_delta.max() > 2 * _MAX_MS or timestamp_delta.min() < -2 * _MAX_MS):
+        timestamp_delta = np.clip(timestamp_delta, -2 * _MAX_MS - 1, 2 * _MAX_MS + 1)  # beyond: bad below, unless LogAppendTime
+    timestamps = base_ts[batch_of] + timestamp_delta
+    log_append = (header[:, 3] & 0x08) != 0
+    if log_append.any():
+        timestamps = np.where(log_append[batch_of], max_ts[batch_of], timestamps)
+    if n and (timestamps.max() > _MAX_MS or timestamps.min() < -_MAX_MS):
+        bad |= (timestamps > _MAX_MS) | (timestamps < -_MAX_MS)
+    return _Fields(
+        bad, offsets, timestamps, key_at, key_length, value_at, value_length, header_count,
+        header_record, name_at, name_length, header_value_at, header_value_length,
+    )  # fmt: skip
+
+
+def _uniform_fields(buf: np.ndarray, record_at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    """The fields after the length of the records of the commonest size laid out as the middle one
+    of them (a producer's records mostly are): that one is read in Python (_layout), then every
+    record's first bytes compared with its at once (the same length, key length, value length and
+    header count, deltas of the same widths), and the deltas read a byte position at a time.
+    Returns which records it read and, for those, _record_fields' first seven arrays (the other
+    records' entries are to be filled); None when it read none."""
+    n = len(record_at)
+    if n < _UNIFORM_MIN:
+        return None
+    sizes = end - record_at
+    counts = np.bincount(np.minimum(sizes, _UNIFORM_MAX_SIZE))[:_UNIFORM_MAX_SIZE]
+    if not counts.size:
+        return None
+    size = int(counts.argmax())
+    if counts[size] < _UNIFORM_MIN:
+        return None
+    of_size = np.flatnonzero(sizes == size)
+    first = int(record_at[of_size[len(of_size) // 2]])  # the middle one: a batch's first records are often odd
+    layout = _layout(buf[first : first + size].tobytes())
+    if layout is None:
+        return None
+    length_bytes, ts_bytes, offset_bytes, key_length_bytes, key_length, value_length_bytes, value_length, count_bytes = layout
+    before_key = length_bytes + 1 + ts_bytes + offset_bytes + key_length_bytes
+    value_length_at = before_key + max(key_length, 0)
+    # Every record's first bytes (up to its value when its key is short), a row a byte position:
+    # past a smaller record's end they are the next one's (or the pad), and it is not taken.
+    width = value_length_at + value_length_bytes if value_length_at <= _UNIFORM_HEAD else before_key
+    rows = np.ascontiguousarray(sliding_window_view(buf, width)[record_at].T)
+    template = buf[first : first + width].tolist()
+    covered = sizes == size
+    checks = [*range(length_bytes), *range(before_key - key_length_bytes, before_key)]  # length, key length
+    if width > before_key:
+        checks += range(value_length_at, width)  # value length
+    else:
+        for j in range(value_length_at, value_length_at + value_length_bytes):
+            covered &= buf.take(record_at + j, mode="clip") == int(buf[first + j])
+    for j in checks:
+        covered &= rows[j] == template[j]
+    for j in range(length_bytes + 1, before_key - key_length_bytes):  # the deltas' widths
+        covered &= (rows[j] & 0x80) == (template[j] & 0x80)
+    for j in range(size - count_bytes, size):  # header count (none); clipped: past a smaller record's end
+        covered &= buf.take(record_at + j, mode="clip") == int(buf[first + j])
+    if not covered.any():
+        return None
+    out = [
+        _row_varint(rows, length_bytes + 1, ts_bytes),
+        _row_varint(rows, length_bytes + 1 + ts_bytes, offset_bytes),
+        record_at + before_key,
+        np.full(n, key_length, dtype=np.int64),
+        record_at + (value_length_at + value_length_bytes),
+        np.full(n, value_length, dtype=np.int64),
+        np.zeros(n, dtype=np.int64),
+    ]
+    return covered, out
+
+
+def _layout(record: bytes) -> tuple[int, ...] | None:
+    """A record's layout for _uniform_fields: the widths of its length, deltas and key length, its
+    key length, the width of its value length, its value length, the width of its header count;
+    None unless it decodes (records.py's way) with no header and varints of 8 bytes at most."""
+    pos = 0
+
+    def varint() -> tuple[int, int]:
+        nonlocal pos
+        start, raw, shift = pos, 0, 0
+        while True:
+            if pos >= len(record) or pos - start >= 8:
+                raise ValueError
+            b = record[pos]
+            pos += 1
+            raw |= (b & 0x7F) << shift
+            shift += 7
+            if b < 0x80:
+                return (raw >> 1) ^ -(raw & 1), pos - start
+
+    try:
+        length, length_bytes = varint()
+        if length_bytes + length != len(record):
+            return None
+        pos += 1  # attributes
+        _, ts_bytes = varint()
+        _, offset_bytes = varint()
+        key_length, key_length_bytes = varint()
+        pos += max(key_length, 0)
+        value_length, value_length_bytes = varint()
+        pos += max(value_length, 0)
+        count, count_bytes = varint()
+    except ValueError:
+        return None
+    if count > 0 or pos != len(record):
+        return None
+    return length_bytes, ts_bytes, offset_bytes, key_length_bytes, key_length, value_length_bytes, value_length, count_bytes
+
+
+def _row_varint(rows: np.ndarray, start: int, width: int) -> np.ndarray:
+    """The zigzag varints of `width` bytes (8 at most) at rows `start`.. of `rows` (a record a
+    column), as int64; those of 4 bytes or fewer worked out in int32."""
+    kind = np.int32 if width <= 4 else np.int64
+    raw = (rows[start] & 0x7F).astype(kind)
+    for j in range(1, width):
+        raw |= (rows[start + j] & 0x7F).astype(kind) << (7 * j)
+    values = raw >> 1
+    values ^= -(raw & 1)
+    return values.astype(np.int64)
+
+
+def _record_fields(buf: np.ndarray, at: np.ndarray, end: np.ndarray, bad: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The fields after the length of the records at `at` (ending at `end`), field by field over
+    all of them (`bad` marks those that do not decode): their timestamp and offset deltas, key and
+    value positions and lengths, header counts; then, per header, its record, name position and
+    length, value position and length."""
+    n = len(at)
     limit = end + 1  # a position past the record: the record is bad, reads stay in `buf`
 
     def varint() -> np.ndarray:
@@ -359,34 +524,7 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray,
         j += 1
         rest = rest[header_count[rest] > j]
     bad |= at != end
-    try:
-        header = np.array([(b.base_offset, b.base_timestamp, b.max_timestamp, b.attributes) for b in batches], dtype=np.int64).reshape(-1, 4)
-    except OverflowError:  # a base offset past int64 (the header's own fields are in range): clamped, so bad below
-        header = np.array([(min(max(b.base_offset, -_MAX_DELTA), _MAX_DELTA), b.base_timestamp, b.max_timestamp, b.attributes) for b in batches], dtype=np.int64).reshape(-1, 4)
-    base_offset = np.clip(header[:, 0], -_MAX_DELTA, _MAX_DELTA)
-    if n and (offset_delta.max() >= _MAX_DELTA or offset_delta.min() <= -_MAX_DELTA or base_offset.max() >= _MAX_DELTA or base_offset.min() <= -_MAX_DELTA):
-        wide = base_offset[batch_of]
-        bad |= (wide >= _MAX_DELTA) | (wide <= -_MAX_DELTA) | (offset_delta >= _MAX_DELTA) | (offset_delta <= -_MAX_DELTA)  # none overflows below
-        offset_delta = np.where(bad, 0, offset_delta)
-    offsets = base_offset[batch_of] + offset_delta
-    # Timestamps whose micros do not fit int64 are left to records.py's path (a row it cannot write).
-    base_ts, max_ts = header[:, 1], header[:, 2]
-    header_ok = (base_ts >= -_MAX_MS) & (base_ts <= _MAX_MS) & (max_ts >= -_MAX_MS) & (max_ts <= _MAX_MS)
-    if not header_ok.all():
-        bad |= ~header_ok[batch_of]
-        base_ts, max_ts = np.clip(base_ts, -_MAX_MS - 1, _MAX_MS + 1), np.clip(max_ts, -_MAX_MS - 1, _MAX_MS + 1)
-    if n and (timestamp_delta.max() > 2 * _MAX_MS or timestamp_delta.min() < -2 * _MAX_MS):
-        timestamp_delta = np.clip(timestamp_delta, -2 * _MAX_MS - 1, 2 * _MAX_MS + 1)  # beyond: bad below, unless LogAppendTime
-    timestamps = base_ts[batch_of] + timestamp_delta
-    log_append = (header[:, 3] & 0x08) != 0
-    if log_append.any():
-        timestamps = np.where(log_append[batch_of], max_ts[batch_of], timestamps)
-    if n and (timestamps.max() > _MAX_MS or timestamps.min() < -_MAX_MS):
-        bad |= (timestamps > _MAX_MS) | (timestamps < -_MAX_MS)
-    return _Fields(
-        bad, offsets, timestamps, key_at, key_length, value_at, value_length, header_count,
-        header_record, name_at, name_length, header_value_at, header_value_length,
-    )  # fmt: skip
+    return timestamp_delta, offset_delta, key_at, key_length, value_at, value_length, header_count, header_record, name_at, name_length, header_value_at, header_value_length
 
 
 def _binary(data: pa.Buffer, at: np.ndarray, length: np.ndarray) -> pa.Array:
@@ -395,13 +533,15 @@ def _binary(data: pa.Buffer, at: np.ndarray, length: np.ndarray) -> pa.Array:
     n = len(at)
     if not n:
         return pa.array([], type=pa.large_binary())
+    nulls = length < 0
+    if nulls.all():  # null keys, most topics': nothing to cut out
+        return pa.nulls(n, type=pa.large_binary())
     size = np.maximum(length, 0)
     bounds = np.empty(2 * n, dtype=np.int64)
     bounds[0::2] = at
     bounds[1::2] = at + size
     both = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 2 * n - 1, [None, pa.py_buffer(bounds), data])
     taken = both.take(pa.array(np.arange(0, 2 * n - 1, 2, dtype=np.int64)))
-    nulls = length < 0
     if not nulls.any():
         return taken
     validity = pa.py_buffer(np.packbits(~nulls, bitorder="little"))
@@ -469,8 +609,8 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
                 kafka_arrays.append(pa.array(values, type=f.type).take(pa.array(np.repeat(np.arange(len(live)), repeats))))
             elif pa.types.is_timestamp(f.type):
                 kafka_arrays.append(pa.array(np.repeat(values, repeats)).view(f.type))
-            else:
-                kafka_arrays.append(pa.array(np.repeat(values, repeats), type=f.type))
+            else:  # repeated in the column's own width: Arrow takes the array as it is, no cast
+                kafka_arrays.append(pa.array(np.repeat(values.astype(f.type.to_pandas_dtype()), repeats), type=f.type))
     header_type = schema.field("headers").type
     element = header_type.value_type
     firsts = np.zeros(n + 1, dtype=np.int64)

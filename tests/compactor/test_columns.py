@@ -184,6 +184,30 @@ def test_odd_but_valid_records_decode_as_records_py_reads_them():
     assert [r.headers for r in decode_records(view, batches[1])] == [(("h", None),) * 70]
 
 
+def test_records_of_the_commonest_size_laid_out_otherwise_decode_as_records_py_reads_them():
+    """Records of one size are read at once after the first of them: those of that size whose
+    fields lie elsewhere (deltas of other widths, a key or headers where the first has none, a
+    negative header count, a padded key length) or that do not decode are read one by one."""
+
+    def common(i: int, ts: int = 1, key: bytes = zigzag_varint(-1), value: int = 100, headers: bytes = b"\x00") -> bytes:
+        return record(ts, i, key, zigzag_varint(value) + b"v" * value, headers)
+
+    size = len(common(64))  # offset deltas of 2 bytes from 64 on: the commonest size, 86 of 150
+    odd = {
+        3: common(3, ts=64),  # a timestamp delta of 2 bytes, an offset delta of 1: that size too
+        100: common(100, key=zigzag_varint(0)),  # an empty key where the others have none
+        101: common(101, value=97, headers=zigzag_varint(1) + zigzag_varint(1) + b"h" + zigzag_varint(-1)),  # a header
+        102: common(102, headers=zigzag_varint(-1)),  # a negative header count: none
+        103: common(103, key=b"\x81\x00", value=99),  # a key length of -1 in two bytes
+    }
+    records = [odd.get(i, common(i)) for i in range(150)]
+    assert all(len(r) == size for r in odd.values())
+    assert {len(r) for r in records} == {size - 1, size}
+    corrupt = record(1, 200, zigzag_varint(-1), zigzag_varint(99) + b"v" * 99, b"\x00\x00")  # that size, its fields ending a byte short
+    assert len(corrupt) == size
+    assert check(framed(b"".join(records), 150) + framed(b"".join(records[64:90]) + corrupt, 27), 0) == [True, False]
+
+
 def test_a_payload_that_does_not_decompress_is_left_to_records_py():
     bad = bytearray(build_batch([(0, T0, None, b"v" * 50, ())], codec=ZSTD))
     bad[BATCH_HEADER_SIZE + 4] ^= 0xFF
