@@ -42,6 +42,20 @@ class NeveNode:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> NeveNode:
+        """Start the node; the first start takes another free port if another process took the
+        one picked before the node bound it (a restart keeps its port)."""
+        if self._starts:
+            self._spawn()
+        else:
+            from bench.servers import start_on_free_ports
+
+            start_on_free_ports(self._spawn, self.stop, self._new_port)
+        return self
+
+    def _new_port(self) -> None:
+        self.port = free_port()
+
+    def _spawn(self) -> None:
         self._starts += 1
         # A node serves the schema registry only when its test gives it a port (parallel tests
         # would otherwise race for the default 8081), and compacts into a table only when its test
@@ -50,6 +64,7 @@ class NeveNode:
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         log.write(f"--- start #{self._starts}\n".encode())
         log.flush()
+        started_at = log.tell()
         if self.command == "dev":
             args = ["dev", "--data-dir", str(self.data_dir), "--port", str(self.port)]
         else:
@@ -61,20 +76,22 @@ class NeveNode:
             env=env,
         )
         log.close()
-        self._wait_ready()
-        return self
+        self._wait_ready(started_at)
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, started_at: int) -> None:
+        """Until this start's output says the node listens on its port: a connection alone could
+        reach another process holding the port, while this node failed to bind it and exited."""
+        listening = f"neve listening on 127.0.0.1:{self.port};".encode()
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"neve dev exited with {self.process.returncode}; log: {self.log_path}\n{self.log_path.read_text()[-3000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+            with open(self.log_path, "rb") as log:
+                log.seek(started_at)
+                if listening in log.read():
                     return
-            except OSError:
-                time.sleep(0.05)
-        raise TimeoutError(f"neve dev not listening on {self.port} after {READY_TIMEOUT}s; log: {self.log_path}")
+            if self.process.poll() is not None:
+                raise RuntimeError(f"neve {self.command} exited with {self.process.returncode}; log: {self.log_path}\n{self.log_path.read_text()[-3000:]}")
+            time.sleep(0.05)
+        raise TimeoutError(f"neve {self.command} not listening on {self.port} after {READY_TIMEOUT}s; log: {self.log_path}")
 
     def kill9(self) -> None:
         if self.process and self.process.poll() is None:
