@@ -6,6 +6,7 @@ the columns as it files add()'s rows."""
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
@@ -13,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactor.columns import decode_batches, records_to_rows
+from compactor.columns import _binary, decode_batches, records_to_rows
 from compactor.job import TaskContext, run_task
 from compactor.layout import arrow_schema, partition_spec, table_schema
 from compactor.planner import ObjectRead, Run, Task
@@ -206,6 +207,21 @@ def test_records_of_the_commonest_size_laid_out_otherwise_decode_as_records_py_r
     corrupt = record(1, 200, zigzag_varint(-1), zigzag_varint(99) + b"v" * 99, b"\x00\x00")  # that size, its fields ending a byte short
     assert len(corrupt) == size
     assert check(framed(b"".join(records), 150) + framed(b"".join(records[64:90]) + corrupt, 27), 0) == [True, False]
+
+
+def test_values_of_one_size_are_laid_out_as_arrows_take_lays_them_out():
+    """The writer cuts row groups by the rows' nbytes: values of one size, copied by numpy, keep
+    the take's buffers (a validity bitmap too), so the files stay byte for byte the same."""
+    data = bytes(range(256)) * 40
+    at = np.arange(0, 9000, 90, dtype=np.int64)
+    for size in (1, 7, 64):
+        length = np.full(len(at), size, dtype=np.int64)
+        by_numpy = _binary(pa.py_buffer(data), at, length, np.frombuffer(data, dtype=np.uint8))
+        by_take = _binary(pa.py_buffer(data), at, length)
+        assert by_numpy.equals(by_take)
+        assert by_numpy.to_pylist() == [data[a : a + size] for a in at.tolist()]
+        assert [b.size if b is not None else None for b in by_numpy.buffers()] == [b.size if b is not None else None for b in by_take.buffers()]
+        assert by_numpy.nbytes == by_take.nbytes
 
 
 def test_a_payload_that_does_not_decompress_is_left_to_records_py():
