@@ -118,7 +118,7 @@ def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[
             break
         taken[failed] = False  # records.py's path names the batch
     counts = np.bincount(batch_of[keep], minlength=len(batches))
-    rows = _to_arrow(partition, batches, buffer, buf, fields, keep, header_keep, names, counts, schema)
+    rows = _to_arrow(partition, batches, buffer, fields, keep, header_keep, names, counts, schema)
     return rows, taken.tolist(), counts.tolist()
 
 
@@ -527,21 +527,15 @@ def _record_fields(buf: np.ndarray, at: np.ndarray, end: np.ndarray, bad: np.nda
     return timestamp_delta, offset_delta, key_at, key_length, value_at, value_length, header_count, header_record, name_at, name_length, header_value_at, header_value_length
 
 
-def _binary(data: pa.Buffer, at: np.ndarray, length: np.ndarray, buf: np.ndarray | None = None) -> pa.Array:
+def _binary(data: pa.Buffer, at: np.ndarray, length: np.ndarray) -> pa.Array:
     """The byte strings data[at:at + length] (length < 0: null) as one large_binary array: an
-    array of them and the gaps between them, over `data` itself, of which every other is taken;
-    when they are all of one length, rows of that many bytes copied by numpy from `buf` (`data`'s
-    bytes as an array), twice as fast."""
+    array of them and the gaps between them, over `data` itself, of which every other is taken."""
     n = len(at)
     if not n:
         return pa.array([], type=pa.large_binary())
     nulls = length < 0
     if nulls.all():  # null keys, most topics': nothing to cut out
         return pa.nulls(n, type=pa.large_binary())
-    size = int(length[0])
-    if buf is not None and size > 0 and (length == size).all():
-        rows = sliding_window_view(buf, size)[at]
-        return _same_size(n, size, pa.py_buffer(rows), pa.large_binary())
     size = np.maximum(length, 0)
     bounds = np.empty(2 * n, dtype=np.int64)
     bounds[0::2] = at
@@ -557,7 +551,7 @@ def _binary(data: pa.Buffer, at: np.ndarray, length: np.ndarray, buf: np.ndarray
 def _same_size(n: int, size: int, data: pa.Buffer, type: pa.DataType) -> pa.Array:
     """n values of `size` bytes each, one after the other in `data`, as an array of `type` laid out
     as Arrow's take lays it out (a validity bitmap, all valid): the writer cuts row groups by the
-    rows' nbytes, so the files stay byte for byte those the take made."""
+    rows' nbytes, so the files stay byte for byte those a take made."""
     offsets = np.arange(0, (n + 1) * size, size, dtype=np.int64)
     valid = np.full((n + 7) // 8, 0xFF, dtype=np.uint8)
     return pa.Array.from_buffers(type, n, [pa.py_buffer(valid), pa.py_buffer(offsets), data])
@@ -596,10 +590,9 @@ def _kafka_fields(batches: Sequence[Batch]) -> dict[str, Any]:
     return fields
 
 
-def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, buf: np.ndarray, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema) -> RawRows:
-    """The kept records as rows of `schema` (`buffer` and `buf`: the records sections, as Arrow
-    and numpy see them; `names`: the kept records' header names; `counts`: the kept records of
-    each batch, which come batch after batch)."""
+def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema) -> RawRows:
+    """The kept records as rows of `schema` (`names`: the kept records' header names; `counts`:
+    the kept records of each batch, which come batch after batch)."""
     if keep.all():
         kept = slice(None)
         n = len(keep)
@@ -636,13 +629,13 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, buf: 
     firsts = np.zeros(n + 1, dtype=np.int64)
     if len(names):  # else none has a header: every list starts at 0
         np.cumsum(fields.header_count[kept], out=firsts[1:])
-    header_values = _binary(buffer, fields.header_value_at[header_keep], fields.header_value_length[header_keep], buf)
+    header_values = _binary(buffer, fields.header_value_at[header_keep], fields.header_value_length[header_keep])
     structs = pa.StructArray.from_arrays([names.view(element.field(0).type), header_values.cast(element.field(1).type)], fields=list(element))
-    values = _binary(buffer, fields.value_at[kept], fields.value_length[kept], buf)
+    values = _binary(buffer, fields.value_at[kept], fields.value_length[kept])
     columns = {
         "kafka": pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
         "headers": pa.LargeListArray.from_arrays(pa.array(firsts), structs, type=header_type),
-        "key_raw": _binary(buffer, fields.key_at[kept], fields.key_length[kept], buf).cast(schema.field("key_raw").type),
+        "key_raw": _binary(buffer, fields.key_at[kept], fields.key_length[kept]).cast(schema.field("key_raw").type),
         "value_raw": values.cast(schema.field("value_raw").type),
     }
     arrays = [columns[f.name] if f.name in columns else pa.nulls(n, type=f.type) for f in schema]

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactor.columns import _binary, decode_batches, records_to_rows
+from compactor.columns import decode_batches, records_to_rows
 from compactor.job import TaskContext, run_task
 from compactor.layout import arrow_schema, partition_spec, table_schema
 from compactor.planner import ObjectRead, Run, Task
@@ -209,19 +209,18 @@ def test_records_of_the_commonest_size_laid_out_otherwise_decode_as_records_py_r
     assert check(framed(b"".join(records), 150) + framed(b"".join(records[64:90]) + corrupt, 27), 0) == [True, False]
 
 
-def test_values_of_one_size_are_laid_out_as_arrows_take_lays_them_out():
-    """The writer cuts row groups by the rows' nbytes: values of one size, copied by numpy, keep
-    the take's buffers (a validity bitmap too), so the files stay byte for byte the same."""
-    data = bytes(range(256)) * 40
-    at = np.arange(0, 9000, 90, dtype=np.int64)
-    for size in (1, 7, 64):
-        length = np.full(len(at), size, dtype=np.int64)
-        by_numpy = _binary(pa.py_buffer(data), at, length, np.frombuffer(data, dtype=np.uint8))
-        by_take = _binary(pa.py_buffer(data), at, length)
-        assert by_numpy.equals(by_take)
-        assert by_numpy.to_pylist() == [data[a : a + size] for a in at.tolist()]
-        assert [b.size if b is not None else None for b in by_numpy.buffers()] == [b.size if b is not None else None for b in by_take.buffers()]
-        assert by_numpy.nbytes == by_take.nbytes
+def test_a_codecs_name_repeated_is_laid_out_as_arrows_take_lays_it_out():
+    """The writer cuts row groups by the rows' nbytes: the batches' codec names, one name
+    repeated, keep the take's buffers (a validity bitmap too), so the files stay byte for byte
+    those the take made."""
+    data = b"".join(build_batch([(i, T0, None, b"v" * 20, ())], codec=ZSTD) for i in range(5))
+    _, batches, payloads = split(data, 0)
+    rows = decode_batches(PARTITION, batches, payloads, 0, SCHEMA)[0].rows
+    names = rows.column("kafka").field("batch_compression")
+    by_take = pa.array(["zstd"], type=pa.large_string()).take(pa.array(np.zeros(5, dtype=np.int64)))
+    assert names.equals(by_take)
+    assert [b.size if b is not None else None for b in names.buffers()] == [b.size if b is not None else None for b in by_take.buffers()]
+    assert names.nbytes == by_take.nbytes
 
 
 def test_a_payload_that_does_not_decompress_is_left_to_records_py():
