@@ -94,18 +94,23 @@ def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[
     # Record starts, in order: Python ints as walked, arrays where runs of one size were found at once.
     starts = _Starts()
     found = [0] * len(batches)
+    ends = [0] * len(batches)
     end = 0
     for i, batch in enumerate(batches):
         payload = payloads[i]
         if payload is None:
             continue
         begin, end = end, end + len(payload)
+        ends[i] = end
         found[i] = starts.walk(data, buf, begin, end, batch.record_count)
         if found[i] < 0:
             ok[i], found[i] = False, 0
     record_at = starts.array()
     batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), found)
-    fields = _decode_fields(buf, record_at, batch_of, batches)
+    # Where each record ends, as walked: where the next begins, or its batch's section ends.
+    record_end = np.array(ends, dtype=np.int64)[batch_of]
+    np.minimum(record_at[1:], record_end[:-1], out=record_end[:-1])
+    fields = _decode_fields(buf, record_at, record_end, batch_of, batches)
     taken = np.array(ok, dtype=bool)
     taken[np.unique(batch_of[fields.bad])] = False
     buffer = pa.py_buffer(data)
@@ -295,23 +300,24 @@ class _Fields:
     header_value_length: np.ndarray
 
 
-def _decode_fields(buf: np.ndarray, record_at: np.ndarray, batch_of: np.ndarray, batches: Sequence[Batch]) -> _Fields:
+def _decode_fields(buf: np.ndarray, record_at: np.ndarray, record_end: np.ndarray, batch_of: np.ndarray, batches: Sequence[Batch]) -> _Fields:
     """Every record's fields, each a step over all records at once (records.py's _decode, field by
-    field). A record decodes when its fields end exactly where its length says. Records of one
-    size laid out alike (most of a producer's) are read by _uniform_fields, the others here."""
+    field). A record decodes when its fields end exactly where its length says (`record_end`, as
+    _Starts.walk found it). Records of one size laid out alike (most of a producer's) are read by
+    _uniform_fields, the others here."""
     n = len(record_at)
     bad = np.zeros(n, dtype=bool)
-    length, at = _varints(buf, record_at, bad)
-    end = at + length  # _Starts.walk checked it against the batch
-    uniform = _uniform_fields(buf, record_at, end)
+    uniform = _uniform_fields(buf, record_at, record_end)
     if uniform is None:
-        fields = _record_fields(buf, at, end, bad)
+        length, at = _varints(buf, record_at, bad)
+        fields = _record_fields(buf, at, at + length, bad)
     else:
         covered, per_record = uniform
         rest = np.flatnonzero(~covered)
         if rest.size:
             rest_bad = bad[rest]
-            fields = _record_fields(buf, at[rest], end[rest], rest_bad)
+            length, at = _varints(buf, record_at[rest], rest_bad)
+            fields = _record_fields(buf, at, at + length, rest_bad)
             bad[rest] = rest_bad
             for into, part in zip(per_record, fields[:7], strict=True):
                 into[rest] = part
