@@ -49,7 +49,7 @@ lint: $(VENV)/.installed
 
 # pytest exit code 5 means no test was collected: for this project that is a failure, said loudly.
 test: $(VENV)/.installed $(KAFKAJS)/node_modules/.installed $(TOOLS)/helm lint
-	@set +e; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider -q -rfE $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider -q -rfE --durations=10 $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; treating as failure"; exit 1; fi; exit $$rc
 
 # The suite as a slower or busier machine runs it: beside a CPU and fsync load from Debian's
