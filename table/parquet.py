@@ -70,7 +70,7 @@ class Footer:
 
 
 @dataclass(slots=True)
-class _Decoded:
+class Decoded:
     """Every row of one row group (the columns read), as pyarrow decoded them."""
 
     rows: pa.Table
@@ -86,7 +86,7 @@ class ParquetRows:
         # decoded row groups, least recently used first: a row group holds the rows of many
         # partitions (a cycle writes every partition's rows into one file), and each of their
         # readers takes its own from one decode
-        self._decoded: OrderedDict[tuple, _Decoded] = OrderedDict()
+        self._decoded: OrderedDict[tuple, Decoded] = OrderedDict()
         self._decoded_bytes = decoded_bytes
         self._kept = 0
         self._decoding = SingleFlight()
@@ -127,10 +127,12 @@ class ParquetRows:
         if not groups:
             return None
         wanted = ("kafka", *[c for c in columns if c != "kafka"])
-        decoded = await asyncio.gather(*(self._group(footer, g, wanted) for g in groups))
+        decoded = await asyncio.gather(*(self.group(footer, g, wanted) for g in groups))
         return _select(decoded, partition, lo, hi)
 
-    async def _group(self, footer: Footer, group: int, wanted: tuple[str, ...]) -> _Decoded:
+    async def group(self, footer: Footer, group: int, wanted: tuple[str, ...]) -> Decoded:
+        """Every row of row group `group` (the kafka struct first in `wanted`, then the columns
+        the file has), decoded once while it is kept."""
         key = (footer.path, group, wanted)
         found = self._decoded.get(key)
         if found is not None:
@@ -138,7 +140,7 @@ class ParquetRows:
             return found
         return await self._decoding.run(key, lambda: self._decode_and_keep(footer, group, wanted))
 
-    async def _decode_and_keep(self, footer: Footer, group: int, wanted: tuple[str, ...]) -> _Decoded:
+    async def _decode_and_keep(self, footer: Footer, group: int, wanted: tuple[str, ...]) -> Decoded:
         ranges = footer.chunk_ranges(group, wanted)
         reader, key = self.files.locate(footer.path)
         got = await reader.read_many([(key, s, n) for s, n in ranges])
@@ -218,7 +220,7 @@ class _Sparse(io.RawIOBase):
         return len(data)
 
 
-def _decode(footer: Footer, pieces: dict[int, bytes | memoryview], group: int, columns: Sequence[str]) -> _Decoded:
+def _decode(footer: Footer, pieces: dict[int, bytes | memoryview], group: int, columns: Sequence[str]) -> Decoded:
     pieces = dict(pieces)
     pieces[footer.tail_start] = footer.tail
     parquet = pq.ParquetFile(_Sparse(footer.size, pieces), metadata=footer.metadata)
@@ -226,10 +228,10 @@ def _decode(footer: Footer, pieces: dict[int, bytes | memoryview], group: int, c
     rows = parquet.read_row_groups([group], columns=present, use_threads=False)
     partitions = pc.struct_field(rows.column("kafka"), "partition").to_numpy(zero_copy_only=False)
     ordered = len(partitions) < 2 or bool((partitions[1:] >= partitions[:-1]).all())
-    return _Decoded(rows, partitions if ordered else None, rows.nbytes)
+    return Decoded(rows, partitions if ordered else None, rows.nbytes)
 
 
-def _select(decoded: Sequence[_Decoded], partition: int, lo: int, hi: int) -> pa.Table:
+def _select(decoded: Sequence[Decoded], partition: int, lo: int, hi: int) -> pa.Table:
     """The rows of `partition` with offsets in [lo, hi] from decoded row groups, in offset order.
     In neve's own files a row group's rows run partition by partition, each in offset order: the
     rows are a slice (no copy); another engine's files are filtered and sorted."""

@@ -13,7 +13,15 @@ with the topic's compression.type (`producer`: the original batch's codec), CRC 
 The batches rebuilt from one window are kept (a run; a byte-bounded LRU of runs by partition and
 codec), so every consumer of the same range is served without reading or decoding the rows again;
 while a consumer is served from one run, the next is rebuilt (read ahead), so that a consumer
-reading on finds it ready. Decoding and encoding run off the event loop."""
+reading on finds it ready. Decoding and encoding run off the event loop.
+
+A cycle writes all of a topic's partitions into one file, so one row group holds the whole
+cycle of many partitions (a few rows each when there are many). When a partition's rows of the
+cycle all lie in one row group, that row group's batches are rebuilt for every partition whose
+rows it holds whole, in one pass (a handful of Arrow calls for the row group, not for each
+partition), and kept as one run per partition over its whole cycle: the fetches of the others
+find them ready. The partitions at a row group's edges (their rows go on in the next) and files
+not laid out partition by partition take the window's way."""
 
 from __future__ import annotations
 
@@ -36,12 +44,15 @@ from wal.store import ObjectStoreError
 
 from .avro_values import ValueEncoder
 from .config import TableReadConfig
-from .parquet import ParquetRows
-from .rebuild import rebuild_batches
+from .parquet import Footer, ParquetRows, RowGroup
+from .rebuild import rebuild_batches, rebuild_partitions
 
 log = logging.getLogger("neve.table.serve")
 
 ROW_COLUMNS = ("headers", "key_raw", "value_raw", "value_schema_id", "value")
+GROUP_COLUMNS = ("kafka", *ROW_COLUMNS)  # as ParquetRows.read asks for them: one decode serves both ways
+MANIFESTS_INDEXED = 256  # cycle manifests whose partitions are kept by number
+GROUPS_REMEMBERED = 4096  # row groups rebuilt whole, remembered so that each is rebuilt whole once
 
 
 @dataclass(slots=True)
@@ -78,6 +89,11 @@ class CompactedReader:
         self._cached = 0
         self._loading = SingleFlight()
         self._ahead: set[asyncio.Task] = set()
+        self._parts: OrderedDict[str, dict[int, PartitionCompaction]] = OrderedDict()
+        self._grouping = SingleFlight()
+        # row groups already rebuilt whole: a partition whose run was evicted since rebuilds its
+        # own rows (the window's way), not the whole row group again for it
+        self._rebuilt: OrderedDict[tuple, None] = OrderedDict()
 
     async def read(self, topic_id, partition: int, entry, fetch_offset: int, budget: int, first: bool, compression: str = "producer") -> tuple[bytes | None, bool]:
         """Batches of `entry` (a PARQUET index entry of the partition) from the one holding
@@ -92,7 +108,9 @@ class CompactedReader:
                 break
             self._read_next(topic_id, partition, entry, run, compression)
             i = bisect_left(run.lasts, offset)
-            while i < len(run.batches):
+            first_i = i
+            # a run rebuilt whole for its cycle may reach past an entry that covers less of it
+            while i < len(run.batches) and (i == first_i or run.lasts[i - 1] < entry.last_offset):
                 batch = run.batches[i]
                 if used + len(batch) > budget and (pieces or not first):
                     return _joined(pieces), False
@@ -136,6 +154,10 @@ class CompactedReader:
             if run.hi + 1 == offset:
                 before = run
         carry = (before.carry, before.read_to) if before is not None and before.carry is not None else None
+        if carry is None:
+            run = await self._grouped(topic_id, partition, entry, compression)
+            if run is not None and run.lo <= offset <= run.hi:
+                return run
         # another consumer rebuilding the same batches shares them (and so does a read ahead)
         return await self._loading.run((*key, entry.object_key, offset), lambda: self._load_and_keep(key, partition, entry, offset, compression, carry))
 
@@ -163,13 +185,85 @@ class CompactedReader:
     async def _load_and_keep(self, key: tuple, partition: int, entry, offset: int, compression: str, carry) -> Run | None:
         run = await self._load(partition, entry, offset, compression, carry)
         if run is not None:
-            self._forget((*key, run.lo))
-            self._runs[(*key, run.lo)] = run
-            self._of_partition.setdefault(key, {})[run.lo] = run
-            self._cached += run.size
-            while self._cached > self._cache_bytes and len(self._runs) > 1:
-                self._forget(next(iter(self._runs)))
+            self._keep(key, run)
+            self._evict()
         return run
+
+    def _keep(self, key: tuple, run: Run) -> None:
+        self._forget((*key, run.lo))
+        self._runs[(*key, run.lo)] = run
+        self._of_partition.setdefault(key, {})[run.lo] = run
+        self._cached += run.size
+
+    def _evict(self) -> None:
+        while self._cached > self._cache_bytes and len(self._runs) > 1:
+            self._forget(next(iter(self._runs)))
+
+    async def _grouped(self, topic_id, partition: int, entry, compression: str) -> Run | None:
+        """The partition's run over its whole cycle, when its rows of the cycle all lie in one row
+        group of one file: rebuilt with those of every other partition the row group holds whole
+        (and kept for them). None when they do not, or when that row group was rebuilt whole
+        before (this partition's run since evicted)."""
+        parts = await self._parts_of(entry.object_key)
+        part = parts.get(partition)
+        path = _one_file(part) if part is not None else None
+        if path is None:
+            return None
+        try:
+            footer = await self.rows.footer(path)
+        except ObjectStoreError:
+            raise
+        except (OSError, ValueError, KeyError, pa.ArrowException) as e:
+            raise ObjectStoreError(f"table file {path} of {entry.object_key}: {e!r}") from e
+        group = _only_group(footer, part)
+        if group is None:
+            return None
+        key = (path, group.index, compression)
+        if key in self._rebuilt and key not in self._grouping:
+            return None
+        runs = await self._grouping.run(key, lambda: self._rebuild_group(topic_id, entry.object_key, parts, footer, group, compression))
+        return runs.get(partition)
+
+    async def _rebuild_group(self, topic_id, manifest_key: str, parts: dict[int, PartitionCompaction], footer: Footer, group: RowGroup, compression: str) -> dict[int, Run]:
+        """Runs of every partition whose cycle's rows `group` holds whole, kept in the LRU."""
+        try:
+            decoded = await self.rows.group(footer, group.index, GROUP_COLUMNS)
+        except ObjectStoreError:
+            raise
+        except (OSError, ValueError, KeyError, pa.ArrowException) as e:
+            raise ObjectStoreError(f"table file {footer.path} of {manifest_key}: {e!r}") from e
+        self._rebuilt[(footer.path, group.index, compression)] = None
+        if len(self._rebuilt) > GROUPS_REMEMBERED:
+            self._rebuilt.popitem(last=False)
+        if decoded.partitions is None:  # not laid out partition by partition: the window's way
+            return {}
+        held = {}
+        for p in np.unique(decoded.partitions).tolist():
+            part = parts.get(p)
+            if part is not None and _one_file(part) == footer.path and _only_group(footer, part) == group:
+                held[p] = (part.first_offset, part.last_offset)
+        if not held:
+            return {}
+        encoders = await self._encoders_for(decoded.rows)
+        try:
+            built = await asyncio.to_thread(_rebuild_held, decoded.rows, decoded.partitions, held, compression, encoders)
+        except (ValueError, TypeError, KeyError, OverflowError, pa.ArrowException) as e:
+            raise ObjectStoreError(f"rows of {footer.path} row group {group.index} ({manifest_key}) do not rebuild: {e!r}") from e
+        for p, run in built.items():
+            self._keep((topic_id, p, compression), run)
+        self._evict()
+        return built
+
+    async def _parts_of(self, manifest_key: str) -> dict[int, PartitionCompaction]:
+        found = self._parts.get(manifest_key)
+        if found is None:
+            manifest: CycleManifest = await self._manifests.manifest(manifest_key)
+            found = self._parts[manifest_key] = {part.partition: part for part in manifest.partitions}
+            if len(self._parts) > MANIFESTS_INDEXED:
+                self._parts.popitem(last=False)
+        else:
+            self._parts.move_to_end(manifest_key)
+        return found
 
     def _forget(self, run_key: tuple) -> None:
         run = self._runs.pop(run_key, None)
@@ -238,10 +332,9 @@ class CompactedReader:
             raise ObjectStoreError(f"table files of {entry.object_key} partition {partition}: {e!r}") from e
 
     async def _partition(self, entry, partition: int) -> PartitionCompaction:
-        manifest: CycleManifest = await self._manifests.manifest(entry.object_key)
-        for part in manifest.partitions:
-            if part.partition == partition:
-                return part
+        part = (await self._parts_of(entry.object_key)).get(partition)
+        if part is not None:
+            return part
         raise ObjectStoreError(f"cycle manifest {entry.object_key} holds no partition {partition}")
 
     async def _encoders_for(self, rows: pa.Table) -> dict[int, ValueEncoder | None]:
@@ -255,6 +348,52 @@ class CompactedReader:
                 self._encoders[schema_id] = ValueEncoder(schema_id, schema.text) if schema is not None else None
             out[schema_id] = self._encoders[schema_id]
         return out
+
+
+def _one_file(part: PartitionCompaction) -> str | None:
+    """The one file holding the partition's rows of the cycle, if one does."""
+    paths = {s.path for s in part.slices}
+    return paths.pop() if len(paths) == 1 else None
+
+
+def _only_group(footer: Footer, part: PartitionCompaction) -> RowGroup | None:
+    """The one row group of `footer`'s file that may hold the partition's rows of the cycle (by
+    its statistics), if one does."""
+    found = None
+    for group in footer.row_groups:
+        if group.may_hold(part.partition, part.first_offset, part.last_offset):
+            if found is not None:
+                return None
+            found = group
+    return found
+
+
+def _rebuild_held(rows: pa.Table, partitions: np.ndarray, held: dict[int, tuple[int, int]], compression: str, encoders) -> dict[int, Run]:
+    """A run per partition of `held` (partition -> its cycle's first and last offset) from a row
+    group's rows (partition by partition): the rows of the held partitions are rebuilt in one
+    pass. A partition whose rows are not in offset order, or hold a batch reaching outside its
+    cycle's offsets, is left out (the window's way sorts or cuts them)."""
+    kafka = rows.column("kafka")
+    offsets = pc.struct_field(kafka, "offset").to_numpy(zero_copy_only=False)
+    bases = pc.struct_field(kafka, "batch_base_offset").to_numpy(zero_copy_only=False)
+    unordered = set(np.unique(partitions[1:][(partitions[1:] == partitions[:-1]) & (offsets[1:] <= offsets[:-1])]).tolist())
+    wanted = sorted(p for p in held if p not in unordered)
+    if not wanted:
+        return {}
+    start, stop = (int(i) for i in np.searchsorted(partitions, [wanted[0], wanted[-1] + 1]))
+    rows, bases = rows.slice(start, stop - start), bases[start:stop]
+    starts, lasts, batches = rebuild_partitions(rows, compression, encoders)
+    of_batch, batch_bases, batch_lasts = partitions[start:stop][starts], bases[starts], np.asarray(lasts, dtype=np.int64)
+    out = {}
+    for p, lo, hi in zip(wanted, *np.searchsorted(of_batch, [wanted, [q + 1 for q in wanted]]), strict=True):
+        first, last = held[p]
+        mine = np.arange(lo, hi)[(batch_lasts[lo:hi] >= first) & (batch_bases[lo:hi] <= last)]
+        if not len(mine) or batch_bases[mine[0]] < first or batch_lasts[mine[-1]] > last:
+            continue
+        i, j = int(mine[0]), int(mine[-1]) + 1
+        taken = batches[i:j]
+        out[p] = Run(first, last, lasts[i:j], taken, sum(len(b) for b in taken))
+    return out
 
 
 def _window_end(footers, partition: int, lo: int, end: int) -> int:

@@ -53,9 +53,9 @@ def rows_of(partition: int, batches, keep=lambda offset: True) -> list[dict]:
     return rows
 
 
-def write(path: Path, rows: list[dict]) -> None:
+def write(path: Path, rows: list[dict], row_group: int = ROW_GROUP) -> None:
     schema = arrow_schema(table_schema())
-    pq.write_table(pa.Table.from_batches([rows_to_arrow(rows, schema)]), path, row_group_size=ROW_GROUP, compression="zstd")
+    pq.write_table(pa.Table.from_batches([rows_to_arrow(rows, schema)]), path, row_group_size=row_group, compression="zstd")
 
 
 def served(data: bytes | None) -> list[tuple[int, list[Record]]]:
@@ -160,5 +160,81 @@ def test_the_next_run_is_rebuilt_ahead_and_no_row_is_read_twice(table):
         assert sorted(decoded) == sorted({r.offset for _, rs in want for r in rs})  # each row once
         assert reads_while_ready == 0
         await reader.close()
+
+    asyncio.run(check())
+
+
+CYCLE_GROUP = 60  # rows per row group of the cycle file: most partitions' rows lie in one
+
+
+@pytest.fixture
+def cycle(tmp_path):
+    """One cycle's file as the compactor writes it: 12 partitions of 3-40 records each, partition
+    by partition, in row groups of 60 rows (so most partitions lie in one row group and some
+    cross into the next); partition 5 lost a whole batch and two rows of others to "another
+    engine"; partition 9's index entry ends with the batch holding its offset 9 (the rest in a
+    later entry: its run over the whole cycle must not serve past it)."""
+    rng = random.Random(7)
+    produced_by = {p: produced(p, 30 if p == 9 else rng.randint(3, 40), 100 + p) for p in range(12)}
+    deleted = {5: {b.base_offset + i for b, _ in produced_by[5][1:2] for i in range(b.last_offset_delta + 1)} | {0}, 8: {2}}
+    rows = [row for p in range(12) for row in rows_of(p, produced_by[p], keep=lambda o, p=p: o not in deleted.get(p, ()))]
+    path = tmp_path / "cycle.parquet"
+    write(path, rows, CYCLE_GROUP)
+    last = {p: sum(len(r) for _, r in batches) - 1 for p, batches in produced_by.items()}
+    manifest = CycleManifest(
+        new_cycle_id(), TOPIC_ID, "t", "neve.t",
+        tuple(PartitionCompaction(p, (WalRange("wal/x", 0, 30_000, 0, last[p], 0),), (FileSlice(path.as_uri(), 0, 1, 0, last[p]),)) for p in range(12)),
+    )  # fmt: skip
+    wal = MemoryObjectStore()
+    asyncio.run(wal.put(manifest.key, manifest.encode()))
+    # partition 9's entry ends with the batch holding offset 9 (batches never cross entries)
+    ends = {p: last[p] for p in range(12)} | {9: next(b.base_offset + b.last_offset_delta for b, _ in produced_by[9] if b.base_offset + b.last_offset_delta >= 9)}
+    entries = {p: IndexEntry(0, ends[p], manifest.key, ObjectType.PARQUET, 0, 30_000, 0) for p in range(12)}
+    want = {p: [w for w in ((b.base_offset, [r for r in rs if r.offset not in deleted.get(p, ())]) for b, rs in produced_by[p]) if w[1] and w[0] <= entries[p].last_offset] for p in range(12)}
+    return wal, entries, want
+
+
+def test_a_row_groups_partitions_are_rebuilt_together_byte_for_byte_as_each_alone(cycle):
+    """Reading every partition of a cycle file from any offset with any budget: the same bytes as
+    rebuilding each partition's own rows (the window's way), and exactly the batches from there;
+    the partitions whose rows lie in one row group are served without reading their rows apart,
+    once one of them was read."""
+    wal, entries, want = cycle
+
+    async def read_all(reader, partition, offset, budget):
+        pieces, at, complete = [], offset, False
+        while not complete:
+            data, complete = await reader.read(TOPIC_ID, partition, entries[partition], at, budget, first=True)
+            pieces.append(data or b"")
+            batches = served(data)
+            if batches:
+                at = batches[-1][1][-1].offset + 1
+        return b"".join(pieces)
+
+    async def check():
+        for cache_bytes in (0, 64 << 20):
+            for budget in (1, 500, 1_000_000):
+                grouped, alone = reader_over(wal, cache_bytes), reader_over(wal, cache_bytes)
+
+                async def no_group(*args):
+                    return None
+
+                alone._grouped = no_group
+                read_apart, original = [], grouped.rows.read
+
+                async def read(path, partition, lo, hi, columns, original=original, read_apart=read_apart):
+                    read_apart.append(partition)
+                    return await original(path, partition, lo, hi, columns)
+
+                grouped.rows.read = read
+                for partition in range(12):
+                    for offset in sorted({0, 1, 7, entries[partition].last_offset}):
+                        data = await read_all(grouped, partition, offset, budget)
+                        assert data == await read_all(alone, partition, offset, budget), (partition, offset, budget, cache_bytes)
+                        assert served(data) == [w for w in want[partition] if w[1][-1].offset >= offset], (partition, offset, budget)
+                if cache_bytes:
+                    footer = await grouped.rows.footer((await grouped._parts_of(entries[0].object_key))[0].slices[0].path)
+                    whole = {p for p in range(12) if sum(g.may_hold(p, 0, 10**6) for g in footer.row_groups) == 1}
+                    assert len(whole) >= 6 and not whole & set(read_apart), (whole, read_apart)
 
     asyncio.run(check())
