@@ -38,23 +38,29 @@ _UNIFORM_HEAD = 24  # a key this short is read with the bytes around it (copied 
 @dataclass(slots=True)
 class RawRows:
     """The rows of consecutive batches of one Kafka partition: `rows` in the table's Arrow
-    schema (value, value_schema_id and value_error null), with their offsets and timestamps (ms)."""
+    schema (value, value_schema_id and value_error null), with their offsets and timestamps (ms).
+    With a `schema_id`, every row's value is instead in the value column alone (avro_columns.py:
+    the translator's COLUMNS outcome, no tombstone)."""
 
     rows: pa.RecordBatch
     offsets: np.ndarray  # int64, one per row
     timestamps: np.ndarray  # int64 ms, one per row
     tombstones: int
+    schema_id: int | None = None
 
     def __len__(self) -> int:
         return self.rows.num_rows
 
     def take(self, indices: np.ndarray) -> RawRows:
         rows = self.rows.take(pa.array(indices))
-        return RawRows(rows, self.offsets[indices], self.timestamps[indices], rows.column("value_raw").null_count)
+        return RawRows(rows, self.offsets[indices], self.timestamps[indices], self._tombstones(rows), self.schema_id)
 
     def slice(self, start: int, stop: int) -> RawRows:
         rows = self.rows.slice(start, stop - start)
-        return RawRows(rows, self.offsets[start:stop], self.timestamps[start:stop], rows.column("value_raw").null_count)
+        return RawRows(rows, self.offsets[start:stop], self.timestamps[start:stop], self._tombstones(rows), self.schema_id)
+
+    def _tombstones(self, rows: pa.RecordBatch) -> int:
+        return 0 if self.schema_id is not None else rows.column("value_raw").null_count
 
 
 def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa.Schema) -> RawRows:

@@ -19,10 +19,11 @@ from metadata.model import IndexEntry
 from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, LOG_OVERHEAD, decompress
 from wal.store import load_object_store
 
-from .columns import decode_batches
+from .avro_columns import ValueColumns
+from .columns import RawRows, decode_batches
 from .planner import ObjectRead, Run, Task
 from .records import SERVED_LEADER_EPOCH, Batch, CorruptBatch, decode_records, iter_batches
-from .translator import OUTCOMES, RAW, TOMBSTONE, Resolver, WriterSchema, kafka_columns, translate, writer_schema
+from .translator import COLUMNS, OUTCOMES, RAW, TOMBSTONE, Resolver, WriterSchema, kafka_columns, translate, writer_schema
 from .writer import TableWriter, WrittenFile
 
 if TYPE_CHECKING:
@@ -140,14 +141,17 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
     )
     outcomes: dict[int, dict[str, int]] = {}
     malformed: list[tuple[int, int, str]] = []
-    columnar = resolve is None and writer.takes_raw
+    # Batches decoded as columns many at once (values too, for Avro values avro_columns.py reads);
+    # the others record by record.
+    columnar = writer.takes_raw if resolve is None else writer.takes_columns
+    values = ValueColumns(resolve, writer.arrow) if columnar and resolve is not None else None
     try:
         # The writer takes each partition's rows together and in offset order; a task may hold
         # several pieces of one partition's run, packed apart.
         for run in sorted(task.runs, key=lambda r: (r.partition, r.first_offset)):
             counts = outcomes.setdefault(run.partition, dict.fromkeys(COUNTED, 0))
             if columnar:
-                rows = _run_raw_rows(run, ranges, writer.arrow)
+                rows = _run_raw_rows(run, ranges, writer.arrow, values)
             else:
                 rows = (item for entry in run.entries for item in _entry_rows(run.partition, entry, ranges.slice(entry), run.first_offset, resolve))
             for row, outcome in rows:
@@ -156,11 +160,10 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
                     continue
                 raw_rows, batches = row
                 if writer.add_raw_rows(run.partition, raw_rows):
-                    counts[TOMBSTONE] += raw_rows.tombstones
-                    counts[RAW] += len(raw_rows) - raw_rows.tombstones
+                    _count_rows(raw_rows, counts)
                     continue
                 for view, batch in batches:  # offsets add_raw_rows refuses: batch by batch, as records
-                    for batch_row, batch_outcome in _batch_rows(run.partition, view, batch, run.first_offset, None):
+                    for batch_row, batch_outcome in _batch_rows(run.partition, view, batch, run.first_offset, resolve):
                         _add_row(writer, batch_row, batch_outcome, counts, malformed, run.partition)
         files = writer.close()
     except BaseException:
@@ -168,6 +171,14 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
         io.delete_created()
         raise
     return TaskResult(index, attempt, files, outcomes, sum(len(d) for d in data), time.perf_counter() - started, malformed)
+
+
+def _count_rows(rows: RawRows, counts: dict[str, int]) -> None:
+    if rows.schema_id is not None:  # values in columns alone
+        counts[COLUMNS] += len(rows)
+        return
+    counts[TOMBSTONE] += rows.tombstones
+    counts[RAW] += len(rows) - rows.tombstones
 
 
 def _add_row(writer: TableWriter, row: Any, outcome: str | None, counts: dict[str, int], malformed: list[tuple[int, int, str]], partition: int) -> None:
@@ -357,17 +368,18 @@ def _batch_rows(partition: int, view: memoryview, batch: Batch, first_offset: in
             yield translate(record, kafka, resolve)
 
 
-def _run_raw_rows(run: Run, ranges: _Ranges, schema: Any) -> Iterator[tuple[Any, str | None]]:
-    """_entry_rows' rows of every entry of `run` (a topic without a schema), except that
-    consecutive batches whose records all decode come as columns, ((RawRows, [(view, batch)]),
-    RAW_ROWS), decoded at once (columns.py); the others as _entry_rows has them."""
+def _run_raw_rows(run: Run, ranges: _Ranges, schema: Any, values: ValueColumns | None = None) -> Iterator[tuple[Any, str | None]]:
+    """_entry_rows' rows of every entry of `run`, except that consecutive batches whose records
+    all decode (and, with `values`, whose values it reads) come as columns, ((RawRows, [(view,
+    batch)]), RAW_ROWS), decoded at once (columns.py, avro_columns.py); the others as _entry_rows
+    has them (with `values`' resolver)."""
     batches: list[tuple[memoryview, Batch]] = []
     payloads: list[Any] = []
     size = 0
     for entry in run.entries:
         for item in _entry_batches(run.partition, entry, ranges.slice(entry), run.first_offset):
             if isinstance(item, dict):
-                yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema)
+                yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema, values)
                 batches, payloads, size = [], [], 0
                 yield item, MALFORMED
                 continue
@@ -382,19 +394,23 @@ def _run_raw_rows(run: Run, ranges: _Ranges, schema: Any) -> Iterator[tuple[Any,
             payloads.append(payload)
             size += len(payload) if payload is not None else 0
             if size >= RAW_ROWS_BYTES:
-                yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema)
+                yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema, values)
                 batches, payloads, size = [], [], 0
-    yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema)
+    yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema, values)
 
 
-def _decoded_rows(partition: int, batches: list[tuple[memoryview, Batch]], payloads: list[Any], first_offset: int, schema: Any) -> Iterator[tuple[Any, str | None]]:
+def _decoded_rows(partition: int, batches: list[tuple[memoryview, Batch]], payloads: list[Any], first_offset: int, schema: Any, values: ValueColumns | None) -> Iterator[tuple[Any, str | None]]:
     if not batches:
         return
     rows, taken, counts = decode_batches(partition, [b for _, b in batches], payloads, first_offset, schema)
+    resolve = None
+    if values is not None:
+        rows, taken, counts = values.read(rows, taken, counts)
+        resolve = values.resolve
     at = i = 0
     while i < len(batches):
         if not taken[i]:
-            yield from _batch_rows(partition, *batches[i], first_offset, None)
+            yield from _batch_rows(partition, *batches[i], first_offset, resolve)
             i += 1
             continue
         j, n = i, 0

@@ -31,7 +31,7 @@ from pyiceberg.utils.datetime import date_to_days, datetime_to_micros, time_to_m
 from .columns import RawRows, records_to_rows
 from .layout import arrow_schema, rows_to_arrow
 from .records import Record
-from .translator import OUTCOMES, PRODUCED_VALUE, RAW, TOMBSTONE
+from .translator import COLUMNS, OUTCOMES, PRODUCED_VALUE, RAW, TOMBSTONE
 
 MICROS_PER_DAY = 86_400_000_000
 MICROS_PER_HOUR = 3_600_000_000
@@ -137,7 +137,7 @@ class TableWriter:
         self.row_group_bytes = int(self.table_properties.get(ROW_GROUP_BYTES_PROPERTY, DEFAULT_ROW_GROUP_BYTES))
         self.arrow = arrow_schema(schema)
         self._partition_of = _partitioner(schema, spec)
-        self._raw_partition = _raw_partitioner(schema, spec, self.arrow)
+        self._raw_partition = _raw_partitioner(schema, spec)
         self._files: dict[tuple, _OpenFile] = {}
         self._written: list[WrittenFile] = []
 
@@ -169,9 +169,15 @@ class TableWriter:
 
     @property
     def takes_raw(self) -> bool:
-        """Whether add_raw and add_raw_rows can take rows (a table without a value column, and a spec
-        on kafka.timestamp alone or none)."""
-        return self._raw_partition is not None
+        """Whether add_raw and add_raw_rows can take rows of a topic without a schema (a table
+        without a value column, and a spec on kafka.timestamp alone or none)."""
+        return self._raw_partition is not None and "value" not in self.arrow.names
+
+    @property
+    def takes_columns(self) -> bool:
+        """Whether add_raw_rows can take rows whose values are in the value column (avro_columns.py:
+        a spec on kafka.timestamp alone or none)."""
+        return self._raw_partition is not None and "value" in self.arrow.names
 
     def add_raw(self, kafka: dict[str, Any], records: Sequence[Record]) -> bool:
         """The rows `translate(record, kafka, None)` makes of each of `records` (one decoded
@@ -179,7 +185,7 @@ class TableWriter:
         them, held as columns instead of a dict a row (a quarter of the time at 100-byte values).
         False, having added nothing, when they must go through add() one by one instead: a table
         with a value column or a spec on another column, or offsets add() would refuse."""
-        if self._raw_partition is None or not records:
+        if not self.takes_raw or not records:
             return False
         offsets = [r[0] for r in records]
         if not all(map(operator.lt, offsets, offsets[1:])):
@@ -188,7 +194,9 @@ class TableWriter:
 
     def add_raw_rows(self, partition: int, rows: RawRows) -> bool:
         """add_raw's rows as columns already (columns.decode_batches: consecutive batches of
-        Kafka partition `partition`). False, having added nothing, as for add_raw."""
+        Kafka partition `partition`), or rows with their values in the value column alone
+        (avro_columns.py; `rows.schema_id` set), which add() would key by that schema id. False,
+        having added nothing, as for add_raw."""
         if self._raw_partition is None or not len(rows):
             return False
         offsets = rows.offsets
@@ -196,7 +204,7 @@ class TableWriter:
             return False
         groups = self._raw_partition(rows)
         for spec_value, group in groups:  # every file must take its rows before any is added
-            open_file = self._files.get((None, spec_value))
+            open_file = self._files.get((rows.schema_id, spec_value))
             span = open_file.offsets.get(partition) if open_file is not None else None
             if span is not None and (partition != open_file.last_partition or group.offsets[0] <= span.last):
                 return False
@@ -205,10 +213,10 @@ class TableWriter:
         return True
 
     def _add_raw_group(self, partition: int, spec_value: tuple, rows: RawRows) -> None:
-        key = (None, spec_value)
+        key = (rows.schema_id, spec_value)
         open_file = self._files.get(key)
         if open_file is None:
-            open_file = self._files[key] = self._open(None, spec_value)
+            open_file = self._files[key] = self._open(rows.schema_id, spec_value)
         elif open_file.rows:
             self._flush(open_file)  # add()'s rows first: the file keeps the order rows came in
         n = len(rows)
@@ -291,8 +299,9 @@ class TableWriter:
         (written once it holds the table's row-group rows or bytes)."""
         if open_file.raw:
             self._stage(open_file, pa.Table.from_batches(open_file.raw, schema=self.arrow))
+            # a file's raw pieces are of its schema id: values in columns alone, or none
             open_file.outcomes[TOMBSTONE] += open_file.raw_tombstones
-            open_file.outcomes[RAW] += open_file.raw_count - open_file.raw_tombstones
+            open_file.outcomes[RAW if open_file.schema_id is None else COLUMNS] += open_file.raw_count - open_file.raw_tombstones
             open_file.raw, open_file.raw_count, open_file.raw_tombstones = [], 0, 0
         if not open_file.rows:
             return
@@ -388,12 +397,10 @@ def _partitioner(schema: Schema, spec: PartitionSpec) -> Callable[[dict], tuple]
     return partition_of
 
 
-def _raw_partitioner(schema: Schema, spec: PartitionSpec, arrow: pa.Schema) -> Callable[[RawRows], list[tuple[tuple, RawRows]]] | None:
+def _raw_partitioner(schema: Schema, spec: PartitionSpec) -> Callable[[RawRows], list[tuple[tuple, RawRows]]] | None:
     """rows → [(partition value, its rows in order)], values in the order their first row comes
     (the order add() opens files in), for add_raw_rows; None when it cannot serve this table (a
-    value column, or a spec on anything but kafka.timestamp)."""
-    if "value" in arrow.names:
-        return None
+    spec on anything but kafka.timestamp)."""
     if not spec.fields:
         return lambda rows: [((), rows)]
     if len(spec.fields) != 1 or schema.find_column_name(spec.fields[0].source_id) != "kafka.timestamp":

@@ -1,0 +1,318 @@
+"""Confluent-framed Avro values of one writer schema decoded straight into the table's `value` column
+(Arrow): each field a numpy step over many values at once, no Python object a value.
+
+A value is taken only when its bytes are the one encoding of what they decode to (every varint and
+union index minimal, booleans 0 or 1, no NaN float, strings UTF-8, dates and timestamps within
+Python's datetime, nothing after the value): exactly the values whose re-encoding gives the produced
+bytes back, which the translator keeps as columns alone (tests/compactor/test_avro_columns.py holds
+the two paths equal). Every other value, and every schema with a type not decoded here (arrays,
+maps, enums, fixed, decimals, uuids, times of day, unions of two types), goes the translator's way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .columns import RawRows, _binary, _varints
+from .translator import Resolver
+
+_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
+# Python's datetime and date hold years 1-9999 (fastavro's decoding raises outside them): day numbers
+# since the epoch of 0001-01-01 and 9999-12-31, and the microseconds of the same span.
+_MIN_DAY, _MAX_DAY = -719_162, 2_932_896
+_MIN_MICROS, _MAX_MICROS = _MIN_DAY * 86_400_000_000, (_MAX_DAY + 1) * 86_400_000_000 - 1
+_PAD = bytes(16)  # the longest read past a value's end: a varint's 10 bytes, a double's 8
+_FRAME = 5  # Confluent's framing: a zero byte, then the schema id (4 bytes, big-endian)
+
+
+@dataclass(frozen=True, slots=True)
+class _Leaf:
+    kind: str  # boolean, int, long, float, double, string, bytes, date, timestamp-millis, timestamp-micros
+
+
+@dataclass(frozen=True, slots=True)
+class _Nullable:
+    null_index: int  # the null branch's index in the union (0 or 1)
+    inner: Any
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    fields: tuple[tuple[str, Any], ...]
+
+
+_LEAVES = {"boolean", "int", "long", "float", "double", "string", "bytes"}
+_LOGICAL = {("int", "date"), ("long", "timestamp-millis"), ("long", "timestamp-micros")}
+
+
+class ValueColumns:
+    """The value columns of one task's rows (a table with a value column), read here where they can
+    be; a schema id's plan made once."""
+
+    def __init__(self, resolve: Resolver, arrow: pa.Schema) -> None:
+        self.resolve = resolve
+        self.value_type = arrow.field("value").type
+        self._plans: dict[int, _Record | None] = {}
+
+    def read(self, rows: RawRows, taken: list[bool], counts: list[int]) -> tuple[RawRows, list[bool], list[int]]:
+        """columns.decode_batches' answer (rows of the taken batches, which batches, rows of each)
+        with the values read into the value column: the batches whose every value was read stay
+        taken, and only their rows are kept; the others are to go the translator's way."""
+        none = [False] * len(taken), [0] * len(counts)
+        schema_id = _first_schema_id(rows)
+        record = self._plan(schema_id) if schema_id is not None else None
+        read = value_columns(rows, schema_id, record, self.value_type) if record is not None else None
+        if read is None:
+            return rows.slice(0, 0), *none
+        read_rows, ok = read
+        if ok.all():
+            return read_rows, taken, counts
+        batch_of = np.repeat(np.arange(len(counts)), counts)
+        batch_ok = np.array(taken, dtype=bool) & (np.bincount(batch_of[~ok], minlength=len(counts)) == 0)
+        kept = np.flatnonzero(batch_ok[batch_of])
+        return read_rows.take(kept), batch_ok.tolist(), np.where(batch_ok, counts, 0).tolist()
+
+    def _plan(self, schema_id: int) -> _Record | None:
+        if schema_id not in self._plans:
+            writer = self.resolve(schema_id)
+            usable = writer is not None and writer.raw_reason is None and writer.layout is not None
+            if usable and writer.layout.iceberg is not None and not writer.layout.unrepresentable and writer.layout.fix is None:
+                self._plans[schema_id] = plan(writer.parsed)
+            else:
+                self._plans[schema_id] = None
+        return self._plans[schema_id]
+
+
+def _first_schema_id(rows: RawRows) -> int | None:
+    """The schema id the first framed value names (None: no value is framed)."""
+    raw = rows.rows.column("value_raw")
+    for i in range(min(len(raw), 64)):
+        value = raw[i].as_py()
+        if value is not None and len(value) >= _FRAME and value[0] == 0:
+            return int.from_bytes(value[1:_FRAME], "big")
+    return None
+
+
+def plan(parsed: Any) -> _Record | None:
+    """How values of `parsed` (a fastavro-parsed writer schema) are read here; None when the
+    schema is not a record or holds a type not read here."""
+    names = parsed.get("__named_schemas", {}) if isinstance(parsed, dict) else {}
+    try:
+        node = _plan(parsed, names, ())
+    except _Unsupported:
+        return None
+    return node if isinstance(node, _Record) else None
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _plan(avro: Any, names: dict[str, Any], records: tuple[str, ...]) -> Any:
+    if isinstance(avro, list):
+        if len(avro) != 2 or "null" not in avro:
+            raise _Unsupported
+        null_index = avro.index("null")
+        inner = _plan(avro[1 - null_index], names, records)
+        if isinstance(inner, _Nullable):
+            raise _Unsupported
+        return _Nullable(null_index, inner)
+    if isinstance(avro, str):
+        if avro in _LEAVES:
+            return _Leaf(avro)
+        if avro in names and avro not in records:
+            return _plan(names[avro], names, records)
+        raise _Unsupported
+    kind, logical = avro.get("type"), avro.get("logicalType")
+    if kind == "record":
+        name = avro.get("name")
+        if name in records:
+            raise _Unsupported
+        fields = tuple((f["name"], _plan(f["type"], names, (*records, name))) for f in avro["fields"])
+        if not fields:
+            raise _Unsupported
+        return _Record(fields)
+    if logical is None and kind in _LEAVES:
+        return _Leaf(kind)
+    if (kind, logical) in _LOGICAL:
+        return _Leaf(logical)
+    raise _Unsupported
+
+
+def value_columns(rows: RawRows, schema_id: int, record: _Record, value_type: pa.StructType) -> tuple[RawRows, np.ndarray] | None:
+    """`rows` (columns.decode_batches', their value_raw the produced values) with each value of
+    schema `schema_id` read into `value_type` (the table's value column): (the rows as the
+    translator's COLUMNS outcome makes them, whether each row's value was taken). Rows not taken
+    keep whatever the arrays hold: only taken ones may be used. None when `value_type` cannot take
+    the schema's fields (a field the table lacks)."""
+    n = len(rows)
+    raw = rows.rows.column("value_raw")
+    if not pa.types.is_large_binary(raw.type):
+        raw = raw.cast(pa.large_binary())
+    offsets = np.frombuffer(raw.buffers()[1], dtype=np.int64, count=n + 1, offset=raw.offset * 8)
+    data = raw.buffers()[2]
+    first = int(offsets[0])
+    blob = (data.to_pybytes()[first : int(offsets[-1])] if data is not None else b"") + _PAD
+    buf = np.frombuffer(blob, dtype=np.uint8)
+    start, end = offsets[:-1] - first, offsets[1:] - first
+    ok = (end - start >= _FRAME) & raw.is_valid().to_numpy(zero_copy_only=False)
+    head = sliding_window_view(buf, _FRAME)[np.minimum(start, len(buf) - _FRAME)]
+    ok &= (head[:, 0] == 0) & ((head[:, 1:].astype(np.int64) << np.array([24, 16, 8, 0])).sum(axis=1) == schema_id)
+    reader = _Reader(buf, np.where(ok, start + _FRAME, end), end, pa.py_buffer(blob), ~ok)
+    value = reader.record(record, None, value_type)
+    if value is None:
+        return None
+    ok &= ~reader.bad & (reader.at == end)
+    arrays = []
+    for f in rows.rows.schema:
+        if f.name == "value":
+            arrays.append(value)
+        elif f.name == "value_schema_id":
+            arrays.append(pa.array(np.full(n, schema_id, dtype=np.int32), type=f.type))
+        elif f.name in ("value_raw", "value_error"):
+            arrays.append(pa.nulls(n, type=f.type))
+        else:
+            arrays.append(rows.rows.column(f.name))
+    batch = pa.RecordBatch.from_arrays(arrays, schema=rows.rows.schema)
+    return RawRows(batch, rows.offsets, rows.timestamps, 0, schema_id), ok
+
+
+class _Reader:
+    """Reads one field after another of every value at once: `at` is each value's position, `bad`
+    marks the values that are not taken. A `live` mask says which values hold the field being read
+    (a union's null branch holds none); the others stay where they are."""
+
+    def __init__(self, buf: np.ndarray, at: np.ndarray, end: np.ndarray, buffer: pa.Buffer, bad: np.ndarray) -> None:
+        self.buf, self.at, self.end, self.buffer, self.bad = buf, at.astype(np.int64), end, buffer, bad
+
+    def _advance(self, after: np.ndarray, failed: np.ndarray | None, live: np.ndarray | None) -> None:
+        if live is None:
+            self.at = after
+            if failed is not None:
+                self.bad |= failed
+        else:
+            self.at = np.where(live, after, self.at)
+            if failed is not None:
+                self.bad |= failed & live
+        over = self.at > self.end
+        if over.any():
+            self.bad |= over
+            np.minimum(self.at, self.end, out=self.at)
+
+    def varint(self, live: np.ndarray | None) -> np.ndarray:
+        failed = np.zeros(len(self.at), dtype=bool)
+        values, after = _varints(self.buf, self.at, failed)
+        failed |= (after - self.at > 1) & (self.buf[after - 1] == 0)  # not minimal: re-encoding is shorter
+        self._advance(after, failed, live)
+        return values
+
+    def fixed(self, size: int, live: np.ndarray | None) -> np.ndarray:
+        """The `size` bytes at each position, a row a value."""
+        rows = np.ascontiguousarray(sliding_window_view(self.buf, size)[self.at])
+        self._advance(self.at + size, None, live)
+        return rows
+
+    def record(self, record: _Record, live: np.ndarray | None, arrow: pa.DataType) -> pa.Array | None:
+        if not pa.types.is_struct(arrow):
+            return None
+        read: dict[str, pa.Array] = {}
+        for name, node in record.fields:
+            index = arrow.get_field_index(name)
+            if index < 0:
+                return None
+            array = self.node(node, live, arrow.field(index).type)
+            if array is None:
+                return None
+            read[name] = array
+        n = len(self.at)
+        children = [read[f.name] if f.name in read else pa.nulls(n, type=f.type) for f in arrow]
+        mask = None if live is None else pa.array(~live)
+        return pa.StructArray.from_arrays(children, fields=list(arrow), mask=mask)
+
+    def node(self, node: Any, live: np.ndarray | None, arrow: pa.DataType) -> pa.Array | None:
+        if isinstance(node, _Record):
+            return self.record(node, live, arrow)
+        if isinstance(node, _Nullable):
+            index = self.varint(live)
+            failed = (index != 0) & (index != 1)
+            self.bad |= failed if live is None else failed & live
+            present = index != node.null_index
+            return self.node(node.inner, present if live is None else present & live, arrow)
+        return self.leaf(node.kind, live, arrow)
+
+    def leaf(self, kind: str, live: np.ndarray | None, arrow: pa.DataType) -> pa.Array | None:
+        n = len(self.at)
+        mask = None if live is None else ~live
+        if kind in ("string", "bytes"):
+            length = self.varint(live)
+            at = self.at
+            failed = length < 0
+            self._advance(at + np.where(failed, 0, length), failed, live)
+            valid = ~self.bad if live is None else live & ~self.bad
+            array = _binary(self.buffer, at, np.where(valid, length, -1))
+            if kind == "string":
+                array = self._utf8(array, valid)
+            return _cast(array, arrow)
+        if kind == "boolean":
+            byte = self.buf[self.at]
+            self._advance(self.at + 1, byte > 1, live)
+            return _cast(pa.array(byte == 1, mask=mask), arrow)
+        if kind == "float":
+            values = self.fixed(4, live).view("<f4").reshape(n)
+            nan = np.isnan(values)
+            self.bad |= nan if live is None else nan & live
+            return _cast(pa.array(values, mask=mask), arrow)
+        if kind == "double":
+            return _cast(pa.array(self.fixed(8, live).view("<f8").reshape(n), mask=mask), arrow)
+        values = self.varint(live)
+        if kind == "int":
+            failed = (values < _INT32_MIN) | (values > _INT32_MAX)
+            values = values.astype(np.int32) if not failed.any() else np.where(failed, 0, values).astype(np.int32)
+        elif kind == "date":
+            failed = (values < _MIN_DAY) | (values > _MAX_DAY)
+            values = np.where(failed, 0, values).astype(np.int32)
+        elif kind != "long":  # a timestamp, as microseconds
+            scale = 1000 if kind == "timestamp-millis" else 1
+            failed = (values < _MIN_MICROS // scale) | (values > _MAX_MICROS // scale)
+            values = np.where(failed, 0, values) * scale
+        else:
+            failed = None
+        if failed is not None:
+            self.bad |= failed if live is None else failed & live
+        array = pa.array(values, mask=mask)
+        if kind == "date":
+            array = array.view(pa.date32())
+        elif kind.startswith("timestamp"):
+            array = array.view(pa.timestamp("us", tz="UTC"))
+        return _cast(array, arrow)
+
+    def _utf8(self, array: pa.Array, valid: np.ndarray) -> pa.Array:
+        """`array` as strings; values that are not UTF-8 marked bad (and null)."""
+        try:
+            return array.cast(pa.large_string())
+        except pa.ArrowInvalid:
+            pass
+        broken = np.zeros(len(array), dtype=bool)
+        for i in np.flatnonzero(valid).tolist():
+            try:
+                array[i].as_py().decode()
+            except UnicodeDecodeError:
+                broken[i] = True
+        self.bad |= broken
+        return pc.if_else(pa.array(broken), pa.nulls(len(array), pa.large_binary()), array).cast(pa.large_string())
+
+
+def _cast(array: pa.Array, arrow: pa.DataType) -> pa.Array | None:
+    """`array` as the table's type of its field (the same, or a promotion: int to long, float to
+    double); None when the table's type is another."""
+    if array.type == arrow:
+        return array
+    if (array.type, arrow) in ((pa.int32(), pa.int64()), (pa.float32(), pa.float64())) or (pa.types.is_large_binary(array.type) and pa.types.is_binary(arrow)) or (pa.types.is_large_string(array.type) and pa.types.is_string(arrow)):
+        return array.cast(arrow)
+    return None

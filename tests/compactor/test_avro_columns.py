@@ -1,0 +1,176 @@
+"""compactor/avro_columns.py: Avro values read many at once into the value column are taken only
+where the translator keeps the value as columns alone (its re-encoding gives the produced bytes
+back), and then hold what the translator's row holds; every valid value of a schema it reads is
+taken; a task's files are the same rows, outcomes and spans whichever way its values went."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from fastavro import schemaless_writer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from compactor import job
+from compactor.avro_columns import ValueColumns, plan, value_columns
+from compactor.columns import records_to_rows
+from compactor.job import TaskContext, run_task
+from compactor.layout import arrow_schema, partition_spec, rows_to_arrow, table_schema
+from compactor.planner import ObjectRead, Run, Task
+from compactor.records import Record
+from compactor.translator import COLUMNS, kafka_columns, translate, writer_schema
+from compactor.writer import TableWriter
+from metadata.model import IndexEntry, ObjectType
+from registry.wire import frame
+from tests.compactor.avro_strategies import values
+from tests.compactor.test_columns import T0
+from tests.compactor.test_translator import _MUTATIONS, BATCH, mutate
+from wal.batch_builder import build_batch
+
+SETTINGS = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+KAFKA = kafka_columns(3, BATCH)
+SCHEMA_ID = 9
+_READ_LEAVES = [
+    "boolean", "int", "long", "float", "double", "bytes", "string",
+    {"type": "int", "logicalType": "date"},
+    {"type": "long", "logicalType": "timestamp-millis"},
+    {"type": "long", "logicalType": "timestamp-micros"},
+]  # fmt: skip
+
+
+def read_type(path: str, depth: int):
+    """Field types avro_columns.py reads: leaves, unions of null and one of them, records of them."""
+    leaf = st.sampled_from(_READ_LEAVES)
+    nullable = leaf.flatmap(lambda t: st.sampled_from((["null", t], [t, "null"])))
+    if depth >= 2:
+        return st.one_of(leaf, nullable)
+    return st.one_of(leaf, nullable, read_record(f"{path}r", depth + 1), read_record(f"{path}n", depth + 1).map(lambda r: ["null", r]))
+
+
+@st.composite
+def read_record(draw, name: str = "R", depth: int = 0):
+    count = draw(st.integers(1, 4))
+    return {"type": "record", "name": name, "fields": [{"name": f"f{i}", "type": draw(read_type(f"{name}_{i}", depth))} for i in range(count)]}
+
+
+def encode(parsed, value) -> bytes:
+    out = io.BytesIO()
+    schemaless_writer(out, parsed, value)
+    return out.getvalue()
+
+
+@st.composite
+def produced(draw):
+    """A schema avro_columns reads, and values: valid, mutated, tombstones, of another schema id,
+    not framed."""
+    schema = draw(read_record())
+    ws = writer_schema(SCHEMA_ID, json.dumps(schema))
+    out, valid = [], []
+    for value in draw(st.lists(values(schema), min_size=1, max_size=12)):
+        kind = draw(st.sampled_from(("valid", "valid", "valid", "mutated", "tombstone", "other id", "unframed")))
+        payload = encode(ws.parsed, value)
+        if kind == "mutated":
+            for how in draw(st.lists(_MUTATIONS, min_size=1, max_size=3)):
+                payload = mutate(payload, how)
+        out.append(None if kind == "tombstone" else payload if kind == "unframed" else frame(SCHEMA_ID + (kind == "other id"), payload))
+        valid.append(kind == "valid")
+    return ws, out, valid
+
+
+@SETTINGS
+@given(produced())
+def test_values_taken_are_those_the_translator_keeps_as_columns_alone(case):
+    ws, produced_values, valid = case
+    table = arrow_schema(table_schema(ws.layout.iceberg))
+    records = [Record(100 + i, T0, None, v, ()) for i, v in enumerate(produced_values)]
+    record = plan(ws.parsed)
+    assert record is not None
+    read = value_columns(records_to_rows(KAFKA, records, table), SCHEMA_ID, record, table.field("value").type)
+    assert read is not None
+    rows, taken = read
+    assert len(rows) == len(records) and rows.schema_id == SCHEMA_ID
+    for i, r in enumerate(records):
+        want, outcome = translate(r, KAFKA, {SCHEMA_ID: ws}.get)
+        if valid[i]:
+            assert taken[i], outcome
+        if taken[i]:
+            assert outcome == COLUMNS, want["value_error"]
+            assert rows.rows.slice(i, 1).equals(rows_to_arrow([want], table))
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "record", "name": "E", "fields": [{"name": "tags", "type": {"type": "array", "items": "string"}}]},
+        {"type": "record", "name": "E", "fields": [{"name": "u", "type": ["null", "int", "string"]}]},
+        {"type": "record", "name": "E", "fields": [{"name": "k", "type": {"type": "enum", "name": "K", "symbols": ["A"]}}]},
+        {"type": "record", "name": "E", "fields": [{"name": "t", "type": {"type": "int", "logicalType": "time-millis"}}]},
+        "string",
+    ],
+)
+def test_schemas_with_types_not_read_here_have_no_plan(schema):
+    assert plan(writer_schema(1, json.dumps(schema)).parsed) is None
+
+
+def test_a_table_with_fields_of_other_versions_gets_them_null_and_promoted():
+    """The table's value column is the union of the versions: a field of another version is null,
+    an int the table holds as long is widened."""
+    v1 = {"type": "record", "name": "E", "fields": [{"name": "n", "type": "int"}, {"name": "s", "type": "string"}]}
+    v2 = {"type": "record", "name": "E", "fields": [{"name": "n", "type": "long"}, {"name": "s", "type": "string"}, {"name": "x", "type": ["null", "double"], "default": None}]}
+    ws1, ws2 = writer_schema(1, json.dumps(v1)), writer_schema(2, json.dumps(v2))
+    table = arrow_schema(table_schema(ws2.layout.iceberg))
+    records = [Record(i, T0, None, frame(1, encode(ws1.parsed, {"n": i - 2, "s": "é" * i})), ()) for i in range(4)]
+    rows, taken = value_columns(records_to_rows(KAFKA, records, table), 1, plan(ws1.parsed), table.field("value").type)
+    assert taken.all()
+    assert rows.rows.column("value").to_pylist() == [{"n": i - 2, "s": "é" * i, "x": None} for i in range(4)]
+
+
+@pytest.mark.parametrize("partition_by", ["day(timestamp)", "none"])
+def test_a_task_writes_the_same_files_with_values_read_at_once_or_one_by_one(tmp_path, monkeypatch, partition_by):
+    schema = {"type": "record", "name": "Order", "fields": [
+        {"name": "id", "type": "long"}, {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+        {"name": "who", "type": "string"}, {"name": "amount", "type": "double"}, {"name": "n", "type": "int"},
+        {"name": "ok", "type": "boolean"}, {"name": "coupon", "type": ["null", "string"]},
+    ]}  # fmt: skip
+    ws = writer_schema(SCHEMA_ID, json.dumps(schema))
+    good = [frame(SCHEMA_ID, encode(ws.parsed, {"id": i, "at": T0 + i, "who": f"c{i}", "amount": i / 3, "n": i, "ok": i % 2 == 0, "coupon": None if i % 3 else "x"})) for i in range(300)]
+    odd = good[5][:-1] + b"\x00\x00"  # bytes after the value: columns and raw
+    batches = [
+        build_batch([(i, T0 + (i // 50) * 86_400_000, None, good[i], ()) for i in range(100)]),
+        build_batch([(0, T0, None, good[100], ()), (1, T0, None, odd, ()), (2, T0, None, None, ()), (3, T0, None, b"not framed", ())]),
+        build_batch([(i, T0, b"k", good[104 + i], ()) for i in range(196)], codec=4),
+    ]
+    data = b"".join(batches)
+    (tmp_path / "objects").mkdir()
+    (tmp_path / "objects" / "obj").write_bytes(data)
+    table = table_schema(ws.layout.iceberg)
+
+    def run(name: str):
+        context = TaskContext(
+            cycle_id=name, topic="t", objects_url=f"file://{tmp_path / 'objects'}", data_location=f"file://{tmp_path / name}", io_properties={},
+            table_schema=table.model_dump_json(), partition_spec=partition_spec(table, partition_by).model_dump_json(), table_properties={},
+            schemas={SCHEMA_ID: (json.dumps(schema), None)},
+        )  # fmt: skip
+        entry = IndexEntry(1000, 1299, "obj", ObjectType.WAL, 0, len(data), T0 + 86_400_000)
+        return run_task(context, Task((Run("t", 4, (entry,), 1010),), (ObjectRead("obj", 0, len(data)),)))
+
+    reads = []
+    original = ValueColumns.read
+    monkeypatch.setattr(ValueColumns, "read", lambda self, *a: reads.append(original(self, *a)) or reads[-1])
+    at_once = run("a")
+    assert [taken for _, taken, _ in reads] == [[True, False, True]]
+    monkeypatch.setattr(job, "ValueColumns", None)
+    monkeypatch.setattr(TableWriter, "takes_columns", property(lambda self: False))
+    one_by_one = run("b")
+    assert at_once.partition_outcomes == one_by_one.partition_outcomes
+    assert at_once.partition_outcomes[4] == {"columns": 287, "columns+raw": 1, "raw": 1, "tombstone": 1, "malformed": 0}
+    got = [(f.path.replace("/a/", "/").replace("a-", "-"), f.record_count, f.schema_id, f.partition, f.offsets, f.outcomes) for f in at_once.files]
+    want = [(f.path.replace("/b/", "/").replace("b-", "-"), f.record_count, f.schema_id, f.partition, f.offsets, f.outcomes) for f in one_by_one.files]
+    assert got == want
+    for a, b in zip(at_once.files, one_by_one.files, strict=True):
+        assert pq.read_table(a.path, partitioning=None).equals(pq.read_table(b.path, partitioning=None))
+    assert np.array_equal(*(sorted(r["kafka"]["offset"] for f in x.files for r in pq.read_table(f.path, partitioning=None).to_pylist()) for x in (at_once, one_by_one)))
