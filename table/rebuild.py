@@ -8,8 +8,10 @@ fields. A records section (wal/batch.py's layout) is, per record:
 
 every integer a zigzag varint. Here each varint column is encoded for all rows at once (numpy), the
 pieces of every record are joined by Arrow (binary_join_element_wise: one pass, no Python object
-per record), and a batch's section is then a slice of that one buffer: Python runs once per batch
-(wal.batch_builder.frame_batch: codec, header, CRC), never once per record.
+per record), with room left before each batch's first record for its header, and Python runs once
+per batch, never once per record: an uncompressed batch's header and CRC are written into that
+room, so the joined buffer is the batches, end to end, served as it is; a compressed batch is
+framed apart (wal.batch_builder.frame_batch: codec, header, CRC).
 
 Values come from value_raw, or for Avro values kept as columns from the writer schema's encoder
 (table/avro_values.py, one Python call per such value: the only per-record work left).
@@ -17,17 +19,26 @@ Values come from value_raw, or for Avro values kept as columns from the writer s
 
 from __future__ import annotations
 
+import struct
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from crc32c import crc32c
 
-from wal.batch import CODEC_NAMES
-from wal.batch_builder import codec_for, frame_batch
+from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, CODEC_NAMES, LOG_OVERHEAD
+from wal.batch_builder import LOG_APPEND_TIME, NONE, codec_for, frame_batch
 
 from .avro_values import ValueEncoder
 
 _BATCH_FIELDS = ("timestamp_type", "batch_compression", "producer_id", "producer_epoch", "base_sequence", "is_control", "is_transactional")
 _MAX_VARINT = 10  # bytes of a 64-bit zigzag varint
+# Kafka's batch header (wal/batch.py's layout): the attribute bits besides the codec, and where
+# the CRC-32C sits (it covers the attributes to the batch's end)
+ATTRIBUTE_LOG_APPEND_TIME, ATTRIBUTE_TRANSACTIONAL, ATTRIBUTE_CONTROL = 0x08, 0x10, 0x20
+CRC_POSITION = 17
+_CRC = struct.Struct(">I")
 
 
 def varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,11 +117,44 @@ def _headers(rows: pa.Table) -> tuple[pa.Array | bytes, np.ndarray]:
     return pc.binary_join_element_wise(count_prefix, spans, b""), count_widths + np.diff(starts)
 
 
-def rebuild_batches(rows: pa.Table, compression: str, encoders: dict[int, ValueEncoder | None], complete: bool) -> tuple[list[int], list[bytes]]:
+@dataclass(slots=True)
+class Batches:
+    """Rebuilt batches laid end to end in one buffer: batch k is data[bounds[k]:bounds[k + 1]],
+    holding offsets up to lasts[k]. A run of them goes out as one slice, not joined again."""
+
+    lasts: list[int]
+    data: memoryview
+    bounds: list[int]
+
+    def __len__(self) -> int:
+        return len(self.lasts)
+
+    def batch(self, k: int) -> memoryview:
+        return self.data[self.bounds[k] : self.bounds[k + 1]]
+
+    def part(self, i: int, j: int) -> Batches:
+        """Batches i to j (not j) on their own: a copy when they are the lesser part of the
+        buffer, so that what is kept of it is never much more than what is counted."""
+        lo, hi = self.bounds[i], self.bounds[j]
+        data = self.data[lo:hi] if 2 * (hi - lo) >= len(self.data) else memoryview(bytes(self.data[lo:hi]))
+        return Batches(self.lasts[i:j], data, [b - lo for b in self.bounds[i : j + 1]])
+
+
+_NO_BATCHES = Batches([], memoryview(b""), [0])
+
+
+def rebuild_batches(rows: pa.Table, compression: str, encoders: dict[int, ValueEncoder | None], complete: bool) -> tuple[list[int], list[memoryview]]:
     """(last offsets, batches) of the rows' batches, in offset order; the last batch left out
     unless `complete` (its rows may go on beyond these)."""
+    built = rebuild_run(rows, compression, encoders, complete)
+    return built.lasts, [built.batch(k) for k in range(len(built))]
+
+
+def rebuild_run(rows: pa.Table, compression: str, encoders: dict[int, ValueEncoder | None], complete: bool) -> Batches:
+    """The rows' batches, in offset order, in one buffer; the last batch left out unless
+    `complete` (its rows may go on beyond these)."""
     if len(rows) == 0:
-        return [], []
+        return _NO_BATCHES
     kafka = _array(rows.column("kafka"))
     bases = kafka.field("batch_base_offset").to_numpy(zero_copy_only=False)
     starts = np.concatenate(([0], np.flatnonzero(bases[1:] != bases[:-1]) + 1))
@@ -118,26 +162,27 @@ def rebuild_batches(rows: pa.Table, compression: str, encoders: dict[int, ValueE
         rows, kafka, bases = rows.slice(0, int(starts[-1])), kafka.slice(0, int(starts[-1])), bases[: starts[-1]]
         starts = starts[:-1]
         if not len(starts):
-            return [], []
+            return _NO_BATCHES
     return _encode(rows, kafka, bases, starts, compression, encoders)
 
 
-def rebuild_partitions(rows: pa.Table, compression: str, encoders: dict[int, ValueEncoder | None]) -> tuple[np.ndarray, list[int], list[bytes]]:
-    """(each batch's first row, last offsets, batches) of rows that run partition by partition,
-    each partition's in offset order (a row group of neve's files), every batch taken as whole:
-    each is byte for byte what rebuild_batches makes of that partition's rows."""
+def rebuild_partitions(rows: pa.Table, compression: str, encoders: dict[int, ValueEncoder | None]) -> tuple[np.ndarray, Batches]:
+    """(each batch's first row, the batches) of rows that run partition by partition, each
+    partition's in offset order (a row group of neve's files), every batch taken as whole: each
+    is byte for byte what rebuild_batches makes of that partition's rows."""
     if len(rows) == 0:
-        return np.zeros(0, dtype=np.int64), [], []
+        return np.zeros(0, dtype=np.int64), _NO_BATCHES
     kafka = _array(rows.column("kafka"))
     bases = kafka.field("batch_base_offset").to_numpy(zero_copy_only=False)
     partitions = kafka.field("partition").to_numpy(zero_copy_only=False)
     starts = np.concatenate(([0], np.flatnonzero((bases[1:] != bases[:-1]) | (partitions[1:] != partitions[:-1])) + 1))
-    lasts, batches = _encode(rows, kafka, bases, starts, compression, encoders)
-    return starts, lasts, batches
+    return starts, _encode(rows, kafka, bases, starts, compression, encoders)
 
 
-def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarray, compression: str, encoders: dict[int, ValueEncoder | None]) -> tuple[list[int], list[bytes]]:
-    """(last offsets, batches) of the batches whose rows begin at `starts` (each runs to the next)."""
+def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarray, compression: str, encoders: dict[int, ValueEncoder | None]) -> Batches:
+    """The batches whose rows begin at `starts` (each runs to the next). Their records are joined
+    with room for a header before each batch's first record: an uncompressed batch's header is
+    written into that room, so the join's one buffer is every batch, copied no more."""
     n = len(rows)
     ends = np.append(starts[1:], n)
     first_rows = pa.array(starts, pa.int64())
@@ -161,35 +206,52 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     # the record's length counts everything after itself: attributes (1 byte) to its last header
     sizes = 1 + timestamp_widths + offset_widths + key_widths + np.maximum(key_lengths, 0) + value_widths + np.maximum(value_lengths, 0) + header_sizes
     length, _ = _varint_column(sizes)
-    records = pc.binary_join_element_wise(length, b"\x00", timestamp, offset_delta, key_prefix, _bytes(keys), value_prefix, _bytes(values), headers, b"")
+    room = np.zeros(n, dtype=np.int64)
+    room[starts] = BATCH_HEADER_SIZE
+    header_room = _binary(np.zeros(len(starts) * BATCH_HEADER_SIZE, dtype=np.uint8), room)
+    records = pc.binary_join_element_wise(header_room, length, b"\x00", timestamp, offset_delta, key_prefix, _bytes(keys), value_prefix, _bytes(values), headers, b"")
     record_starts = _offsets(records)
-    data = records.buffers()[2]
+    # the join's own new buffer, nothing else holds it: written in place
+    data = memoryview(records.buffers()[2]).cast("B")  # as bytes (Arrow exports signed chars)
 
     meta = {name: kafka.field(name).take(first_rows).to_pylist() for name in _BATCH_FIELDS}
     lasts = offsets[ends - 1].tolist()
     last_deltas = (offsets[ends - 1] - bases[starts]).tolist()
-    batches: list[bytes] = []
-    for k, (start, stop) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-        lo, hi = int(record_starts[start]), int(record_starts[stop])
-        batches.append(
-            frame_batch(
-                memoryview(data)[lo:hi],
-                stop - start,
-                codec=codec_for(compression, CODEC_NAMES.index(meta["batch_compression"][k])),
-                timestamp_type=meta["timestamp_type"][k],
-                base_timestamp=int(base_ts[k]),
-                max_timestamp=int(max_ts[k]),
-                last_offset_delta=last_deltas[k],
-                producer_id=meta["producer_id"][k],
-                producer_epoch=meta["producer_epoch"][k],
-                base_sequence=meta["base_sequence"][k],
-                is_transactional=meta["is_transactional"][k],
-                is_control=meta["is_control"][k],
-                partition_leader_epoch=0,
-                base_offset=int(bases[start]),
-            )
-        )
-    return lasts, batches
+    bounds = record_starts[np.append(starts, n)].tolist()
+    framed: list[bytes | memoryview] | None = None  # the batches, once one of them is compressed
+    for k, (lo, hi, count) in enumerate(zip(bounds[:-1], bounds[1:], (ends - starts).tolist(), strict=True)):
+        fields = {
+            "timestamp_type": meta["timestamp_type"][k],
+            "base_timestamp": int(base_ts[k]),
+            "max_timestamp": int(max_ts[k]),
+            "last_offset_delta": last_deltas[k],
+            "producer_id": meta["producer_id"][k],
+            "producer_epoch": meta["producer_epoch"][k],
+            "base_sequence": meta["base_sequence"][k],
+            "is_transactional": meta["is_transactional"][k],
+            "is_control": meta["is_control"][k],
+            "base_offset": int(bases[starts[k]]),
+        }
+        codec = codec_for(compression, CODEC_NAMES.index(meta["batch_compression"][k]))
+        if codec == NONE:
+            _write_header(data, lo, hi, count, fields)
+            if framed is not None:
+                framed.append(data[lo:hi])
+        else:
+            if framed is None:
+                framed = [data[bounds[j] : bounds[j + 1]] for j in range(k)]
+            framed.append(frame_batch(data[lo + BATCH_HEADER_SIZE : hi], count, codec=codec, partition_leader_epoch=0, **fields))
+    if framed is None:
+        return Batches(lasts, data[: bounds[-1]], bounds)
+    return Batches(lasts, memoryview(b"".join(framed)), [0, *np.cumsum([len(b) for b in framed]).tolist()])
+
+
+def _write_header(data: memoryview, lo: int, hi: int, count: int, f: dict) -> None:
+    """An uncompressed batch's header (`f`: frame_batch's fields), written into data[lo:lo + 61]
+    before its records (up to `hi`), CRC-32C computed: the bytes frame_batch would make."""
+    attributes = (ATTRIBUTE_LOG_APPEND_TIME if f["timestamp_type"] == LOG_APPEND_TIME else 0) | ATTRIBUTE_TRANSACTIONAL * f["is_transactional"] | ATTRIBUTE_CONTROL * f["is_control"]
+    BATCH_HEADER.pack_into(data, lo, f["base_offset"], hi - lo - LOG_OVERHEAD, 0, 2, 0, attributes, f["last_offset_delta"], f["base_timestamp"], f["max_timestamp"], f["producer_id"], f["producer_epoch"], f["base_sequence"], count)
+    _CRC.pack_into(data, lo + CRC_POSITION, crc32c(data[lo + CRC_POSITION + 4 : hi]))
 
 
 def _values(rows: pa.Table, encoders: dict[int, ValueEncoder | None]) -> pa.Array:

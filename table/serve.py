@@ -45,7 +45,7 @@ from wal.store import ObjectStoreError
 from .avro_values import ValueEncoder
 from .config import TableReadConfig
 from .parquet import Footer, ParquetRows, RowGroup
-from .rebuild import rebuild_batches, rebuild_partitions
+from .rebuild import Batches, rebuild_partitions, rebuild_run
 
 log = logging.getLogger("neve.table.serve")
 
@@ -62,8 +62,7 @@ class Run:
 
     lo: int
     hi: int
-    lasts: list[int]  # each batch's last offset held, ascending
-    batches: list[bytes]
+    batches: Batches  # in offset order, in one buffer
     size: int
     # The rows of the batch the window cut (rows up to `read_to` are all read), carried into the
     # next window so that no row group is decoded twice by a consumer reading on; None when the
@@ -95,11 +94,12 @@ class CompactedReader:
         # own rows (the window's way), not the whole row group again for it
         self._rebuilt: OrderedDict[tuple, None] = OrderedDict()
 
-    async def read(self, topic_id, partition: int, entry, fetch_offset: int, budget: int, first: bool, compression: str = "producer") -> tuple[bytes | None, bool]:
+    async def read(self, topic_id, partition: int, entry, fetch_offset: int, budget: int, first: bool, compression: str = "producer") -> tuple[bytes | memoryview | None, bool]:
         """Batches of `entry` (a PARQUET index entry of the partition) from the one holding
         `fetch_offset`, within `budget` bytes (at least one batch when `first`); and whether the
-        entry was read to its end. Raises ObjectStoreError when the files cannot be read."""
-        pieces: list[bytes] = []
+        entry was read to its end. A run's batches go out as one slice of its buffer (not a copy;
+        nothing writes to it once built). Raises ObjectStoreError when the files cannot be read."""
+        pieces: list[memoryview] = []
         used = 0
         offset = max(fetch_offset, entry.base_offset)
         while offset <= entry.last_offset:
@@ -107,16 +107,19 @@ class CompactedReader:
             if run is None:
                 break
             self._read_next(topic_id, partition, entry, run, compression)
-            i = bisect_left(run.lasts, offset)
-            first_i = i
+            lasts, bounds = run.batches.lasts, run.batches.bounds
+            i = start = bisect_left(lasts, offset)
             # a run rebuilt whole for its cycle may reach past an entry that covers less of it
-            while i < len(run.batches) and (i == first_i or run.lasts[i - 1] < entry.last_offset):
-                batch = run.batches[i]
-                if used + len(batch) > budget and (pieces or not first):
+            while i < len(lasts) and (i == start or lasts[i - 1] < entry.last_offset):
+                size = bounds[i + 1] - bounds[i]
+                if used + size > budget and (pieces or i > start or not first):
+                    if i > start:
+                        pieces.append(run.batches.data[bounds[start] : bounds[i]])
                     return _joined(pieces), False
-                pieces.append(batch)
-                used += len(batch)
+                used += size
                 i += 1
+            if i > start:
+                pieces.append(run.batches.data[bounds[start] : bounds[i]])
             offset = run.hi + 1
         return _joined(pieces), True
 
@@ -281,16 +284,16 @@ class CompactedReader:
         rows, hi, complete = window
         encoders = await self._encoders_for(rows)
         try:
-            lasts, batches = await asyncio.to_thread(rebuild_batches, rows, compression, encoders, complete)
+            batches = await asyncio.to_thread(rebuild_run, rows, compression, encoders, complete)
         except (ValueError, TypeError, KeyError, OverflowError, pa.ArrowException) as e:
             raise ObjectStoreError(f"rows of {entry.object_key} partition {partition} from offset {offset} do not rebuild: {e!r}") from e
-        run = Run(offset, hi, lasts, batches, sum(len(b) for b in batches))
+        run = Run(offset, hi, batches, len(batches.data))
         if not complete and len(rows):
             # the window's last batch may go on past it: its rows are carried into the next window
             bases = pc.struct_field(rows.column("kafka"), "batch_base_offset").to_numpy(zero_copy_only=False)
             cut = int(np.searchsorted(bases, bases[-1], side="left"))
             run.carry, run.read_to = rows.slice(cut), hi
-            run.hi = lasts[-1] if batches else hi
+            run.hi = batches.lasts[-1] if len(batches) else hi
         return run
 
     async def _window(self, partition: int, entry, offset: int, columns: Sequence[str], carry: tuple[pa.Table, int] | None = None) -> tuple[pa.Table, int, bool] | None:
@@ -382,17 +385,16 @@ def _rebuild_held(rows: pa.Table, partitions: np.ndarray, held: dict[int, tuple[
         return {}
     start, stop = (int(i) for i in np.searchsorted(partitions, [wanted[0], wanted[-1] + 1]))
     rows, bases = rows.slice(start, stop - start), bases[start:stop]
-    starts, lasts, batches = rebuild_partitions(rows, compression, encoders)
-    of_batch, batch_bases, batch_lasts = partitions[start:stop][starts], bases[starts], np.asarray(lasts, dtype=np.int64)
+    starts, batches = rebuild_partitions(rows, compression, encoders)
+    of_batch, batch_bases, batch_lasts = partitions[start:stop][starts], bases[starts], np.asarray(batches.lasts, dtype=np.int64)
     out = {}
     for p, lo, hi in zip(wanted, *np.searchsorted(of_batch, [wanted, [q + 1 for q in wanted]]), strict=True):
         first, last = held[p]
         mine = np.arange(lo, hi)[(batch_lasts[lo:hi] >= first) & (batch_bases[lo:hi] <= last)]
         if not len(mine) or batch_bases[mine[0]] < first or batch_lasts[mine[-1]] > last:
             continue
-        i, j = int(mine[0]), int(mine[-1]) + 1
-        taken = batches[i:j]
-        out[p] = Run(first, last, lasts[i:j], taken, sum(len(b) for b in taken))
+        taken = batches.part(int(mine[0]), int(mine[-1]) + 1)
+        out[p] = Run(first, last, taken, len(taken.data))
     return out
 
 
@@ -431,7 +433,7 @@ def _batches_in(rows: pa.Table) -> int:
     return len(pc.unique(pc.struct_field(rows.column("kafka"), "batch_base_offset")))
 
 
-def _joined(pieces: list[bytes]) -> bytes | None:
+def _joined(pieces: list[memoryview]) -> bytes | memoryview | None:
     if not pieces:
         return None
     return pieces[0] if len(pieces) == 1 else b"".join(pieces)
