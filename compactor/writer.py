@@ -136,6 +136,7 @@ class TableWriter:
         self.row_group_rows = int(self.table_properties.get(ROW_GROUP_ROWS_PROPERTY, DEFAULT_ROW_GROUP_ROWS))
         self.row_group_bytes = int(self.table_properties.get(ROW_GROUP_BYTES_PROPERTY, DEFAULT_ROW_GROUP_BYTES))
         self.arrow = arrow_schema(schema)
+        self._dictionary = _dictionary_columns(self.arrow)
         self._partition_of = _partitioner(schema, spec)
         self._raw_partition = _raw_partitioner(schema, spec)
         self._files: dict[tuple, _OpenFile] = {}
@@ -291,6 +292,7 @@ class TableWriter:
             coerce_timestamps="us",
             allow_truncated_timestamps=False,
             store_decimal_as_integer=True,  # as pyiceberg writes decimals
+            use_dictionary=self._dictionary,
         )
         return _OpenFile(path, schema_id, partition, sink, writer)
 
@@ -354,6 +356,20 @@ def _as_raw(row: dict[str, Any], reason: str) -> dict[str, Any]:
     raw["value"] = None
     raw["value_error"] = reason
     return raw
+
+
+def _dictionary_columns(arrow: pa.Schema) -> list[str]:
+    """The Parquet columns written with a dictionary: the value's, where a topic's own fields
+    (a country, a status) repeat and readers filter. The kafka struct, headers, key_raw and
+    value_raw are plain (and zstd): offsets and timestamps never repeat, raw values seldom, and a
+    batch field repeated row after row zstd takes as well; a dictionary cost a quarter of the
+    write of 100-byte raw values and made the file larger."""
+    if "value" not in arrow.names:
+        return []
+    sink = pa.BufferOutputStream()
+    pq.ParquetWriter(sink, arrow, store_decimal_as_integer=True).close()  # a file of no rows: its schema
+    parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
+    return [parquet.column(i).path for i in range(len(parquet)) if parquet.column(i).path.split(".")[0] == "value"]
 
 
 def _open_output(filesystem: Any, path: str) -> Any:

@@ -121,6 +121,10 @@ def test_rows_of_every_type_read_back_exactly_with_field_ids(writer_setup):
     assert timestamp.converted_type == "TIMESTAMP_MICROS"
     assert ids["value.uid"].logical_type.type == "UUID"
     assert parquet.row_group(0).column(0).compression == "ZSTD"
+    # A dictionary for the value's columns alone: neve's own columns are plain (and zstd).
+    group = parquet.row_group(0)
+    dictionary = {group.column(i).path_in_schema for i in range(group.num_columns) if group.column(i).has_dictionary_page}
+    assert dictionary == {path for path, column in ids.items() if path.startswith("value.") and column.physical_type != "BOOLEAN"}  # Parquet has no dictionary of booleans
 
 
 def test_one_file_per_schema_id_and_partition_value_with_row_ranges(writer_setup):
