@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import json
 import os
 import statistics
@@ -27,17 +28,40 @@ def _cpu() -> float:
     return cpu
 
 
+def _cpu_by_process() -> dict[str, float]:
+    """The tree's CPU seconds by kind of process: this one (the driver's Python: plan, commit,
+    index swap; in-process, the tasks too), Spark's JVM, and the Python below it (pyspark's
+    daemon and the workers that run the tasks); each counts its reaped children."""
+    out = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0}
+    me, ticks = os.getpid(), os.sysconf("SC_CLK_TCK")
+    todo = [me]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            for children in glob.glob(f"/proc/{pid}/task/*/children"):
+                with open(children) as f:
+                    todo += [int(child) for child in f.read().split()]
+        except OSError:  # exited meanwhile: its parent's cutime has it
+            continue
+        name, after = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        kind = "driver" if pid == me else "jvm" if name == "java" else "python workers"
+        out[kind] += sum(int(x) for x in after[11:15]) / ticks
+    return out
+
+
 async def _compact(service, info) -> dict:
     """Cycles of one topic until one finds nothing due: wall seconds and tree CPU to the end of the
     last cycle with work, WAL bytes read, rows and files committed, outcomes."""
-    wall0, cpu0 = time.monotonic(), _cpu()
-    wall, cpu = 0.0, 0.0
+    wall0, cpu0, by_process0 = time.monotonic(), _cpu(), _cpu_by_process()
+    wall, cpu, by_process = 0.0, 0.0, by_process0
     done = {"cycles": 0, "wal_bytes": 0, "rows": 0, "files": 0, "parquet_bytes": 0, "outcomes": {}}
     while True:
         cycle = await service.compact_topic(info)
         if cycle.cycle_id is None:
             break
-        wall, cpu = time.monotonic() - wall0, _cpu() - cpu0
+        wall, cpu, by_process = time.monotonic() - wall0, _cpu() - cpu0, _cpu_by_process()
         done["cycles"] += 1
         done["wal_bytes"] += cycle.bytes_read
         done["rows"] += cycle.rows
@@ -48,6 +72,7 @@ async def _compact(service, info) -> dict:
     done["table"] = cycle.table
     done["seconds"] = round(wall, 3)
     done["cpu_s"] = round(cpu, 3)
+    done["cpu_s_by_process"] = {kind: round(by_process[kind] - by_process0[kind], 3) for kind in by_process}
     return done
 
 

@@ -97,7 +97,8 @@ def run(r) -> None:
                 runner, codec, f"{size} B", f"{m['rows']:,}", f"{row['wal_mib']:.1f}", f"{row['mib_per_s']:.1f}", f"{row['pyarrow_mib_per_s']:.1f}",
                 f"{row['ratio_to_pyarrow']:.2f}", f"{row['cpu_s_per_gib']:.1f}", f"{row['mib_per_cpu_s']:.1f}", f"{row['ratio_to_pyarrow_cpu']:.2f}", f"{m['load_average']}",
             ])  # fmt: skip
-            r.progress.line(f"{codec} {size} B: {row['mib_per_s']:.1f} MiB/s ({row['ratio_to_pyarrow']:.2f} of pyarrow's {row['pyarrow_mib_per_s']:.1f}), {row['cpu_s_per_gib']:.1f} CPU-s/GiB, load {m['load_average']}")
+            by_process = ", ".join(f"{kind} {cpu:.1f}" for kind, cpu in row["cpu_s_per_gib_by_process"].items())
+            r.progress.line(f"{codec} {size} B: {row['mib_per_s']:.1f} MiB/s ({row['ratio_to_pyarrow']:.2f} of pyarrow's {row['pyarrow_mib_per_s']:.1f}), {row['cpu_s_per_gib']:.1f} CPU-s/GiB ({by_process}), load {m['load_average']}")
     r.derived["compaction"] = rows
     r.derived["produced"] = produced
     r.derived.setdefault("tables", {})["Compaction of WAL into committed Iceberg data, against pyarrow writing the same rows"] = {
@@ -132,6 +133,7 @@ def _row(runner: str, codec: str, size: int, m: dict, p: dict) -> dict:
         "value_mib": round(p["value_bytes"] / 2**20, 2),
         "seconds": m["seconds"],
         "cpu_s": m["cpu_s"],
+        "cpu_s_per_gib_by_process": {kind: round(cpu / (m["wal_bytes"] / GiB), 2) for kind, cpu in m.get("cpu_s_by_process", {}).items()},
         "mib_per_s": round(wal_mib / m["seconds"], 2),
         "rows_per_s": round(m["rows"] / m["seconds"]),
         "cpu_s_per_gib": round(m["cpu_s"] / (m["wal_bytes"] / GiB), 2),
