@@ -62,7 +62,9 @@ class Run:
 
     lo: int
     hi: int
-    batches: Batches  # in offset order, in one buffer
+    # in offset order, in one buffer or two: a batch carried from the last window is rebuilt on
+    # its own, so that the rest of the window's rows (one row group's) are not copied to join it
+    parts: list[Batches]
     size: int
     # The rows of the batch the window cut (rows up to `read_to` are all read), carried into the
     # next window so that no row group is decoded twice by a consumer reading on; None when the
@@ -107,19 +109,22 @@ class CompactedReader:
             if run is None:
                 break
             self._read_next(topic_id, partition, entry, run, compression)
-            lasts, bounds = run.batches.lasts, run.batches.bounds
-            i = start = bisect_left(lasts, offset)
-            # a run rebuilt whole for its cycle may reach past an entry that covers less of it
-            while i < len(lasts) and (i == start or lasts[i - 1] < entry.last_offset):
-                size = bounds[i + 1] - bounds[i]
-                if used + size > budget and (pieces or i > start or not first):
-                    if i > start:
-                        pieces.append(run.batches.data[bounds[start] : bounds[i]])
-                    return _joined(pieces), False
-                used += size
-                i += 1
-            if i > start:
-                pieces.append(run.batches.data[bounds[start] : bounds[i]])
+            last = None  # of the last batch served from this run
+            for part in run.parts:
+                lasts, bounds = part.lasts, part.bounds
+                i = start = bisect_left(lasts, offset)
+                # a run rebuilt whole for its cycle may reach past an entry that covers less of it
+                while i < len(lasts) and (last is None or last < entry.last_offset):
+                    size = bounds[i + 1] - bounds[i]
+                    if used + size > budget and (pieces or i > start or not first):
+                        if i > start:
+                            pieces.append(part.data[bounds[start] : bounds[i]])
+                        return _joined(pieces), False
+                    used += size
+                    last = lasts[i]
+                    i += 1
+                if i > start:
+                    pieces.append(part.data[bounds[start] : bounds[i]])
             offset = run.hi + 1
         return _joined(pieces), True
 
@@ -283,17 +288,22 @@ class CompactedReader:
             return None
         rows, hi, complete = window
         encoders = await self._encoders_for(rows)
+        bases = pc.struct_field(rows.column("kafka"), "batch_base_offset").to_numpy(zero_copy_only=False)
+        # the carried batch's rows (two row groups' pieces) apart from the rest (one row group's
+        # slice, as decoded) when more batches follow it
+        carried = int(np.searchsorted(bases, bases[0], side="right")) if carry is not None and len(rows) else 0
+        pieces = [rows] if not 0 < carried < len(rows) else [rows.slice(0, carried), rows.slice(carried)]
         try:
-            batches = await asyncio.to_thread(rebuild_run, rows, compression, encoders, complete)
+            parts = await asyncio.to_thread(lambda: [rebuild_run(p, compression, encoders, complete or p is not pieces[-1]) for p in pieces])
         except (ValueError, TypeError, KeyError, OverflowError, pa.ArrowException) as e:
             raise ObjectStoreError(f"rows of {entry.object_key} partition {partition} from offset {offset} do not rebuild: {e!r}") from e
-        run = Run(offset, hi, batches, len(batches.data))
+        run = Run(offset, hi, parts, sum(len(p.data) for p in parts))
         if not complete and len(rows):
             # the window's last batch may go on past it: its rows are carried into the next window
-            bases = pc.struct_field(rows.column("kafka"), "batch_base_offset").to_numpy(zero_copy_only=False)
             cut = int(np.searchsorted(bases, bases[-1], side="left"))
             run.carry, run.read_to = rows.slice(cut), hi
-            run.hi = batches.lasts[-1] if len(batches) else hi
+            lasts = [last for p in parts for last in p.lasts[-1:]]
+            run.hi = lasts[-1] if lasts else hi
         return run
 
     async def _window(self, partition: int, entry, offset: int, columns: Sequence[str], carry: tuple[pa.Table, int] | None = None) -> tuple[pa.Table, int, bool] | None:
@@ -394,7 +404,7 @@ def _rebuild_held(rows: pa.Table, partitions: np.ndarray, held: dict[int, tuple[
         if not len(mine) or batch_bases[mine[0]] < first or batch_lasts[mine[-1]] > last:
             continue
         taken = batches.part(int(mine[0]), int(mine[-1]) + 1)
-        out[p] = Run(first, last, taken, len(taken.data))
+        out[p] = Run(first, last, [taken], len(taken.data))
     return out
 
 
