@@ -52,7 +52,8 @@ log = logging.getLogger("neve.table.serve")
 ROW_COLUMNS = ("headers", "key_raw", "value_raw", "value_schema_id", "value")
 GROUP_COLUMNS = ("kafka", *ROW_COLUMNS)  # as ParquetRows.read asks for them: one decode serves both ways
 MANIFESTS_INDEXED = 256  # cycle manifests whose partitions are kept by number
-GROUPS_REMEMBERED = 4096  # row groups rebuilt whole, remembered so that each is rebuilt whole once
+GROUPS_REMEMBERED = 4096
+ROOM_LOOKS = 64  # least recently used runs a read ahead looks through for room  # row groups rebuilt whole, remembered so that each is rebuilt whole once
 
 
 @dataclass(slots=True)
@@ -88,6 +89,9 @@ class CompactedReader:
         self._of_partition: dict[tuple, dict[int, Run]] = {}
         self._cache_bytes = cache_bytes
         self._cached = 0
+        # each partition's run last served (by its run key): the runs consumers are on, which
+        # reads ahead and evictions spare while runs already read past can go
+        self._serving: dict[tuple, tuple] = {}
         self._loading = SingleFlight()
         self._ahead: set[asyncio.Task] = set()
         self._parts: OrderedDict[str, dict[int, PartitionCompaction]] = OrderedDict()
@@ -108,6 +112,7 @@ class CompactedReader:
             run = await self._run(topic_id, partition, entry, offset, compression)
             if run is None:
                 break
+            self._serving[(topic_id, partition, compression)] = (topic_id, partition, compression, run.lo)
             self._read_next(topic_id, partition, entry, run, compression)
             last = None  # of the last batch served from this run
             for part in run.parts:
@@ -172,11 +177,11 @@ class CompactedReader:
     def _read_next(self, topic_id, partition: int, entry, run: Run, compression: str) -> None:
         """Start rebuilding the run after `run` while its batches are served: a consumer reading
         on finds it ready (one run ahead, at most; kept in the same LRU). Not when the cache has
-        no room for it (a run about the size of this one) without evicting: a read ahead must not
-        push out runs that consumers are reading."""
+        no room for it (a run about the size of this one) but by evicting runs that consumers are
+        on: a read ahead must not push those out (runs already read past may go)."""
         offset = run.hi + 1
         key = (topic_id, partition, compression)
-        if offset > entry.last_offset or self._cached + run.size > self._cache_bytes or (*key, entry.object_key, offset) in self._loading:
+        if offset > entry.last_offset or (*key, entry.object_key, offset) in self._loading or not self._room_for(run.size):
             return
         if any(r.lo <= offset <= r.hi for r in self._of_partition.get(key, {}).values()):
             return
@@ -203,7 +208,36 @@ class CompactedReader:
         self._of_partition.setdefault(key, {})[run.lo] = run
         self._cached += run.size
 
+    def _room_for(self, size: int) -> bool:
+        """Whether `size` more bytes fit, evicting only runs no consumer is on (among the
+        ROOM_LOOKS least recently used)."""
+        free = self._cache_bytes - self._cached
+        if free >= size:
+            return True
+        serving = set(self._serving.values())
+        for n, (run_key, run) in enumerate(self._runs.items()):
+            if n >= ROOM_LOOKS:
+                break
+            if run_key not in serving:
+                free += run.size
+                if free >= size:
+                    return True
+        return False
+
     def _evict(self) -> None:
+        """Least recently used runs first, those no consumer is on before those one is."""
+        if self._cached <= self._cache_bytes or len(self._runs) <= 1:
+            return
+        serving = set(self._serving.values())
+        victims, over = [], self._cached - self._cache_bytes
+        for run_key, run in self._runs.items():
+            if over <= 0 or len(victims) >= len(self._runs) - 1:
+                break
+            if run_key not in serving:
+                victims.append(run_key)
+                over -= run.size
+        for run_key in victims:
+            self._forget(run_key)
         while self._cached > self._cache_bytes and len(self._runs) > 1:
             self._forget(next(iter(self._runs)))
 

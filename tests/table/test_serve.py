@@ -129,14 +129,16 @@ def test_timestamps_are_found_in_offset_order(table):
         assert asyncio.run(reader.offset_for_timestamp(TOPIC_ID, 0, entry, target)) == first
 
 
-def test_the_next_run_is_rebuilt_ahead_and_no_row_is_read_twice(table):
+@pytest.mark.parametrize("cache_bytes", [64 << 20, 3000])
+def test_the_next_run_is_rebuilt_ahead_and_no_row_is_read_twice(table, cache_bytes):
     """While a consumer is served from one run, the next is rebuilt: once those reads ahead are
     done, each following fetch is answered without reading a file, and reading the partition
-    through decodes each of its rows once (the cut batch carried from run to run)."""
+    through decodes each of its rows once (the cut batch carried from run to run); also when the
+    cache has room for a few runs only (runs read past make room, the one being read stays)."""
     wal, entry, want = table
 
     async def check():
-        reader = reader_over(wal, 64 << 20)
+        reader = reader_over(wal, cache_bytes)
         decoded, original = [], reader.rows.read
 
         async def read(path, partition, lo, hi, columns):
