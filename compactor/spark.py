@@ -36,6 +36,7 @@ SPARK_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
 # (an IAM role): nothing is handed on, and executors use their own machine's role.
 EXECUTOR_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION")
 S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+DAEMON_MODULE = "compactor.spark_daemon"  # forks Python workers with the tasks' modules imported
 
 
 class SparkStartError(RuntimeError):
@@ -164,6 +165,7 @@ def session_conf(config: CompactorConfig, jars: list[Path], environ: Mapping[str
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "8",  # the compactor's shuffles are small; 200 tasks each is pure overhead
+        "spark.python.daemon.module": DAEMON_MODULE,
     }
     if is_local(config.spark_master):  # executors on other machines must reach a cluster's driver
         conf |= {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
