@@ -27,7 +27,7 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 # since the epoch of 0001-01-01 and 9999-12-31, and the microseconds of the same span.
 _MIN_DAY, _MAX_DAY = -719_162, 2_932_896
 _MIN_MICROS, _MAX_MICROS = _MIN_DAY * 86_400_000_000, (_MAX_DAY + 1) * 86_400_000_000 - 1
-_PAD = bytes(16)  # the longest read past a value's end: a varint's 10 bytes, a double's 8
+_PAD = 16  # bytes after the values: the longest read past a value's end is a varint's 10, a double's 8
 _FRAME = 5  # Confluent's framing: a zero byte, then the schema id (4 bytes, big-endian)
 
 
@@ -158,13 +158,16 @@ def value_columns(rows: RawRows, schema_id: int, record: _Record, value_type: pa
     offsets = np.frombuffer(raw.buffers()[1], dtype=np.int64, count=n + 1, offset=raw.offset * 8)
     data = raw.buffers()[2]
     first = int(offsets[0])
-    blob = (data.to_pybytes()[first : int(offsets[-1])] if data is not None else b"") + _PAD
-    buf = np.frombuffer(blob, dtype=np.uint8)
+    size = int(offsets[-1]) - first
+    buf = np.empty(size + _PAD, dtype=np.uint8)  # one copy, padded: reads past a value's end stay inside
+    if size:
+        buf[:size] = np.frombuffer(data, dtype=np.uint8, count=size, offset=first)
+    buf[size:] = 0
     start, end = offsets[:-1] - first, offsets[1:] - first
     ok = (end - start >= _FRAME) & raw.is_valid().to_numpy(zero_copy_only=False)
     head = sliding_window_view(buf, _FRAME)[np.minimum(start, len(buf) - _FRAME)]
     ok &= (head[:, 0] == 0) & ((head[:, 1:].astype(np.int64) << np.array([24, 16, 8, 0])).sum(axis=1) == schema_id)
-    reader = _Reader(buf, np.where(ok, start + _FRAME, end), end, pa.py_buffer(blob), ~ok)
+    reader = _Reader(buf, np.where(ok, start + _FRAME, end), end, pa.py_buffer(buf), ~ok)
     value = reader.record(record, None, value_type)
     if value is None:
         return None
