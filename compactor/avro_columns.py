@@ -37,6 +37,16 @@ class _Leaf:
 
 
 @dataclass(frozen=True, slots=True)
+class _Enum:
+    symbols: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Fixed:
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class _Nullable:
     null_index: int  # the null branch's index in the union (0 or 1)
     inner: Any
@@ -140,6 +150,10 @@ def _plan(avro: Any, names: dict[str, Any], records: tuple[str, ...]) -> Any:
         return _Record(fields)
     if logical is None and kind in _LEAVES:
         return _Leaf(kind)
+    if kind == "enum":
+        return _Enum(tuple(avro["symbols"]))
+    if kind == "fixed" and logical is None:
+        return _Fixed(avro["size"])
     if (kind, logical) in _LOGICAL:
         return _Leaf(logical)
     raise _Unsupported
@@ -247,6 +261,18 @@ class _Reader:
             self.bad |= failed if live is None else failed & live
             present = index != node.null_index
             return self.node(node.inner, present if live is None else present & live, arrow)
+        if isinstance(node, _Enum):
+            index = self.varint(live)
+            failed = (index < 0) | (index >= len(node.symbols))
+            self.bad |= failed if live is None else failed & live
+            valid = ~failed if live is None else live & ~failed
+            symbols = pa.array(node.symbols, type=pa.large_string())
+            return _cast(symbols.take(pa.array(np.where(valid, index, 0), mask=~valid)), arrow)
+        if isinstance(node, _Fixed):
+            rows = self.fixed(node.size, live)
+            validity = None if live is None else pa.py_buffer(np.packbits(live, bitorder="little"))
+            array = pa.FixedSizeBinaryArray.from_buffers(pa.binary(node.size), len(rows), [validity, pa.py_buffer(rows)])
+            return _cast(array, arrow)
         return self.leaf(node.kind, live, arrow)
 
     def leaf(self, kind: str, live: np.ndarray | None, arrow: pa.DataType) -> pa.Array | None:
@@ -314,7 +340,7 @@ class _Reader:
 def _cast(array: pa.Array, arrow: pa.DataType) -> pa.Array | None:
     """`array` as the table's type of its field (the same, or a promotion: int to long, float to
     double); None when the table's type is another."""
-    if array.type == arrow:
+    if array.type.equals(arrow):
         return array
     if (array.type, arrow) in ((pa.int32(), pa.int64()), (pa.float32(), pa.float64())) or (pa.types.is_large_binary(array.type) and pa.types.is_binary(arrow)) or (pa.types.is_large_string(array.type) and pa.types.is_string(arrow)):
         return array.cast(arrow)

@@ -43,8 +43,13 @@ _READ_LEAVES = [
 
 
 def read_type(path: str, depth: int):
-    """Field types avro_columns.py reads: leaves, unions of null and one of them, records of them."""
-    leaf = st.sampled_from(_READ_LEAVES)
+    """Field types avro_columns.py reads: leaves, enums, fixed, unions of null and one of them,
+    records of them."""
+    leaf = st.one_of(
+        st.sampled_from(_READ_LEAVES),
+        st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=4, unique=True).map(lambda s: {"type": "enum", "name": f"E{path}", "symbols": s}),
+        st.integers(1, 8).map(lambda n: {"type": "fixed", "name": f"F{path}", "size": n}),
+    )
     nullable = leaf.flatmap(lambda t: st.sampled_from((["null", t], [t, "null"])))
     if depth >= 2:
         return st.one_of(leaf, nullable)
@@ -107,7 +112,7 @@ def test_values_taken_are_those_the_translator_keeps_as_columns_alone(case):
     [
         {"type": "record", "name": "E", "fields": [{"name": "tags", "type": {"type": "array", "items": "string"}}]},
         {"type": "record", "name": "E", "fields": [{"name": "u", "type": ["null", "int", "string"]}]},
-        {"type": "record", "name": "E", "fields": [{"name": "k", "type": {"type": "enum", "name": "K", "symbols": ["A"]}}]},
+        {"type": "record", "name": "E", "fields": [{"name": "k", "type": {"type": "fixed", "name": "K", "size": 4, "logicalType": "decimal", "precision": 5}}]},
         {"type": "record", "name": "E", "fields": [{"name": "t", "type": {"type": "int", "logicalType": "time-millis"}}]},
         "string",
     ],
