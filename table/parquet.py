@@ -202,13 +202,15 @@ class _Sparse(io.RawIOBase):
     def size(self) -> int:
         return self._size
 
-    def read(self, n: int = -1) -> bytes:
+    def read(self, n: int = -1) -> memoryview:
+        """The bytes asked for as a view of the piece holding them (pyarrow takes any buffer: a
+        column chunk is not copied before it is decompressed)."""
         end = self._size if n < 0 else min(self._size, self._pos + n)
         for start in reversed(self._starts):
             if start <= self._pos:
                 piece = self._pieces[start]
                 if self._pos + (end - self._pos) <= start + len(piece):
-                    out = bytes(piece[self._pos - start : end - start])
+                    out = memoryview(piece)[self._pos - start : end - start]
                     self._pos = end
                     return out
                 break
