@@ -161,7 +161,9 @@ def object_get(size: int) -> None:
 
 class MetadataOpsCollector:
     """`neve_metadata_ops_total`: requests the broker made to its metadata store, read from the
-    store's own `ops` count when it keeps one (the etcd store does), for the cost benchmark."""
+    store's own `ops` count when it keeps one (the etcd store does), for the cost benchmark; and
+    the size of the offset index the broker holds in memory (`neve_offset_index_entries`,
+    `neve_offset_index_bytes`)."""
 
     def __init__(self, store) -> None:
         self.store = store
@@ -170,6 +172,9 @@ class MetadataOpsCollector:
         ops = getattr(self.store, "ops", None)
         if ops is not None:
             yield CounterMetricFamily("neve_metadata_ops", "Requests made to the metadata store", value=ops)
+        entries, size = self.store.index_size()
+        yield GaugeMetricFamily("neve_offset_index_entries", "Offset index entries the broker holds in memory", value=entries)
+        yield GaugeMetricFamily("neve_offset_index_bytes", "Bytes of the offset index's columns in the broker's memory (object key strings not counted)", value=size)
 
 
 def expose_metadata_ops(store) -> None:

@@ -1,88 +1,136 @@
 """The in-memory view of the offset index that every backend serves reads from: per partition,
-the head (next offset, log start) and the index entries in offset order, with two parallel arrays
-to bisect on: last offsets (offset lookups) and the running maximum of max_timestamp (entries'
+the head (next offset, log start) and the index entries in offset order. Entries are held as
+columns (`array('q')` of offsets, byte ranges and timestamps, the object keys as references to
+strings shared by every entry of one WAL object), about 60 bytes an entry against 244 as
+IndexEntry objects; IndexEntry values are made only for what a read returns. Two of the columns
+are bisected: last offsets (offset lookups) and the running maximum of max_timestamp (entries'
 timestamps are not monotonic; their running maximum is)."""
 
 from __future__ import annotations
 
 import bisect
 import uuid
+from array import array
 from collections.abc import Sequence
 
-from .model import IndexEntry
+from .model import IndexEntry, ObjectType
 
 TopicPartition = tuple[uuid.UUID, int]
 
+_TYPES = tuple(ObjectType)  # by value: indexing is cheaper than ObjectType(kind)
+WAL = int(ObjectType.WAL)
+ENTRY_BYTES = 6 * 8 + 8 + 1  # the columns' bytes per entry (arrays over-allocate a little more)
+
 
 class PartitionView:
-    __slots__ = ("next_offset", "log_start_offset", "entries", "last_offsets", "running_max")
+    __slots__ = ("next_offset", "log_start_offset", "_base", "_last", "_start", "_size", "_max_ts", "_running_max", "_keys", "_types")
 
     def __init__(self, next_offset: int = 0, log_start_offset: int = 0) -> None:
         self.next_offset = next_offset
         self.log_start_offset = log_start_offset
-        self.entries: list[IndexEntry] = []
-        self.last_offsets: list[int] = []
-        self.running_max: list[int] = []
+        self._base = array("q")
+        self._last = array("q")
+        self._start = array("q")
+        self._size = array("q")
+        self._max_ts = array("q")
+        self._running_max = array("q")
+        self._keys: list[str] = []
+        self._types = bytearray()
+
+    def __len__(self) -> int:
+        return len(self._base)
+
+    def _entry(self, i: int) -> IndexEntry:
+        return IndexEntry(self._base[i], self._last[i], self._keys[i], _TYPES[self._types[i]], self._start[i], self._size[i], self._max_ts[i])
+
+    def _entries(self, i: int, j: int) -> list[IndexEntry]:
+        """Entries i to j (exclusive) as values: one or two (a tailing reader's) one by one, more
+        column by column (a slice of each)."""
+        j = min(j, len(self._base))
+        if j - i <= 2:
+            return [self._entry(k) for k in range(i, j)]
+        return list(map(IndexEntry, self._base[i:j], self._last[i:j], self._keys[i:j], map(_TYPES.__getitem__, self._types[i:j]), self._start[i:j], self._size[i:j], self._max_ts[i:j]))
 
     def add(self, entry: IndexEntry) -> None:
         """Insert an entry; entries usually arrive in offset order (then this is an append), and
         one already present (same base offset) is replaced."""
-        if not self.entries or entry.base_offset > self.entries[-1].base_offset:
-            self.entries.append(entry)
-            self.last_offsets.append(entry.last_offset)
-            prev = self.running_max[-1] if self.running_max else entry.max_timestamp
-            self.running_max.append(max(prev, entry.max_timestamp))
+        self.add_fields(entry.base_offset, entry.last_offset, entry.object_key, int(entry.object_type), entry.start, entry.size, entry.max_timestamp)
+
+    def add_fields(self, base: int, last: int, key: str, kind: int, start: int, size: int, max_ts: int) -> None:
+        """`add` without an IndexEntry: what a follower calls per entry of a wal-index record."""
+        bases = self._base
+        if not bases or base > bases[-1]:
+            bases.append(base)
+            self._last.append(last)
+            self._keys.append(key)
+            self._types.append(kind)
+            self._start.append(start)
+            self._size.append(size)
+            self._max_ts.append(max_ts)
+            running = self._running_max
+            running.append(max(running[-1], max_ts) if running else max_ts)
             return
-        i = bisect.bisect_left(self.last_offsets, entry.base_offset)
-        if i < len(self.entries) and self.entries[i].base_offset == entry.base_offset:
-            self.entries[i] = entry
-            self.last_offsets[i] = entry.last_offset
+        i = bisect.bisect_left(self._last, base)
+        if i < len(bases) and bases[i] == base:
+            self._last[i], self._keys[i], self._types[i] = last, key, kind
+            self._start[i], self._size[i], self._max_ts[i] = start, size, max_ts
         else:
-            self.entries.insert(i, entry)
-            self.last_offsets.insert(i, entry.last_offset)
-            self.running_max.insert(i, 0)
+            for column, value in ((bases, base), (self._last, last), (self._keys, key), (self._start, start), (self._size, size), (self._max_ts, max_ts), (self._running_max, 0)):
+                column.insert(i, value)
+            self._types.insert(i, kind)
         self._recompute_running_max(i)
 
     def replace(self, entry: IndexEntry) -> list[IndexEntry]:
         """Compaction's swap: `entry` takes the place of every entry within its offsets
         [base_offset, last_offset] (which it must cover exactly, whole entries); returns them."""
-        i = bisect.bisect_left(self.last_offsets, entry.base_offset)
-        j = bisect.bisect_right(self.last_offsets, entry.last_offset)
-        replaced = self.entries[i:j]
-        self.entries[i:j] = [entry]
-        self.last_offsets[i:j] = [entry.last_offset]
-        self.running_max[i:j] = [0]
+        i = bisect.bisect_left(self._last, entry.base_offset)
+        j = bisect.bisect_right(self._last, entry.last_offset)
+        replaced = self._entries(i, j)
+        for column, value in ((self._base, entry.base_offset), (self._last, entry.last_offset), (self._start, entry.start), (self._size, entry.size), (self._max_ts, entry.max_timestamp), (self._running_max, 0)):
+            column[i:j] = array("q", (value,))
+        self._keys[i:j] = [entry.object_key]
+        self._types[i:j] = bytes((int(entry.object_type),))
         self._recompute_running_max(i)
         return replaced
 
     def covering(self, first_offset: int, last_offset: int) -> list[IndexEntry]:
         """The entries holding any offset in [first_offset, last_offset], in offset order."""
-        i = bisect.bisect_left(self.last_offsets, first_offset)
-        j = bisect.bisect_left(self.last_offsets, last_offset)
-        return self.entries[i : j + 1]
+        i = bisect.bisect_left(self._last, first_offset)
+        j = bisect.bisect_left(self._last, last_offset)
+        return self._entries(i, j + 1)
 
     def remove(self, base_offset: int) -> None:
-        i = bisect.bisect_left(self.last_offsets, base_offset)
-        if i < len(self.entries) and self.entries[i].base_offset == base_offset:
-            del self.entries[i], self.last_offsets[i], self.running_max[i]
+        i = bisect.bisect_left(self._last, base_offset)
+        if i < len(self._base) and self._base[i] == base_offset:
+            for column in (self._base, self._last, self._keys, self._types, self._start, self._size, self._max_ts, self._running_max):
+                del column[i]
             self._recompute_running_max(i)
 
     def _recompute_running_max(self, start: int) -> None:
-        prev = self.running_max[start - 1] if start > 0 else None
-        for j in range(start, len(self.entries)):
-            ts = self.entries[j].max_timestamp
+        running, max_ts = self._running_max, self._max_ts
+        prev = running[start - 1] if start > 0 else None
+        for j in range(start, len(max_ts)):
+            ts = max_ts[j]
             prev = ts if prev is None else max(prev, ts)
-            self.running_max[j] = prev
+            running[j] = prev
 
     def from_offset(self, offset: int, max_entries: int) -> list[IndexEntry]:
         if max_entries <= 0:
             return []
-        i = bisect.bisect_left(self.last_offsets, offset)
-        return self.entries[i : i + max_entries]
+        i = bisect.bisect_left(self._last, offset)
+        return self._entries(i, i + max_entries)
 
     def for_timestamp(self, timestamp: int) -> IndexEntry | None:
-        i = bisect.bisect_left(self.running_max, timestamp)
-        return self.entries[i] if i < len(self.entries) else None
+        i = bisect.bisect_left(self._running_max, timestamp)
+        return self._entry(i) if i < len(self._base) else None
+
+    def object_keys(self) -> set[str]:
+        """The objects this partition's entries name."""
+        return set(self._keys)
+
+    def index_bytes(self) -> int:
+        """The columns' size in memory (the object keys' strings, shared, not counted)."""
+        return sum(c.buffer_info()[1] * c.itemsize for c in (self._base, self._last, self._start, self._size, self._max_ts, self._running_max)) + 8 * len(self._keys) + len(self._types)
 
 
 class IndexReads:
@@ -124,5 +172,11 @@ class IndexReads:
         part = self._partitions.get((topic_id, partition))
         return part.for_timestamp(timestamp) if part is not None else None
 
+    def index_size(self) -> tuple[int, int]:
+        """The view's index entries and the bytes their columns take (`PartitionView.index_bytes`).
+        Safe from another thread (a metrics scrape): the partitions are copied in one C call."""
+        parts = list(self._partitions.values())
+        return sum(len(p) for p in parts), sum(p.index_bytes() for p in parts)
+
     def referenced_objects(self) -> set[str]:
-        return {e.object_key for part in self._partitions.values() for e in part.entries}
+        return {key for part in self._partitions.values() for key in part.object_keys()}

@@ -13,8 +13,8 @@ import orjson
 from ..model import BrokerRegistration, TopicInfo
 from ..sequencer import ProducerState
 from ..store import MetadataUnavailable, resolved_within
-from ..view import PartitionView
-from .keys import _decode_entry, _decode_topic, _Keys, _prefix_end, _split_key, decode_producer, decode_wal_index
+from ..view import WAL, PartitionView
+from .keys import _decode_entry, _decode_topic, _Keys, _prefix_end, _split_key, decode_producer
 
 log = logging.getLogger("neve.metadata.etcd")
 
@@ -433,12 +433,16 @@ class _Follower:
         return (found[1] if found is not None else None), int(base)
 
     def _apply_wal_index(self, raw: bytes) -> None:
-        _, entries = decode_wal_index(raw)
+        """A wal-index record's entries into their partitions' views, field by field (the layout
+        is `encode_wal_index`'s; no IndexEntry is made per entry)."""
+        key, topics = orjson.loads(raw)
         by_path = self._by_path
-        for path, entry in entries:
-            found = by_path.get(path)
-            if found is not None:
-                found[1].add(entry)
+        for topic, rows in topics:
+            prefix = topic + "/"
+            for partition, base, last, start, size, max_ts in rows:
+                found = by_path.get(prefix + partition)
+                if found is not None:
+                    found[1].add_fields(base, last, key, WAL, start, size, max_ts)
 
     def _apply_entry(self, rest: str, raw: bytes) -> None:
         """A per-entry key: it takes the place of whatever the view holds for its offsets (the

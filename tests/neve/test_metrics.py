@@ -37,6 +37,7 @@ def test_metrics_served_from_the_first_connection_and_count_stored_objects(neve_
     # the Kafka port accepts (neve_factory waited for it): the metrics endpoint must answer already
     before = scrape(port)
     assert before["neve_wal_object_puts_total"] == 0 and before["neve_wal_commits_total"] == 0
+    assert before["neve_offset_index_entries"] == 0
 
     admin = AdminClient({"bootstrap.servers": node.bootstrap})
     admin.create_topics([NewTopic("m", 2)])["m"].result(10)
@@ -53,6 +54,10 @@ def test_metrics_served_from_the_first_connection_and_count_stored_objects(neve_
     assert after["neve_wal_object_puts_total"] == count
     assert after["neve_wal_commits_total"] == count
     assert after["neve_wal_object_bytes_total"] == size
+    # one record per object: an index entry each, 57 bytes of columns (six 8-byte numbers, a
+    # reference to its object's key, its object type)
+    assert after["neve_offset_index_entries"] == count
+    assert after["neve_offset_index_bytes"] == 57 * count
     # every PUT and every commit timed
     assert after["neve_wal_put_seconds_count"] == count and after["neve_wal_put_seconds_sum"] > 0
     assert after["neve_wal_commit_seconds_count"] == count and after["neve_wal_commit_seconds_sum"] > 0
