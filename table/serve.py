@@ -214,26 +214,28 @@ class CompactedReader:
         free = self._cache_bytes - self._cached
         if free >= size:
             return True
-        serving = set(self._serving.values())
         for n, (run_key, run) in enumerate(self._runs.items()):
             if n >= ROOM_LOOKS:
                 break
-            if run_key not in serving:
+            if not self._served(run_key):
                 free += run.size
                 if free >= size:
                     return True
         return False
 
+    def _served(self, run_key: tuple) -> bool:
+        """Whether a consumer is on the run (its partition's run last served)."""
+        return self._serving.get(run_key[:3]) == run_key
+
     def _evict(self) -> None:
         """Least recently used runs first, those no consumer is on before those one is."""
         if self._cached <= self._cache_bytes or len(self._runs) <= 1:
             return
-        serving = set(self._serving.values())
         victims, over = [], self._cached - self._cache_bytes
         for run_key, run in self._runs.items():
             if over <= 0 or len(victims) >= len(self._runs) - 1:
                 break
-            if run_key not in serving:
+            if not self._served(run_key):
                 victims.append(run_key)
                 over -= run.size
         for run_key in victims:
