@@ -19,7 +19,6 @@ Values come from value_raw, or for Avro values kept as columns from the writer s
 
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,13 +31,17 @@ from wal.batch_builder import LOG_APPEND_TIME, NONE, codec_for, frame_batch
 
 from .avro_values import ValueEncoder
 
-_BATCH_FIELDS = ("timestamp_type", "batch_compression", "producer_id", "producer_epoch", "base_sequence", "is_control", "is_transactional")
 _MAX_VARINT = 10  # bytes of a 64-bit zigzag varint
 # Kafka's batch header (wal/batch.py's layout): the attribute bits besides the codec, and where
 # the CRC-32C sits (it covers the attributes to the batch's end)
 ATTRIBUTE_LOG_APPEND_TIME, ATTRIBUTE_TRANSACTIONAL, ATTRIBUTE_CONTROL = 0x08, 0x10, 0x20
 CRC_POSITION = 17
-_CRC = struct.Struct(">I")
+# the header's fields (BATCH_HEADER's), big-endian and packed: every batch's header at once
+_HEADER = np.dtype(
+    [("base_offset", ">i8"), ("length", ">i4"), ("leader_epoch", ">i4"), ("magic", "i1"), ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"),
+     ("base_timestamp", ">i8"), ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"), ("count", ">i4")]
+)  # fmt: skip
+assert _HEADER.itemsize == BATCH_HEADER.size == BATCH_HEADER_SIZE
 
 
 def varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -133,11 +136,9 @@ class Batches:
         return self.data[self.bounds[k] : self.bounds[k + 1]]
 
     def part(self, i: int, j: int) -> Batches:
-        """Batches i to j (not j) on their own: a copy when they are the lesser part of the
-        buffer, so that what is kept of it is never much more than what is counted."""
-        lo, hi = self.bounds[i], self.bounds[j]
-        data = self.data[lo:hi] if 2 * (hi - lo) >= len(self.data) else memoryview(bytes(self.data[lo:hi]))
-        return Batches(self.lasts[i:j], data, [b - lo for b in self.bounds[i : j + 1]])
+        """Batches i to j (not j), a view of the same buffer."""
+        lo = self.bounds[i]
+        return Batches(self.lasts[i:j], self.data[lo : self.bounds[j]], [b - lo for b in self.bounds[i : j + 1]])
 
 
 _NO_BATCHES = Batches([], memoryview(b""), [0])
@@ -214,44 +215,49 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     # the join's own new buffer, nothing else holds it: written in place
     data = memoryview(records.buffers()[2]).cast("B")  # as bytes (Arrow exports signed chars)
 
-    meta = {name: kafka.field(name).take(first_rows).to_pylist() for name in _BATCH_FIELDS}
+    def first(name: str) -> np.ndarray:
+        return kafka.field(name).take(first_rows).to_numpy(zero_copy_only=False)
+
+    names = kafka.field("batch_compression").take(first_rows).to_pylist()
+    codec_of = {name: codec_for(compression, CODEC_NAMES.index(name)) for name in set(names)}
+    codecs = np.array([codec_of[name] for name in names])
+    bounds = record_starts[np.append(starts, n)].astype(np.int64)
+    head = np.zeros(len(starts), dtype=_HEADER)
+    head["base_offset"] = bases[starts]
+    head["length"] = np.diff(bounds) - LOG_OVERHEAD
+    head["magic"] = 2
+    head["attributes"] = np.where(first("timestamp_type") == LOG_APPEND_TIME, ATTRIBUTE_LOG_APPEND_TIME, 0) | ATTRIBUTE_TRANSACTIONAL * first("is_transactional") | ATTRIBUTE_CONTROL * first("is_control")
+    head["last_offset_delta"] = offsets[ends - 1] - bases[starts]
+    head["base_timestamp"], head["max_timestamp"] = base_ts, max_ts
+    head["producer_id"], head["producer_epoch"], head["base_sequence"] = first("producer_id"), first("producer_epoch"), first("base_sequence")
+    head["count"] = ends - starts
+    # the uncompressed batches' headers, all at once, then each one's CRC (it covers the header's
+    # fields after it): the bytes frame_batch would make of them
+    plain = np.flatnonzero(codecs == NONE)
+    written = np.frombuffer(data, dtype=np.uint8)
+    at = bounds[plain]
+    written[at[:, None] + np.arange(BATCH_HEADER_SIZE)] = head[plain].view(np.uint8).reshape(-1, BATCH_HEADER_SIZE)
+    crcs = [crc32c(data[lo + CRC_POSITION + 4 : hi]) for lo, hi in zip(at.tolist(), bounds[plain + 1].tolist(), strict=True)]
+    written[at[:, None] + np.arange(CRC_POSITION, CRC_POSITION + 4)] = np.array(crcs, dtype=">u4").view(np.uint8).reshape(-1, 4)
     lasts = offsets[ends - 1].tolist()
-    last_deltas = (offsets[ends - 1] - bases[starts]).tolist()
-    bounds = record_starts[np.append(starts, n)].tolist()
-    framed: list[bytes | memoryview] | None = None  # the batches, once one of them is compressed
-    for k, (lo, hi, count) in enumerate(zip(bounds[:-1], bounds[1:], (ends - starts).tolist(), strict=True)):
-        fields = {
-            "timestamp_type": meta["timestamp_type"][k],
-            "base_timestamp": int(base_ts[k]),
-            "max_timestamp": int(max_ts[k]),
-            "last_offset_delta": last_deltas[k],
-            "producer_id": meta["producer_id"][k],
-            "producer_epoch": meta["producer_epoch"][k],
-            "base_sequence": meta["base_sequence"][k],
-            "is_transactional": meta["is_transactional"][k],
-            "is_control": meta["is_control"][k],
-            "base_offset": int(bases[starts[k]]),
-        }
-        codec = codec_for(compression, CODEC_NAMES.index(meta["batch_compression"][k]))
+    if len(plain) == len(starts):
+        return Batches(lasts, data[: int(bounds[-1])], bounds.tolist())
+    framed: list[bytes | memoryview] = []  # the batches, the compressed ones framed apart
+    for k, (lo, hi, codec) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), codecs.tolist(), strict=True)):
         if codec == NONE:
-            _write_header(data, lo, hi, count, fields)
-            if framed is not None:
-                framed.append(data[lo:hi])
-        else:
-            if framed is None:
-                framed = [data[bounds[j] : bounds[j + 1]] for j in range(k)]
-            framed.append(frame_batch(data[lo + BATCH_HEADER_SIZE : hi], count, codec=codec, partition_leader_epoch=0, **fields))
-    if framed is None:
-        return Batches(lasts, data[: bounds[-1]], bounds)
+            framed.append(data[lo:hi])
+            continue
+        h = head[k]
+        framed.append(
+            frame_batch(
+                data[lo + BATCH_HEADER_SIZE : hi], int(h["count"]), codec=codec, timestamp_type=LOG_APPEND_TIME if h["attributes"] & ATTRIBUTE_LOG_APPEND_TIME else 0,
+                base_timestamp=int(h["base_timestamp"]), max_timestamp=int(h["max_timestamp"]), last_offset_delta=int(h["last_offset_delta"]),
+                producer_id=int(h["producer_id"]), producer_epoch=int(h["producer_epoch"]), base_sequence=int(h["base_sequence"]),
+                is_transactional=bool(h["attributes"] & ATTRIBUTE_TRANSACTIONAL), is_control=bool(h["attributes"] & ATTRIBUTE_CONTROL),
+                partition_leader_epoch=0, base_offset=int(h["base_offset"]),
+            )
+        )  # fmt: skip
     return Batches(lasts, memoryview(b"".join(framed)), [0, *np.cumsum([len(b) for b in framed]).tolist()])
-
-
-def _write_header(data: memoryview, lo: int, hi: int, count: int, f: dict) -> None:
-    """An uncompressed batch's header (`f`: frame_batch's fields), written into data[lo:lo + 61]
-    before its records (up to `hi`), CRC-32C computed: the bytes frame_batch would make."""
-    attributes = (ATTRIBUTE_LOG_APPEND_TIME if f["timestamp_type"] == LOG_APPEND_TIME else 0) | ATTRIBUTE_TRANSACTIONAL * f["is_transactional"] | ATTRIBUTE_CONTROL * f["is_control"]
-    BATCH_HEADER.pack_into(data, lo, f["base_offset"], hi - lo - LOG_OVERHEAD, 0, 2, 0, attributes, f["last_offset_delta"], f["base_timestamp"], f["max_timestamp"], f["producer_id"], f["producer_epoch"], f["base_sequence"], count)
-    _CRC.pack_into(data, lo + CRC_POSITION, crc32c(data[lo + CRC_POSITION + 4 : hi]))
 
 
 def _values(rows: pa.Table, encoders: dict[int, ValueEncoder | None]) -> pa.Array:

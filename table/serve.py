@@ -72,6 +72,16 @@ class Run:
     # window reached the entry's end.
     carry: pa.Table | None = None
     read_to: int = -1
+    owner: tuple | None = None  # the key its memory is kept under when it shares it (_Shared)
+
+
+@dataclass(slots=True)
+class _Shared:
+    """The runs of partitions rebuilt from one row group in one pass: slices of one buffer, kept
+    and evicted together (its bytes counted once, and never kept for one run alone)."""
+
+    runs: dict[tuple, Run]  # by run key
+    size: int
 
 
 Schemas = Callable[[int], Any]  # schema id -> awaitable registry Schema (or None)
@@ -85,7 +95,7 @@ class CompactedReader:
         self._encoders: dict[int, ValueEncoder | None] = {}
         # (topic id, partition, compression, lo) -> Run, least recently used first; and the same
         # runs by (topic id, partition, compression), to find the one holding an offset
-        self._runs: OrderedDict[tuple, Run] = OrderedDict()
+        self._runs: OrderedDict[tuple, Run | _Shared] = OrderedDict()
         self._of_partition: dict[tuple, dict[int, Run]] = {}
         self._cache_bytes = cache_bytes
         self._cached = 0
@@ -162,7 +172,7 @@ class CompactedReader:
         before = None  # the run that ends just before `offset`: its cut batch's rows carry on
         for run in self._of_partition.get(key, {}).values():
             if run.lo <= offset <= run.hi:
-                self._runs.move_to_end((*key, run.lo))
+                self._runs.move_to_end(run.owner or (*key, run.lo))
                 return run
             if run.hi + 1 == offset:
                 before = run
@@ -203,10 +213,35 @@ class CompactedReader:
         return run
 
     def _keep(self, key: tuple, run: Run) -> None:
-        self._forget((*key, run.lo))
-        self._runs[(*key, run.lo)] = run
-        self._of_partition.setdefault(key, {})[run.lo] = run
+        run_key = (*key, run.lo)
+        self._forget(run_key)
+        self._runs[run_key] = run
+        self._index(run_key, run)
         self._cached += run.size
+
+    def _keep_shared(self, owner: tuple, runs: dict[tuple, Run], size: int) -> None:
+        self._forget(owner)
+        for run_key in runs:
+            self._forget(run_key)  # a run of the same offsets rebuilt alone
+        self._runs[owner] = _Shared(runs, size)
+        for run_key, run in runs.items():
+            self._index(run_key, run)
+        self._cached += size
+
+    def _index(self, run_key: tuple, run: Run) -> None:
+        self._of_partition.setdefault(run_key[:3], {})[run_key[3]] = run
+
+    def _forget(self, key: tuple) -> None:
+        kept = self._runs.pop(key, None)
+        if kept is None:
+            return
+        self._cached -= kept.size
+        for run_key, run in kept.runs.items() if isinstance(kept, _Shared) else ((key, kept),):
+            runs = self._of_partition.get(run_key[:3])
+            if runs is not None and runs.get(run_key[3]) is run:  # not a later run of the same offsets
+                del runs[run_key[3]]
+                if not runs:
+                    del self._of_partition[run_key[:3]]
 
     def _room_for(self, size: int) -> bool:
         """Whether `size` more bytes fit, evicting only runs no consumer is on (among the
@@ -214,32 +249,34 @@ class CompactedReader:
         free = self._cache_bytes - self._cached
         if free >= size:
             return True
-        for n, (run_key, run) in enumerate(self._runs.items()):
+        for n, (key, kept) in enumerate(self._runs.items()):
             if n >= ROOM_LOOKS:
                 break
-            if not self._served(run_key):
-                free += run.size
+            if not self._served(key, kept):
+                free += kept.size
                 if free >= size:
                     return True
         return False
 
-    def _served(self, run_key: tuple) -> bool:
-        """Whether a consumer is on the run (its partition's run last served)."""
-        return self._serving.get(run_key[:3]) == run_key
+    def _served(self, key: tuple, kept: Run | _Shared) -> bool:
+        """Whether a consumer is on the run (its partition's run last served), or on one of them."""
+        if isinstance(kept, _Shared):
+            return any(self._serving.get(run_key[:3]) == run_key for run_key in kept.runs)
+        return self._serving.get(key[:3]) == key
 
     def _evict(self) -> None:
         """Least recently used runs first, those no consumer is on before those one is."""
         if self._cached <= self._cache_bytes or len(self._runs) <= 1:
             return
         victims, over = [], self._cached - self._cache_bytes
-        for run_key, run in self._runs.items():
+        for key, kept in self._runs.items():
             if over <= 0 or len(victims) >= len(self._runs) - 1:
                 break
-            if not self._served(run_key):
-                victims.append(run_key)
-                over -= run.size
-        for run_key in victims:
-            self._forget(run_key)
+            if not self._served(key, kept):
+                victims.append(key)
+                over -= kept.size
+        for key in victims:
+            self._forget(key)
         while self._cached > self._cache_bytes and len(self._runs) > 1:
             self._forget(next(iter(self._runs)))
 
@@ -289,13 +326,14 @@ class CompactedReader:
         if not held:
             return {}
         encoders = await self._encoders_for(decoded.rows)
+        owner = ("row group", footer.path, group.index, compression)
         try:
-            built = await asyncio.to_thread(_rebuild_held, decoded.rows, decoded.partitions, held, compression, encoders)
+            built, size = await asyncio.to_thread(_rebuild_held, decoded.rows, decoded.partitions, held, compression, encoders, owner)
         except (ValueError, TypeError, KeyError, OverflowError, pa.ArrowException) as e:
             raise ObjectStoreError(f"rows of {footer.path} row group {group.index} ({manifest_key}) do not rebuild: {e!r}") from e
-        for p, run in built.items():
-            self._keep((topic_id, p, compression), run)
-        self._evict()
+        if built:
+            self._keep_shared(owner, {(topic_id, p, compression, run.lo): run for p, run in built.items()}, size)
+            self._evict()
         return built
 
     async def _parts_of(self, manifest_key: str) -> dict[int, PartitionCompaction]:
@@ -308,15 +346,6 @@ class CompactedReader:
         else:
             self._parts.move_to_end(manifest_key)
         return found
-
-    def _forget(self, run_key: tuple) -> None:
-        run = self._runs.pop(run_key, None)
-        if run is not None:
-            self._cached -= run.size
-            runs = self._of_partition[run_key[:3]]
-            del runs[run_key[3]]
-            if not runs:
-                del self._of_partition[run_key[:3]]
 
     async def _load(self, partition: int, entry, offset: int, compression: str, carry: tuple[pa.Table, int] | None = None) -> Run | None:
         window = await self._window(partition, entry, offset, ROW_COLUMNS, carry)
@@ -417,18 +446,19 @@ def _only_group(footer: Footer, part: PartitionCompaction) -> RowGroup | None:
     return found
 
 
-def _rebuild_held(rows: pa.Table, partitions: np.ndarray, held: dict[int, tuple[int, int]], compression: str, encoders) -> dict[int, Run]:
+def _rebuild_held(rows: pa.Table, partitions: np.ndarray, held: dict[int, tuple[int, int]], compression: str, encoders, owner: tuple) -> tuple[dict[int, Run], int]:
     """A run per partition of `held` (partition -> its cycle's first and last offset) from a row
-    group's rows (partition by partition): the rows of the held partitions are rebuilt in one
-    pass. A partition whose rows are not in offset order, or hold a batch reaching outside its
-    cycle's offsets, is left out (the window's way sorts or cuts them)."""
+    group's rows (partition by partition), and the bytes of the one buffer they are slices of:
+    the rows of the held partitions are rebuilt in one pass. A partition whose rows are not in
+    offset order, or hold a batch reaching outside its cycle's offsets, is left out (the
+    window's way sorts or cuts them)."""
     kafka = rows.column("kafka")
     offsets = pc.struct_field(kafka, "offset").to_numpy(zero_copy_only=False)
     bases = pc.struct_field(kafka, "batch_base_offset").to_numpy(zero_copy_only=False)
     unordered = set(np.unique(partitions[1:][(partitions[1:] == partitions[:-1]) & (offsets[1:] <= offsets[:-1])]).tolist())
     wanted = sorted(p for p in held if p not in unordered)
     if not wanted:
-        return {}
+        return {}, 0
     start, stop = (int(i) for i in np.searchsorted(partitions, [wanted[0], wanted[-1] + 1]))
     rows, bases = rows.slice(start, stop - start), bases[start:stop]
     starts, batches = rebuild_partitions(rows, compression, encoders)
@@ -440,8 +470,8 @@ def _rebuild_held(rows: pa.Table, partitions: np.ndarray, held: dict[int, tuple[
         if not len(mine) or batch_bases[mine[0]] < first or batch_lasts[mine[-1]] > last:
             continue
         taken = batches.part(int(mine[0]), int(mine[-1]) + 1)
-        out[p] = Run(first, last, [taken], len(taken.data))
-    return out
+        out[p] = Run(first, last, [taken], len(taken.data), owner=owner)
+    return out, len(batches.data)
 
 
 def _window_end(footers, partition: int, lo: int, end: int) -> int:
