@@ -210,7 +210,7 @@ class _Sparse(io.RawIOBase):
             if start <= self._pos:
                 piece = self._pieces[start]
                 if self._pos + (end - self._pos) <= start + len(piece):
-                    out = memoryview(piece)[self._pos - start : end - start]
+                    out = memoryview(piece).cast("B")[self._pos - start : end - start]  # as bytes, whatever the store's view
                     self._pos = end
                     return out
                 break
