@@ -21,6 +21,7 @@ SNAPSHOTS_EXPIRED = Counter("neve_compactor_snapshots_expired", "Table snapshots
 FILES_DELETED = Counter("neve_compactor_files_deleted", "Table files deleted (held by no retained snapshot and named by no index entry)", ["topic"])
 ROWS_EXPIRED = Counter("neve_compactor_rows_expired", "Table rows deleted by the topic's table retention (neve.iceberg.retention.ms)", ["topic"])
 RETENTION_FILES = Counter("neve_compactor_retention_files", "Data files table retention dropped whole or rewrote without the expired rows", ["topic", "how"])
+WAL_ENTRIES_EXPIRED = Counter("neve_compactor_wal_entries_expired", "WAL index entries of topics without a table let go below their log start (their objects then collected)", ["topic"])
 TABLES_DROPPED = Counter("neve_compactor_tables_dropped", "Tables dropped and purged because their topic was deleted (neve.iceberg.drop.on.delete)", ["topic"])
 
 

@@ -29,7 +29,7 @@ from metadata.store import MetadataError, MetadataStore
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
 from wal.store import ObjectStore
 
-from . import metrics, planner, tables
+from . import metrics, planner, tables, wal_expiry
 from .committer import CycleOverlap, commit_cycle
 from .config import CompactorConfig
 from .maintenance import TableMaintenance
@@ -111,12 +111,14 @@ class CompactionService:
 
     async def run_once(self) -> list[TopicCycle]:
         """One cycle over every topic whose table is on. A topic that fails is logged and counted;
-        the others still run. First, the tables of deleted topics that asked for it are dropped."""
+        the others still run. First, the tables of deleted topics that asked for it are dropped.
+        A topic without a table has what retention hid let go (wal_expiry.py)."""
         done = []
         self.failed = []
         await self.drop_deleted_tables()
         for info in sorted(self.metadata.topics().values(), key=lambda t: t.name):
             if not tables.is_enabled(info.configs, self.config.tables_by_default):
+                await self._expire_wal(info)
                 continue
             try:
                 done.append(await self.compact_topic(info))
@@ -205,6 +207,12 @@ class CompactionService:
             extra={"topic": info.name, "table": identifier, "cycle": cycle.cycle_id, "snapshot": committed.snapshot_id, "rows": cycle.rows, "files": cycle.files, "partitions": len(manifest.partitions)},
         )
         return cycle
+
+    async def _expire_wal(self, info: TopicInfo) -> None:
+        try:
+            metrics.WAL_ENTRIES_EXPIRED.labels(info.name).inc(await wal_expiry.expire_topic(self.metadata, info))
+        except MetadataError as e:
+            log.warning("topic's expired WAL entries kept this cycle", extra={"topic": info.name, "reason": repr(e)})
 
     async def maintain_topic(self, info: TopicInfo):
         """The table maintenance of `info`'s table (maintenance.py): merge and expiry when due,

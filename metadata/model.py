@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 class ObjectType(enum.IntEnum):
     WAL = 0  # a WAL object: start/size are a byte range of stored record batches
-    PARQUET = 1  # a compacted Parquet file: start/size are a row range (later issue)
+    PARQUET = 1  # a compacted Parquet file: start/size are a row range
+    EXPIRED = 2  # offsets below the log start of a topic without a table: no object holds them any more (object key "")
 
 
 @dataclass(frozen=True, slots=True)

@@ -179,4 +179,6 @@ class IndexReads:
         return sum(len(p) for p in parts), sum(p.index_bytes() for p in parts)
 
     def referenced_objects(self) -> set[str]:
-        return {key for part in self._partitions.values() for key in part.object_keys()}
+        keys = {key for part in self._partitions.values() for key in part.object_keys()}
+        keys.discard("")  # EXPIRED entries name no object
+        return keys
