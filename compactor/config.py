@@ -77,6 +77,12 @@ class CompactorConfig:
     file_delete_grace_ms: int = 600_000
     """How long a data file that the table and the index no longer hold is kept before it is
     deleted, so that a Kafka fetch already reading it completes."""
+    orphan_file_age_ms: int = 3 * 86_400_000
+    """A file in a table's data directory that no snapshot holds, no index entry names and no
+    expiry has pending is deleted at a maintenance round once it is this old: the files of a cycle
+    or a Spark job that crashed before its commit. It must be longer than any cycle or merge takes
+    (a file being written is such a file until its commit); Iceberg's own remove_orphan_files
+    uses 3 days. 0: never."""
     fault_kill_after: str = ""
     """Test-only fault injection: kill this process (SIGKILL) right after a cycle's Parquet files are
     `written`, its snapshot `committed`, or its index `swapped`, or after maintenance `merged` a

@@ -4,7 +4,9 @@ index is checked against the table's snapshots and re-indexed when a rewrite mov
 files of the target size sorted by kafka.partition, kafka.offset (Spark's `rewrite_data_files`
 when the compactor runs on Spark, pyarrow and pyiceberg's overwrite in-process), then re-indexed,
 and snapshots older than `snapshot_max_age_ms` are expired, the data files only they held being
-deleted once no index entry's manifest names them and `file_delete_grace_ms` has passed. Before
+deleted once no index entry's manifest names them and `file_delete_grace_ms` has passed; files in
+the data directory that nothing holds (a crashed cycle's or Spark job's) are deleted once older
+than `orphan_file_age_ms`. Before
 the merge, a topic with `neve.iceberg.retention.ms` has its expired rows deleted (retention.py).
 
 A merge's crash between its table commit and the re-index is finished by the next check: the
@@ -55,6 +57,7 @@ class MaintenanceOutcome:
     snapshots_expired: int = 0
     files_deleted: int = 0
     rows_expired: int = 0
+    orphans_deleted: int = 0
 
 
 class TableMaintenance:
@@ -122,6 +125,9 @@ class TableMaintenance:
             for path in gone:
                 pending.setdefault(path, now)
         outcome.files_deleted = await self._delete_due(table, info, identifier, now)
+        if due and self.config.orphan_file_age_ms > 0:
+            outcome.orphans_deleted = await self._delete_orphans(table, info, identifier, now)
+            outcome.files_deleted += outcome.orphans_deleted
         metrics.FILES_DELETED.labels(info.name).inc(outcome.files_deleted)
         return outcome
 
@@ -192,8 +198,46 @@ class TableMaintenance:
             log.info("deleted files no snapshot or index entry holds", extra={"table": identifier, "files": deleted})
         return deleted
 
+    async def _delete_orphans(self, table, info: TopicInfo, identifier: str, now: float) -> int:
+        """Delete the files of the table's data directory that are older than
+        `orphan_file_age_ms` and that no snapshot holds, no index entry names and no expiry has
+        pending (those wait for their own grace)."""
+        cutoff_ms = int((now - self.config.orphan_file_age_ms / 1000) * 1000)
+        candidates = await asyncio.to_thread(unheld_data_files, table, cutoff_ms)
+        if not candidates:
+            return 0
+        io = table.io
+        kept = {io.parse_location(uri, io.properties)[2] for uri in (await named_files(self.metadata, self.manifests, info)) | set(self._pending.get(identifier, ()))}
+        due = [uri for path, uri in candidates.items() if path not in kept]
+        deleted = await asyncio.to_thread(delete_files, table.io, due)
+        if deleted:
+            log.info("deleted orphan files (in the table's data directory, held by nothing)", extra={"table": identifier, "files": deleted})
+        return deleted
+
 
 # -- the blocking parts (pyiceberg, pyarrow, Spark) --------------------------------------------------
+
+
+def unheld_data_files(table, cutoff_ms: int) -> dict[str, str]:
+    """The files under the table's data directory last written before `cutoff_ms` that none of
+    its snapshots holds (after a refresh): their paths as the file system lists them, each with
+    its location for the table's FileIO. Empty when the FileIO cannot list (not pyarrow's)."""
+    from pyarrow.fs import FileSelector, FileType
+
+    io = table.io
+    if not hasattr(io, "fs_by_scheme"):
+        log.warning("orphan files are not looked for: the table's FileIO cannot list", extra={"table": str(table.name()), "io": type(io).__name__})
+        return {}
+    table = table.refresh()
+    data = table.metadata.properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
+    scheme, netloc, root = io.parse_location(data, io.properties)
+    listed = io.fs_by_scheme(scheme, netloc).get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+    cutoff = dt.datetime.fromtimestamp(cutoff_ms / 1000, dt.UTC)
+    old = {f.path for f in listed if f.type == FileType.File and f.mtime is not None and f.mtime < cutoff}
+    if not old:
+        return {}
+    held = {io.parse_location(path, io.properties)[2] for path in snapshot_files(table, table.snapshots(), {})}
+    return {path: (path if scheme == "file" else f"{scheme}://{path}") for path in sorted(old - held)}
 
 
 def small_file_groups(table, target: int, min_files: int) -> list[list]:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
+import os
 import shutil
 import time
 import uuid
@@ -325,6 +326,40 @@ def test_a_node_killed_between_its_merge_commit_and_the_reindex_finishes_on_rest
     assert after.produced_bytes == stale.produced_bytes
     assert set(files_by_partition(table).values()) == {1} and not (old_files & set(current_files(table)))
     check_rows(p, rows_pyiceberg(table), where="pyiceberg")
+
+
+# -- orphan files ---------------------------------------------------------------------------------------
+
+
+def test_files_nothing_holds_are_deleted_once_old_and_every_other_file_stays(produced, sqlite_catalog, tmp_path):
+    """A crashed cycle's files (in the data directory, in no snapshot, named by no index entry)
+    are deleted by a maintenance round once older than `orphan_file_age_ms`; a younger one (a
+    cycle may still be writing it) stays, and so does every file the table holds."""
+    p = produced[1]
+    data_dir, config, _ = copy_of(produced, tmp_path, sqlite_catalog)
+    identifier = f"{config.namespace}.{p.topic.replace('-', '_')}"
+    table = load_catalog(config).load_table(identifier)
+    held = {local(f) for f in current_files(table)}
+    data = local(table.location()) / "data"
+    some_held = sorted(held)[0]
+    an_hour_ago = time.time() - 3600
+    old = [data / "crashed-cycle-1.parquet", some_held.parent / "crashed-cycle-2.parquet"]
+    young = data / "being-written.parquet"
+    for f in (*old, young):
+        f.write_bytes(some_held.read_bytes())
+    for f in old:
+        os.utime(f, (an_hour_ago, an_hour_ago))
+    os.utime(some_held, (an_hour_ago, an_hour_ago))  # old, but held: stays
+
+    config = dataclasses.replace(config, maintenance_interval_ms=1, merge_min_files=1_000_000, orphan_file_age_ms=60_000)
+    outcome = maintain(data_dir, config, p.topic)
+    assert (outcome.orphans_deleted, outcome.files_deleted, outcome.files_rewritten) == (2, 2, 0)
+    assert not any(f.exists() for f in old) and young.exists()
+    assert all(f.exists() for f in held)
+    check_rows(p, rows_pyiceberg(table.refresh()), where="pyiceberg")
+    check_kafka_reads(data_dir, p)
+    off = maintain(data_dir, dataclasses.replace(config, orphan_file_age_ms=0), p.topic)
+    assert off.orphans_deleted == 0 and young.exists()
 
 
 # -- rows an outside engine deletes ----------------------------------------------------------------
