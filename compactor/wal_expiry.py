@@ -50,6 +50,9 @@ async def expire_partition(store: MetadataStore, info: TopicInfo, partition: int
     log_start = store.log_start_offset(info.topic_id, partition)
     if log_start == 0:
         return 0
+    head = store.entries(info.topic_id, partition, 0, max_entries=2)
+    if not expired_runs(head, log_start) and (len(head) < 2 or head[1].last_offset >= log_start):
+        return 0  # nothing below the log start but one EXPIRED entry at most: the usual cycle, two entries read
     below: list[IndexEntry] = []
     offset = 0
     while page := store.entries(info.topic_id, partition, offset, max_entries=PAGE):
