@@ -6,7 +6,8 @@ tree: the Spark driver's JVM and Python workers included).
 
 A `neve dev` node (its compactor off) takes each case's records from confluent-kafka (a topic per
 case and runner, plus small warm-up topics), then stops; `python -m bench.compaction_worker`
-compacts the warm-up topics unmeasured (Spark's start) and then each measured topic alone."""
+compacts the warm-up topics unmeasured (Spark's start), runs a few dozen small Spark jobs (a
+running compactor's JVM has compiled what a job runs), and then each measured topic alone."""
 
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ def run(r) -> None:
         r.progress.begin(f"compact/{runner}")
         r.progress.line(f"warm-up on {len(warm[runner])} small topics, then {len(measured[runner])} measured ones")
         result = _worker(r, system, runner, warm[runner], [t for t, _, _ in measured[runner]])
-        r.progress.line(f"warm-up {result['warmup_s']} s (Spark's start, imports), parallelism {result['parallelism']}")
+        r.progress.line(f"warm-up {result['warmup_s']} s (Spark's start, imports, the JVM's compiling), parallelism {result['parallelism']}")
         for topic, codec, size in measured[runner]:
             m, p = result["topics"][topic], produced[topic]
             row = _row(runner, codec, size, m, p)
