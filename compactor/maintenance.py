@@ -112,6 +112,12 @@ class TableMaintenance:
                 self._fault("merged")
             table = await asyncio.to_thread(table.refresh)
         if await asyncio.to_thread(self._needs_reindex, table, identifier):
+            # an outside snapshot: rows its delete files remove must leave the files Kafka reads too
+            applied = await asyncio.to_thread(apply_deletes, table, self.config.merge_target_file_bytes)
+            if applied:
+                outcome.files_rewritten += applied
+                metrics.FILES_REWRITTEN.labels(info.name).inc(applied)
+                table = await asyncio.to_thread(table.refresh)
             done = await reindex(self.metadata, self.objects, self.manifests, table, info, identifier)
             outcome.reindexed_partitions = len(done.partitions)
             metrics.PARTITIONS_REINDEXED.labels(info.name).inc(len(done.partitions))
@@ -277,11 +283,43 @@ def sorted_by_offset(rows):
 def merge_in_process(table, target: int, min_files: int) -> int:
     """Rewrite each group of small files into files of about `target` bytes, sorted, in one
     overwrite snapshot (which fails, and deletes what it wrote, if the table changed meanwhile)."""
+    return rewrite_groups(table, small_file_groups(table, target, min_files), target, "merge")
+
+
+def files_with_deletes(table) -> list[list]:
+    """The current snapshot's data files that delete files apply to (an engine's merge-on-read
+    DELETE), by table partition."""
+    by_partition: dict[tuple, list] = {}
+    try:
+        tasks = table.scan().plan_files()
+    except ValueError as e:  # equality deletes, which pyiceberg cannot read yet
+        log.warning("the table's delete files are not applied to the files Kafka reads", extra={"table": str(table.name()), "error": str(e)})
+        return []
+    for task in tasks:
+        if task.delete_files:
+            by_partition.setdefault((task.file.spec_id, repr(tuple(task.file.partition))), []).append(task.file)
+    return [files for _, files in sorted(by_partition.items())]
+
+
+def apply_deletes(table, target: int) -> int:
+    """Rewrite the data files that delete files apply to without the rows those delete (how a
+    copy-on-write DELETE would have left them), so that the files Kafka reads are served from
+    hold no deleted row: how many data files were rewritten."""
+    groups = files_with_deletes(table)
+    if groups:
+        log.info("rewriting the data files an engine's delete files apply to", extra={"table": str(table.name()), "files": sum(map(len, groups))})
+    return rewrite_groups(table, groups, target, "apply-deletes")
+
+
+def rewrite_groups(table, groups: list[list], target: int, why: str) -> int:
+    """Rewrite each group of data files (one table partition's) into files of about `target`
+    bytes, their live rows (delete files applied) sorted by Kafka partition and offset, in one
+    overwrite snapshot marked `MAINTENANCE: why` (which fails, and deletes what it wrote, if the
+    table changed meanwhile): how many files were rewritten."""
     from pyiceberg.exceptions import CommitFailedException
     from pyiceberg.expressions import AlwaysTrue
     from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 
-    groups = small_file_groups(table, target, min_files)
     if not groups:
         return 0
     tasks = {t.file.file_path: t for t in table.scan().plan_files()}
@@ -299,13 +337,13 @@ def merge_in_process(table, target: int, min_files: int) -> int:
     if not old:
         return 0
     try:
-        with table.transaction() as txn, txn.update_snapshot(snapshot_properties={MAINTENANCE: "merge"}).overwrite() as overwrite:
+        with table.transaction() as txn, txn.update_snapshot(snapshot_properties={MAINTENANCE: why}).overwrite() as overwrite:
             for f in old:
                 overwrite.delete_data_file(f)
             for f in new:
                 overwrite.append_data_file(f)
     except CommitFailedException as e:
-        log.warning("merge not committed: the table changed meanwhile; retried at the next round", extra={"table": str(table.name()), "error": repr(e)})
+        log.warning("rewrite not committed: the table changed meanwhile; retried at the next round", extra={"table": str(table.name()), "rewrite": why, "error": repr(e)})
         delete_files(table.io, [f.file_path for f in new])
         return 0
     return len(old)

@@ -385,3 +385,34 @@ def test_rows_an_outside_engine_deleted_leave_a_gap_that_the_entries_still_cover
     check_index_reads(after, table, kept)  # the rows that exist, each once
     check_rows(kept, rows_pyiceberg(table), where="pyiceberg")
     check_kafka_reads(data_dir, kept)  # consumers skip the deleted offsets
+
+
+@pytest.mark.xdist_group("spark")
+def test_rows_an_outside_engine_deleted_with_delete_files_leave_the_files_kafka_reads(produced, sqlite_catalog, spark_session, tmp_path, one_entry_a_cycle):
+    """Spark's DELETE in merge-on-read mode writes position delete files and leaves the data files
+    as they were. The next round rewrites the data files those apply to without the deleted rows
+    (as a copy-on-write DELETE would have), so Kafka consumers skip them as the table's readers do."""
+    p = produced[1]
+    data_dir, config, _ = copy_of(produced, tmp_path, sqlite_catalog)
+    identifier = f"{config.namespace}.{p.topic.replace('-', '_')}"
+    catalog = register_catalog(spark_session, sqlite_catalog.target)
+    collect(spark_session.sql(f"ALTER TABLE {catalog}.{identifier} SET TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')"))
+    table = load_catalog(config).load_table(identifier)
+    files_before = set(current_files(table))
+    collect(spark_session.sql(f"DELETE FROM {catalog}.{identifier} WHERE kafka.partition = 1 AND kafka.offset % 7 = 3"))
+    table = table.refresh()
+    assert set(current_files(table)) == files_before  # the data files as they were: deletes in files of their own
+    assert any(task.delete_files for task in table.scan().plan_files())
+
+    outcome = maintain(data_dir, config, p.topic)
+    assert outcome.files_rewritten >= 1 and outcome.reindexed_partitions >= 1
+    table = table.refresh()
+    assert not any(task.delete_files for task in table.scan().plan_files())
+    kept = Produced(p.topic, {k: w for k, w in p.want.items() if not (k[0] == 1 and k[1] % 7 == 3)}, {})
+    assert len(kept.want) < len(p.want)
+    after = read_index(data_dir, p.topic)
+    for partition in range(PARTITIONS):  # the entries cover what they covered
+        assert (after.manifests[partition][0][0].base_offset, after.manifests[partition][-1][0].last_offset) == (0, p.counts()[partition] - 1)
+    check_index_reads(after, table, kept)
+    check_rows(kept, rows_pyiceberg(table), where="pyiceberg")
+    check_kafka_reads(data_dir, kept)
