@@ -4,6 +4,7 @@ root, each event applied as it comes; and the waits for the view to reach a revi
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import logging
 import uuid
@@ -28,6 +29,17 @@ MAX_PAGE_KEYS = 4096
 PAGE_BYTES = 4 * 1024 * 1024
 LOAD_ATTEMPTS = 5
 TXN_READS = 128  # gets per read-only transaction: etcd's default --max-txn-ops
+
+
+def _return_freed_memory() -> None:
+    """Hand the memory a load freed back to the system (glibc's malloc_trim). A load holds every
+    page it read (gRPC's responses, the raw values) until the view is built; freed, glibc keeps
+    most of it mapped for later, and a broker's resident memory would stay at its load's peak."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (AttributeError, OSError):
+        return  # not glibc
+    trim(0)
 
 
 class _PartitionState(PartitionView):
@@ -131,6 +143,8 @@ class _Follower:
                 self._load_one(kv, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions)
         revision = max(revision, self._loading_revision)
         self._adopt_loaded(revision, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions)
+        del heads, producers, entries, wal_indexes
+        _return_freed_memory()
         return revision
 
     def _load_one(self, kv, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions) -> None:
