@@ -122,7 +122,7 @@ class CompactedReader:
             run = await self._run(topic_id, partition, entry, offset, compression)
             if run is None:
                 break
-            self._serving[(topic_id, partition, compression)] = (topic_id, partition, compression, run.lo)
+            self._mark_served(topic_id, partition, compression, run)
             self._read_next(topic_id, partition, entry, run, compression)
             last = None  # of the last batch served from this run
             for part in run.parts:
@@ -231,6 +231,16 @@ class CompactedReader:
     def _index(self, run_key: tuple, run: Run) -> None:
         self._of_partition.setdefault(run_key[:3], {})[run_key[3]] = run
 
+    def _mark_served(self, topic_id, partition: int, compression: str, run: Run) -> None:
+        """Note the run a consumer of the partition is on, when it is kept (only kept runs are
+        spared or evicted): so `_serving` holds no more partitions than there are runs kept."""
+        partition_key = (topic_id, partition, compression)
+        kept = self._of_partition.get(partition_key)
+        if kept is not None and kept.get(run.lo) is run:
+            self._serving[partition_key] = (*partition_key, run.lo)
+        else:
+            self._serving.pop(partition_key, None)
+
     def _forget(self, key: tuple) -> None:
         kept = self._runs.pop(key, None)
         if kept is None:
@@ -242,6 +252,8 @@ class CompactedReader:
                 del runs[run_key[3]]
                 if not runs:
                     del self._of_partition[run_key[:3]]
+                if self._serving.get(run_key[:3]) == run_key:
+                    del self._serving[run_key[:3]]
 
     def _room_for(self, size: int) -> bool:
         """Whether `size` more bytes fit, evicting only runs no consumer is on (among the

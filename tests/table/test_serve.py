@@ -237,6 +237,8 @@ def test_a_row_groups_partitions_are_rebuilt_together_byte_for_byte_as_each_alon
                 # what is counted is what is kept: a row group's runs share one buffer, counted once
                 assert grouped._cached == sum(kept.size for kept in grouped._runs.values())
                 assert grouped._cached <= cache_bytes or len(grouped._runs) == 1
+                # the runs consumers are on are among the runs kept, not every partition ever read
+                assert set(grouped._serving.values()) <= {key for key, kept in grouped._runs.items() for key in (kept.runs if hasattr(kept, "runs") else (key,))}
                 if cache_bytes:
                     footer = await grouped.rows.footer((await grouped._parts_of(entries[0].object_key))[0].slices[0].path)
                     whole = {p for p in range(12) if sum(g.may_hold(p, 0, 10**6) for g in footer.row_groups) == 1}
