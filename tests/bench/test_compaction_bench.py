@@ -13,7 +13,7 @@ pytestmark = pytest.mark.integration
 
 COMPACTION_KEYS = {
     "runner", "codec", "record_bytes", "rows", "cycles", "files", "outcomes", "wal_mib", "value_mib", "seconds", "cpu_s", "mib_per_s", "rows_per_s",
-    "cpu_s_per_gib", "mib_per_cpu_s", "pyarrow_seconds", "pyarrow_cpu_s", "pyarrow_mib_per_s", "ratio_to_pyarrow", "ratio_to_pyarrow_cpu",
+    "cpu_s_per_gib", "cpu_s_per_gib_by_process", "mib_per_cpu_s", "pyarrow_seconds", "pyarrow_cpu_s", "pyarrow_mib_per_s", "ratio_to_pyarrow", "ratio_to_pyarrow_cpu",
     "parquet_bytes", "pyarrow_parquet_bytes", "load_average",
 }  # fmt: skip
 
@@ -36,6 +36,9 @@ def test_compaction_in_process(tmp_path) -> None:
     for r in rows:
         assert set(r) == COMPACTION_KEYS
         assert r["runner"] == "in-process"
+        # the tree's CPU by kind of process: in-process, the tasks run in the driver and no JVM runs
+        by_process = r["cpu_s_per_gib_by_process"]
+        assert set(by_process) == {"driver", "jvm", "python workers"} and by_process["driver"] > 0 and by_process["jvm"] == 0
         expected = int(0.25 * 2**20 / r["record_bytes"])
         assert r["rows"] == expected == produced[(r["codec"], r["record_bytes"])]["acked"]
         # raw values are raw rows; the bench's Avro values all come back byte for byte as columns
