@@ -2,11 +2,35 @@
 spark.py): the tasks' modules are imported here once, before the daemon forks a worker per task
 slot, so that every worker starts with them. Without it each new worker imported pyarrow,
 pyiceberg, pandas and the compactor itself on its first task: a CPU-second or more per worker,
-again whenever Spark stopped an idle one."""
+again whenever Spark stopped an idle one.
 
-from pyspark import daemon
+Spark puts its own copies of pyspark and py4j, as zip files, first on the workers' PYTHONPATH.
+Where the same packages are installed (pip's pyspark, the compactor's extra), those zips are
+dropped from sys.path before pyspark is imported: a worker calls importlib.invalidate_caches()
+at the start of every task, and on Python 3.11 that re-reads the whole directory of each zip
+every module imported from a zip was found through (tens of milliseconds a task, more than the
+rest of a small task's fixed cost)."""
 
-import compactor.job  # noqa: F401  (imported for the workers the daemon forks)
+import os
+import sys
+from importlib.machinery import PathFinder
+
+
+def drop_redundant_zips(path: list[str]) -> list[str]:
+    """`path` without Spark's zips of pyspark and py4j when both import from the rest of it; else
+    as it is."""
+    rest = [p for p in path if not (p.endswith(".zip") and os.path.basename(p).startswith(("pyspark", "py4j")))]
+    if len(rest) == len(path):
+        return path
+    found = all(PathFinder.find_spec(name, rest) is not None for name in ("pyspark", "py4j"))
+    return rest if found else path
+
 
 if __name__ == "__main__":
+    sys.path[:] = drop_redundant_zips(sys.path)
+
+    from pyspark import daemon
+
+    import compactor.job  # noqa: F401  (imported for the workers the daemon forks)
+
     daemon.manager()

@@ -7,9 +7,11 @@ settings, and the clear errors when something is missing."""
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import itertools
 import os
 import uuid
+import warnings
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -25,6 +27,7 @@ from pyiceberg.types import BinaryType, IntegerType, ListType, LongType, NestedF
 from compactor.catalog import CatalogError, catalog_target, load_catalog
 from compactor.config import CompactorConfig
 from compactor.spark import SparkStartError, catalog_conf, check_java, register_catalog, session_conf, spark_jars
+from compactor.spark_daemon import drop_redundant_zips
 from tests.readers import rows_duckdb, rows_duckdb_rest, rows_pyiceberg, rows_spark, sorted_rows
 
 UTC = dt.UTC
@@ -228,6 +231,36 @@ def test_spark_settings(tmp_path):
         "spark.sql.catalog.neve.cache-enabled": "false", "spark.sql.catalog.neve.jdbc.init-catalog-tables": "false",
     }  # fmt: skip
     assert [j.name for j in spark_jars(sqlite)][1:] == ["sqlite-jdbc.jar"]
+
+
+def _worker_imports(_) -> tuple[str, list[str], float]:
+    """In a Spark task: where pyspark was imported from, the zips on sys.path, and the CPU-seconds
+    of the importlib.invalidate_caches() each task starts with."""
+    import importlib
+    import sys
+    import time
+
+    import pyspark
+
+    cpu = time.process_time()
+    importlib.invalidate_caches()
+    return pyspark.__file__, [p for p in sys.path if p.endswith(".zip")], time.process_time() - cpu
+
+
+@pytest.mark.xdist_group("spark")
+def test_the_workers_import_pyspark_as_installed_not_from_sparks_zips(spark_session):
+    """The compactor's daemon (compactor/spark_daemon.py) drops the zips of pyspark and py4j that
+    Spark puts first on its workers' path, since pip installed both: with them, the cache
+    invalidation every task starts with re-read each zip's directory (about 25 ms a task)."""
+    with warnings.catch_warnings():  # pyspark's collect() leaves its socket to the collector (job.run_tasks)
+        warnings.simplefilter("ignore", ResourceWarning)
+        seen = spark_session.sparkContext.parallelize(range(4), 4).map(_worker_imports).collect()
+        gc.collect()
+    site_packages = os.path.dirname(os.path.dirname(pytest.__file__))
+    for where, zips, _ in seen:
+        assert where.startswith(site_packages) and ".zip" not in where, where
+        assert not any(os.path.basename(z).startswith(("pyspark", "py4j")) for z in zips), zips
+    assert drop_redundant_zips(["/nowhere/pyspark.zip", "/nowhere/py4j-0.10.9.7-src.zip"]) == ["/nowhere/pyspark.zip", "/nowhere/py4j-0.10.9.7-src.zip"]
 
 
 def test_missing_jar_is_one_clear_error(monkeypatch):
