@@ -44,6 +44,14 @@ MEASURES: list[tuple[str, tuple[str, ...]]] = [
     ("ack p99 ms", ("ack_latency_ms", "p99")),
     ("e2e p99 ms", ("e2e_latency_ms", "p99")),
     ("machine busy cores", ("machine_busy_cores",)),
+    # catchup-table has no load steps: each size's case of derived["catchup_table"] is one (below)
+    ("Parquet / WAL", ("parquet_over_wal",)),
+    ("WAL MB/s", ("wal", "mb_per_s")),
+    ("Parquet MB/s", ("parquet", "mb_per_s")),
+    ("broker CPU-s/GiB WAL", ("wal", "broker_cpu_s_per_gib")),
+    ("broker CPU-s/GiB Parquet", ("parquet", "broker_cpu_s_per_gib")),
+    ("S3 GETs/GiB WAL", ("wal", "store_gets_per_gib")),
+    ("S3 GETs/GiB Parquet", ("parquet", "store_gets_per_gib")),
 ]
 
 
@@ -64,12 +72,19 @@ def _figure(step: dict, path: tuple[str, ...]) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _steps(doc: dict) -> list[dict]:
+    """A result document's load steps, and each catch-up case (catchup-table) as a step named by
+    its record size."""
+    cases = (doc.get("derived") or {}).get("catchup_table") or []
+    return [*doc.get("steps", []), *({"name": f"catch-up {c['record_bytes']} B", **c} for c in cases)]
+
+
 def compare(runs_a: list[dict], runs_b: list[dict]) -> list[dict]:
     """One row per step and measure that both sides have: every run's figure, in run order, and
     the median of each side with B's over A's."""
     steps: list[str] = []
     for doc in (*runs_a, *runs_b):
-        for step in doc.get("steps", []):
+        for step in _steps(doc):
             if step["name"] not in steps:
                 steps.append(step["name"])
     rows = []
@@ -77,7 +92,7 @@ def compare(runs_a: list[dict], runs_b: list[dict]) -> list[dict]:
         for label, path in MEASURES:
             sides = []
             for runs in (runs_a, runs_b):
-                values = [_figure(s, path) for doc in runs for s in doc.get("steps", []) if s["name"] == name]
+                values = [_figure(s, path) for doc in runs for s in _steps(doc) if s["name"] == name]
                 sides.append([v for v in values if v is not None])
             a, b = sides
             if not a or not b:

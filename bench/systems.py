@@ -298,6 +298,24 @@ class NeveS3(_Neve):
         # The same server, bucket, client and object size as the broker's WAL, under its own prefix.
         return self._s3_store(f"ceiling-{uuid.uuid4().hex[:8]}")
 
+    @property
+    def metadata_url(self) -> str:
+        return self._env()["NEVE_METADATA_URL"]
+
+    def compactor_env(self, catalog: Path) -> dict[str, str]:
+        """The environment of a `neve compactor` over this broker's etcd root and S3 WAL: a SQLite
+        catalog at `catalog`, the tables' files in the WAL's bucket under the broker's prefix, where
+        the broker reads them through its own reader (and chunk cache)."""
+        s3 = self.servers.s3()
+        return {
+            **self._env(),
+            "NEVE_COMPACTOR_CATALOG_URL": f"sqlite:///{catalog}",
+            "NEVE_COMPACTOR_WAREHOUSE": f"s3://{NEVE_BUCKET}/{self.root}/warehouse",
+            "NEVE_COMPACTOR_S3_ENDPOINT": s3.endpoint,
+            "NEVE_COMPACTOR_S3_ACCESS_KEY_ID": s3.env["AWS_ACCESS_KEY_ID"],
+            "NEVE_COMPACTOR_S3_SECRET_ACCESS_KEY": s3.env["AWS_SECRET_ACCESS_KEY"],
+        }
+
     def etcd_endpoint(self) -> str:
         return self.servers.etcd().endpoint
 

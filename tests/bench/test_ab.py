@@ -46,6 +46,32 @@ def test_compare_lists_every_run_in_order_with_the_medians_and_their_ratio():
     assert table.startswith("A: main (abc1234); B: the working tree (HEAD abc1234); runs in the order A B B A.")
 
 
+def catchup_case(size: int, wal: float, parquet: float, cpu_wal: float, cpu_parquet: float) -> dict:
+    """One size's case of catchup-table's derived figures (neve-dev: no GET counts)."""
+    read = {"mb_per_s": None, "broker_cpu_s_per_gib": None, "store_gets_per_gib": None}
+    return {
+        "record_bytes": size,
+        "wal": {**read, "mb_per_s": wal, "broker_cpu_s_per_gib": cpu_wal},
+        "parquet": {**read, "mb_per_s": parquet, "broker_cpu_s_per_gib": cpu_parquet},
+        "parquet_over_wal": round(parquet / wal, 3),
+    }
+
+
+def test_compare_reads_the_catchup_figures_of_each_size():
+    """catchup-table's result has no load steps: each size's case is compared as a step."""
+    runs_a = [{"steps": [], "derived": {"catchup_table": [catchup_case(1024, 400.0, 200.0, 1.6, 5.0), catchup_case(100, 100.0, 80.0, 1.9, 7.0)]}}]
+    runs_b = [{"steps": [], "derived": {"catchup_table": [catchup_case(1024, 400.0, 300.0, 1.6, 4.0), catchup_case(100, 100.0, 90.0, 1.9, 6.0)]}}]
+    rows = compare(runs_a, runs_b)
+    assert [r["step"] for r in rows] == ["catch-up 1024 B"] * 5 + ["catch-up 100 B"] * 5
+    by = {(r["step"], r["measure"]): (r["a"], r["b"], r["b_over_a"]) for r in rows}
+    assert by[("catch-up 1024 B", "Parquet / WAL")] == ([0.5], [0.75], 1.5)
+    assert by[("catch-up 1024 B", "Parquet MB/s")] == ([200.0], [300.0], 1.5)
+    assert by[("catch-up 100 B", "WAL MB/s")] == ([100.0], [100.0], 1.0)
+    assert by[("catch-up 100 B", "broker CPU-s/GiB WAL")] == ([1.9], [1.9], 1.0)
+    assert by[("catch-up 100 B", "broker CPU-s/GiB Parquet")] == ([7.0], [6.0], 0.857)
+    assert not any("GETs" in measure for _, measure in by)  # not counted on local files
+
+
 def _git(repo: Path, *args: str) -> str:
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=env).stdout.strip()
