@@ -107,10 +107,12 @@ def _pyarrow_baseline(catalog, identifier: str, work_dir: str) -> dict:
 
 
 async def main(args: argparse.Namespace) -> dict:
+    from neve.cli import tune_gc
     from neve.compaction import CompactorNode
     from neve.config import load_config
 
     config = load_config(None, data_dir=args.data_dir, compactor__freshness_ms=0, compactor__runner=args.runner)
+    tune_gc(config.broker.gc_young_threshold)  # as `neve compactor` runs
     node = CompactorNode(config)
     await node.start(cycle=False)
     out: dict = {"runner": args.runner, "parallelism": node.running.settings.parallelism, "topics": {}}

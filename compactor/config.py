@@ -43,7 +43,8 @@ class CompactorConfig:
     """Where a cycle's tasks run: `spark` (the session above; started on the first cycle that has
     work) or `in-process` (threads of the compactor itself: no JVM, for small machines and tests)."""
     parallelism: int = 2
-    """Tasks a cycle is cut into at most per topic (about the executors' cores)."""
+    """Tasks a cycle is cut into at most per topic (about the executors' cores; in-process, the
+    threads they run on)."""
     interval_ms: int = 1000
     """Pause between cycles that found nothing due (a cycle with work is followed at once)."""
     freshness_ms: int = 2000

@@ -12,6 +12,7 @@ import gc
 import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -225,23 +226,28 @@ def run_tasks(spark: SparkSession, context: TaskContext, tasks: Sequence[Task]) 
     return results
 
 
-def run_tasks_in_process(context: TaskContext, tasks: Sequence[Task]) -> list[TaskResult]:
-    """Every task here, one after the other (Spark off: tests, a small `neve dev`). If one fails,
-    the files of those before it are deleted too, then its error raised."""
-    results: list[TaskResult] = []
-    try:
-        for i, task in enumerate(tasks):
-            results.append(run_task(context, task, i))
-    except BaseException:
-        if results:
-            from pyiceberg.io import load_file_io
+def run_tasks_in_process(context: TaskContext, tasks: Sequence[Task], threads: int | None = None) -> list[TaskResult]:
+    """Every task here, on `threads` threads (default: one a task), the results in task order
+    (Spark off: tests, small machines). A task's Parquet encoding and compression release the GIL,
+    so one task's writing runs beside another's decoding. If one fails, the files of the others
+    are deleted too, then the first error (in task order) raised."""
+    if not tasks:
+        return []
+    with ThreadPoolExecutor(max_workers=max(1, min(threads or len(tasks), len(tasks))), thread_name_prefix="compaction-task") as pool:
+        futures = [pool.submit(run_task, context, task, i) for i, task in enumerate(tasks)]
+        wait(futures)
+    failed = next((f.exception() for f in futures if f.exception() is not None), None)
+    if failed is None:
+        return [f.result() for f in futures]
+    done = [f.result() for f in futures if f.exception() is None]
+    if done:
+        from pyiceberg.io import load_file_io
 
-            io = load_file_io(context.io_properties, context.data_location)
-            for result in results:
-                for written in result.files:
-                    _delete_quietly(io, written.path)
-        raise
-    return results
+        io = load_file_io(context.io_properties, context.data_location)
+        for result in done:
+            for written in result.files:
+                _delete_quietly(io, written.path)
+    raise failed
 
 
 # -- reading ----------------------------------------------------------------------------------------

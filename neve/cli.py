@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"neve: {e}", file=sys.stderr)
         return 2
     setup_logging(config.log_level)
-    _tune_gc(config.broker.gc_young_threshold)
+    tune_gc(config.broker.gc_young_threshold)
     import uvloop
 
     if args.command == "compactor":
@@ -198,8 +198,8 @@ def _sql(args) -> int:
     return 0
 
 
-def _tune_gc(young_threshold: int) -> None:
-    """See BrokerConfig.gc_young_threshold."""
+def tune_gc(young_threshold: int) -> None:
+    """See BrokerConfig.gc_young_threshold (every neve process; the benches' workers too)."""
     if young_threshold > 0:
         gc.freeze()  # what start-up built (modules, codecs) is never garbage: leave it out of every pass
         gc.set_threshold(young_threshold, 20, 100)
