@@ -164,7 +164,8 @@ def index_types(metadata_url: str, topic: str) -> set[str]:
 
 def _compact(r, system: NeveDev | NeveS3, runner: str) -> dict:
     """`neve compactor --once` over the stopped node's data dir (neve-dev), or over its etcd root
-    and S3 WAL (neve-s3): its wall time and CPU."""
+    and S3 WAL (neve-s3): its wall time and CPU, and etcd's and SeaweedFS's CPU beside it (neve-s3;
+    they are this process's children too, so their CPU is taken out of the compactor's)."""
     r.progress.begin("compact")
     log = r.out_dir / "compactor.log"
     if isinstance(system, NeveDev):
@@ -172,15 +173,19 @@ def _compact(r, system: NeveDev | NeveS3, runner: str) -> dict:
     else:
         where, env = [], system.compactor_env(r.work_dir / "catalog.db")
     env = {**os.environ, **env, "NEVE_COMPACTOR_RUNNER": runner}
+    servers0 = system.servers.cpu_seconds()
     started, cpu0 = time.monotonic(), procstat.tree_cpu_seconds(os.getpid()) or 0.0
     with open(log, "ab") as out:
         done = subprocess.run([sys.executable, "-m", "neve", "compactor", "--once", *where], stdout=out, stderr=subprocess.STDOUT, env=env, timeout=COMPACT_TIMEOUT_S, check=False)
     seconds = time.monotonic() - started
     cpu = (procstat.tree_cpu_seconds(os.getpid()) or 0.0) - cpu0  # the reaped child counts in cutime/cstime
+    servers = procstat.cpu_delta(servers0, system.servers.cpu_seconds())
+    cpu -= sum(servers.values())
     if done.returncode != 0:
         raise RuntimeError(f"neve compactor --once exited with {done.returncode}; log {log}:\n{log.read_text(errors='replace')[-3000:]}")
-    r.progress.line(f"compacted in {seconds:.1f} s, {cpu:.1f} CPU-s ({runner})")
-    return {"runner": runner, "seconds": round(seconds, 2), "cpu_s": round(cpu, 2)}
+    beside = "".join(f", {name} {s:.1f}" for name, s in servers.items())
+    r.progress.line(f"compacted in {seconds:.1f} s, {cpu:.1f} CPU-s ({runner}){beside}")
+    return {"runner": runner, "seconds": round(seconds, 2), "cpu_s": round(cpu, 2), **({"servers_cpu_s": servers} if servers else {})}
 
 
 def _store_edge(system: NeveDev | NeveS3) -> tuple[dict[str, float] | None, float | None]:

@@ -42,7 +42,10 @@ def _catchup_cases(doc: dict, out, store_counted: bool) -> list[dict]:
             if not store_counted:
                 assert all(read[k] is None for k in STORE_KEYS)
         assert case["parquet_over_wal"] == pytest.approx(case["parquet"]["mb_per_s"] / case["wal"]["mb_per_s"], rel=0.01)
-    assert doc["derived"]["compaction"]["runner"] == "in-process"
+    compaction = doc["derived"]["compaction"]
+    assert compaction["runner"] == "in-process" and compaction["cpu_s"] > 0
+    # on S3 the servers' CPU beside the compactor's, taken out of it
+    assert set(compaction.get("servers_cpu_s", {})) == ({"etcd", "seaweedfs"} if store_counted else set())
     assert [t["name"] for t in doc["targets"]] == [f"catch-up read from Parquet / from the WAL, raw {n} B (MB/s)" for n in (1024, 100)]
     [(title, table)] = doc["derived"]["tables"].items()
     assert "WAL, then the same records from Parquet" in title and title in (out / "results.md").read_text()
