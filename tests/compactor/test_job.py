@@ -30,6 +30,7 @@ from metadata.store import load_metadata_store
 from tests.batches import GZIP, frame_batch, make_batch
 from tests.compactor.produced import EVENT, T0, Produced, check_rows, ms, produce_avro, produce_raw
 from tests.fixtures import free_port
+from wal.store import ObjectNotFound
 
 # -- batches that do not decode (no node) ---------------------------------------------------------
 
@@ -142,6 +143,23 @@ def test_a_failed_task_deletes_its_files_and_so_do_the_tasks_before_it(tmp_path,
     (result,) = run_tasks_in_process(_context(tmp_path), [good])
     assert [Path(f.path.removeprefix("file://")) for f in result.files] == _parquet_files(tmp_path / "data")
     assert all(Path(f.path).name.startswith("c0-00000-0-") for f in result.files)
+
+
+def test_a_task_whose_object_cannot_be_read_fails_after_writing_what_it_read_and_leaves_no_file(tmp_path, corrupt_wal):
+    """A task's reads land on a thread of their own while it writes the rows of those already read:
+    a read that fails fails the task at the entry that needs it, and the files it wrote before are
+    deleted."""
+    entries, _ = corrupt_wal
+    _put(tmp_path, "other", (tmp_path / "objects" / "obj").read_bytes())
+    moved = [dataclasses.replace(e, object_key="other") for e in entries]
+    missing = [dataclasses.replace(e, object_key="gone") for e in entries]
+    # partition 0 from the object that is there, then partition 1 from one that is not
+    task = Task((Run("t", 0, moved, 0), Run("t", 1, missing, 0)), (ObjectRead("other", 4, 4 + sum(e.size for e in entries)), ObjectRead("gone", 4, 4 + sum(e.size for e in entries))))
+    with pytest.raises(ObjectNotFound, match="gone"):
+        run_task(_context(tmp_path), task)
+    assert _parquet_files(tmp_path / "data") == []
+    (result,) = run_tasks_in_process(_context(tmp_path), [Task((Run("t", 0, moved, 0),), task.reads[:1])])
+    assert result.bytes_read == sum(e.size for e in entries) and result.rows == sum(f.record_count for f in result.files) > 0
 
 
 def test_context_and_results_pickle(tmp_path, corrupt_wal):
