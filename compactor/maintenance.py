@@ -5,8 +5,8 @@ files of the target size sorted by kafka.partition, kafka.offset (Spark's `rewri
 when the compactor runs on Spark, pyarrow and pyiceberg's overwrite in-process), then re-indexed,
 and snapshots older than `snapshot_max_age_ms` are expired, the data files only they held being
 deleted once no index entry's manifest names them and `file_delete_grace_ms` has passed; files in
-the data directory that nothing holds (a crashed cycle's or Spark job's) are deleted once older
-than `orphan_file_age_ms`. Before
+the data directory that nothing holds (a crashed cycle's or Spark job's), and the metadata
+files of commits that never landed, are deleted once older than `orphan_file_age_ms`. Before
 the merge, a topic with `neve.iceberg.retention.ms` has its expired rows deleted (retention.py).
 
 A merge's crash between its table commit and the re-index is finished by the next check: the
@@ -205,9 +205,9 @@ class TableMaintenance:
         return deleted
 
     async def _delete_orphans(self, table, info: TopicInfo, identifier: str, now: float) -> int:
-        """Delete the files of the table's data directory that are older than
-        `orphan_file_age_ms` and that no snapshot holds, no index entry names and no expiry has
-        pending (those wait for their own grace)."""
+        """Delete the files of the table's data and metadata directories that are older than
+        `orphan_file_age_ms` and that the table does not hold, no index entry names and no expiry
+        has pending (those wait for their own grace)."""
         cutoff_ms = int((now - self.config.orphan_file_age_ms / 1000) * 1000)
         candidates = await asyncio.to_thread(unheld_data_files, table, cutoff_ms)
         if not candidates:
@@ -217,17 +217,26 @@ class TableMaintenance:
         due = [uri for path, uri in candidates.items() if path not in kept]
         deleted = await asyncio.to_thread(delete_files, table.io, due)
         if deleted:
-            log.info("deleted orphan files (in the table's data directory, held by nothing)", extra={"table": identifier, "files": deleted})
+            log.info("deleted orphan files (in the table's data and metadata directories, held by nothing)", extra={"table": identifier, "files": deleted})
         return deleted
 
 
 # -- the blocking parts (pyiceberg, pyarrow, Spark) --------------------------------------------------
 
 
+# What a failed or abandoned commit leaves in a table's metadata directory: metadata JSON,
+# manifest lists and manifests (Avro), statistics (Puffin). Anything else found there is not ours
+# to judge, and stays.
+METADATA_FILE_SUFFIXES = (".metadata.json", ".avro", ".puffin", ".stats")
+
+
 def unheld_data_files(table, cutoff_ms: int) -> dict[str, str]:
-    """The files under the table's data directory last written before `cutoff_ms` that none of
-    its snapshots holds (after a refresh): their paths as the file system lists them, each with
-    its location for the table's FileIO. Empty when the FileIO cannot list (not pyarrow's)."""
+    """The files under the table's data directory, and the Iceberg metadata files under its
+    metadata directory (METADATA_FILE_SUFFIXES), last written before `cutoff_ms` that the table
+    does not hold (after a refresh): no snapshot's manifest list, manifests or live files, not
+    the current metadata file nor one in its log, no statistics file. Their paths as the file
+    system lists them, each with its location for the table's FileIO. Empty when the FileIO
+    cannot list (not pyarrow's)."""
     from pyarrow.fs import FileSelector, FileType
 
     io = table.io
@@ -235,15 +244,24 @@ def unheld_data_files(table, cutoff_ms: int) -> dict[str, str]:
         log.warning("orphan files are not looked for: the table's FileIO cannot list", extra={"table": str(table.name()), "io": type(io).__name__})
         return {}
     table = table.refresh()
-    data = table.metadata.properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
-    scheme, netloc, root = io.parse_location(data, io.properties)
-    listed = io.fs_by_scheme(scheme, netloc).get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+    location = table.location().rstrip("/")
+    data = table.metadata.properties.get("write.data.path") or f"{location}/data"
+    metadata = table.metadata.properties.get("write.metadata.path") or f"{location}/metadata"
     cutoff = dt.datetime.fromtimestamp(cutoff_ms / 1000, dt.UTC)
-    old = {f.path for f in listed if f.type == FileType.File and f.mtime is not None and f.mtime < cutoff}
+    old: dict[str, str] = {}
+    for directory, kinds in ((data, None), (metadata, METADATA_FILE_SUFFIXES)):
+        scheme, netloc, root = io.parse_location(directory, io.properties)
+        listed = io.fs_by_scheme(scheme, netloc).get_file_info(FileSelector(root, recursive=True, allow_not_found=True))
+        for f in listed:
+            if f.type == FileType.File and f.mtime is not None and f.mtime < cutoff and (kinds is None or f.path.endswith(kinds)):
+                old[f.path] = f.path if scheme == "file" else f"{scheme}://{f.path}"
     if not old:
         return {}
-    held = {io.parse_location(path, io.properties)[2] for path in snapshot_files(table, table.snapshots(), {})}
-    return {path: (path if scheme == "file" else f"{scheme}://{path}") for path in sorted(old - held)}
+    held = snapshot_files(table, table.snapshots(), {})
+    held |= {table.metadata_location, *(entry.metadata_file for entry in table.metadata.metadata_log)}
+    held |= {stats.statistics_path for stats in (*table.metadata.statistics, *table.metadata.partition_statistics)}
+    held_paths = {io.parse_location(path, io.properties)[2] for path in held}
+    return {path: old[path] for path in sorted(set(old) - held_paths)}
 
 
 def small_file_groups(table, target: int, min_files: int) -> list[list]:

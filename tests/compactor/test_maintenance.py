@@ -333,8 +333,9 @@ def test_a_node_killed_between_its_merge_commit_and_the_reindex_finishes_on_rest
 
 def test_files_nothing_holds_are_deleted_once_old_and_every_other_file_stays(produced, sqlite_catalog, tmp_path):
     """A crashed cycle's files (in the data directory, in no snapshot, named by no index entry)
-    are deleted by a maintenance round once older than `orphan_file_age_ms`; a younger one (a
-    cycle may still be writing it) stays, and so does every file the table holds."""
+    and a failed commit's metadata files are deleted by a maintenance round once older than
+    `orphan_file_age_ms`; a younger one (a cycle may still be writing it) stays, and so does
+    every file the table holds."""
     p = produced[1]
     data_dir, config, _ = copy_of(produced, tmp_path, sqlite_catalog)
     identifier = f"{config.namespace}.{p.topic.replace('-', '_')}"
@@ -351,11 +352,25 @@ def test_files_nothing_holds_are_deleted_once_old_and_every_other_file_stays(pro
         os.utime(f, (an_hour_ago, an_hour_ago))
     os.utime(some_held, (an_hour_ago, an_hour_ago))  # old, but held: stays
 
+    # A commit that never landed leaves its metadata file, manifest list and manifest behind; the
+    # table's own metadata files are as old, and stay, and so does a file that is no Iceberg's.
+    metadata = local(table.metadata_location).parent
+    own_metadata = sorted(f for f in metadata.iterdir() if f.is_file())
+    failed_commit = [metadata / "00999-crashed.metadata.json", metadata / "snap-1-1-crashed.avro", metadata / "crashed-m0.avro"]
+    for f in failed_commit:
+        f.write_bytes(local(table.metadata_location).read_bytes())  # what they hold is not looked at
+    not_iceberg = metadata / "README.txt"
+    not_iceberg.write_text("left by someone")
+    young_metadata = metadata / "01000-being-committed.metadata.json"
+    young_metadata.write_bytes(local(table.metadata_location).read_bytes())
+    for f in (*failed_commit, *own_metadata, not_iceberg):
+        os.utime(f, (an_hour_ago, an_hour_ago))
+
     config = dataclasses.replace(config, maintenance_interval_ms=1, merge_min_files=1_000_000, orphan_file_age_ms=60_000)
     outcome = maintain(data_dir, config, p.topic)
-    assert (outcome.orphans_deleted, outcome.files_deleted, outcome.files_rewritten) == (2, 2, 0)
-    assert not any(f.exists() for f in old) and young.exists()
-    assert all(f.exists() for f in held)
+    assert (outcome.orphans_deleted, outcome.files_deleted, outcome.files_rewritten) == (5, 5, 0)
+    assert not any(f.exists() for f in (*old, *failed_commit)) and young.exists() and young_metadata.exists()
+    assert all(f.exists() for f in (*held, *own_metadata, not_iceberg))
     check_rows(p, rows_pyiceberg(table.refresh()), where="pyiceberg")
     check_kafka_reads(data_dir, p)
     off = maintain(data_dir, dataclasses.replace(config, orphan_file_age_ms=0), p.topic)
