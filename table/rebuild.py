@@ -6,9 +6,10 @@ fields. A records section (wal/batch.py's layout) is, per record:
 
     length attributes timestampDelta offsetDelta keyLength key valueLength value headerCount headers
 
-every integer a zigzag varint. Here each varint column is encoded for all rows at once (numpy), the
-pieces of every record are joined by Arrow (binary_join_element_wise: one pass, no Python object
-per record), with room left before each batch's first record for its header, and Python runs once
+every integer a zigzag varint. Here each varint column is encoded for all rows at once (numpy), a
+record's varints before its key (or value) packed as one piece, after room for a header before
+each batch's first record; the pieces of every record are joined by Arrow
+(binary_join_element_wise: one pass, no Python object per record), and Python runs once
 per batch, never once per record: an uncompressed batch's header and CRC are written into that
 room, so the joined buffer is the batches, end to end, served as it is; a compressed batch is
 framed apart (wal.batch_builder.frame_batch: codec, header, CRC).
@@ -27,7 +28,7 @@ import pyarrow.compute as pc
 from crc32c import crc32c
 
 from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, CODEC_NAMES, LOG_OVERHEAD
-from wal.batch_builder import LOG_APPEND_TIME, NONE, codec_for, frame_batch
+from wal.batch_builder import LOG_APPEND_TIME, NONE, codec_for, frame_batch, zigzag_varint
 
 from .avro_values import ValueEncoder
 
@@ -44,22 +45,78 @@ _HEADER = np.dtype(
 assert _HEADER.itemsize == BATCH_HEADER.size == BATCH_HEADER_SIZE
 
 
-def varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes, widths): each value (signed 64-bit) as Kafka's zigzag varint, all written one after
-    another into `bytes`, value i taking widths[i] of them."""
+@dataclass(slots=True)
+class _Zigzag:
+    """A column of zigzagged values (unsigned, 32-bit when they fit: half the bytes to shift) and
+    each one's varint width, `most` the widest; `same` the one varint when every value is the
+    same (a null key's length, a fixed-size value's: copied, not encoded)."""
+
+    z: np.ndarray
+    widths: np.ndarray
+    most: int
+    same: bytes | None = None
+
+
+def _zigzag(values: np.ndarray) -> _Zigzag:
     n = np.asarray(values, dtype=np.int64)
-    z = ((n << 1) ^ (n >> 63)).view(np.uint64)
+    if not len(n):
+        return _Zigzag(n.view(np.uint64), np.ones(0, dtype=np.int64), 1)
+    lo, hi = int(n.min()), int(n.max())
+    if lo == hi:
+        same = zigzag_varint(lo)
+        return _Zigzag(n.view(np.uint64), np.full(len(n), len(same), dtype=np.int64), len(same), same)
+    top = max((lo << 1) ^ (lo >> 63), (hi << 1) ^ (hi >> 63))
+    if top < 1 << 32:  # the values fit 32 bits signed: zigzagged there, half the bytes to go over
+        n = n.astype(np.int32)
+    # a non-negative value's zigzag is twice it (an add: far cheaper than numpy's shifts)
+    z = (n + n if lo >= 0 else (n << 1) ^ (n >> (n.itemsize * 8 - 1))).view(np.uint32 if n.itemsize == 4 else np.uint64)
     widths = np.ones(len(z), dtype=np.int64)
-    top = int(z.max()) if len(z) else 0
     for k in range(1, _MAX_VARINT):
         if top < 1 << (7 * k):
             break
-        widths += z >= np.uint64(1 << (7 * k))
-    most = int(widths.max()) if len(z) else 1
-    groups = ((z[:, None] >> (np.arange(most, dtype=np.uint64) * np.uint64(7))) & np.uint64(0x7F)).astype(np.uint8)
-    place = np.arange(most)
-    groups[place < widths[:, None] - 1] |= 0x80  # every byte but a varint's last carries the continuation bit
-    return groups[place < widths[:, None]], widths
+        widths += z >= z.dtype.type(1 << (7 * k))
+    return _Zigzag(z, widths, int(widths.max()))
+
+
+def _packed(pieces: list[_Zigzag | bytes], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, widths): each row's pieces (varints, or the same bytes on every row) one after
+    another, the rows end to end, row i taking widths[i] bytes. Each piece has a slot of its widest
+    varint in an n-row matrix, filled a column at a time; the bytes past a row's varint are
+    dropped at the end (one boolean selection), only when some piece's widths vary."""
+    pieces = [p.same if isinstance(p, _Zigzag) and p.same is not None else p for p in pieces]
+    slots = sum(p.most if isinstance(p, _Zigzag) else len(p) for p in pieces)
+    matrix = np.empty((n, slots), dtype=np.uint8)
+    keep = None
+    widths = np.zeros(n, dtype=np.int64)
+    at = 0
+    for piece in pieces:
+        if not isinstance(piece, _Zigzag):
+            matrix[:, at : at + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
+            widths += len(piece)
+            at += len(piece)
+            continue
+        z, w, most = piece.z, piece.widths, piece.most
+        varying = n and int(w.min()) != most
+        if varying and keep is None:
+            keep = np.ones((n, slots), dtype=bool)
+        seven = z.dtype.type(7)
+        for k in range(most):
+            group = (z & z.dtype.type(0x7F)).astype(np.uint8)
+            if k < most - 1:  # every byte but a varint's last carries the continuation bit
+                group |= (w > k + 1).view(np.uint8) << 7 if varying else np.uint8(0x80)
+                z = z >> seven
+            matrix[:, at + k] = group
+            if varying:
+                keep[:, at + k] = w > k
+        widths += w
+        at += most
+    return (matrix.reshape(-1) if keep is None else matrix[keep]), widths
+
+
+def varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, widths): each value (signed 64-bit) as Kafka's zigzag varint, all written one after
+    another into `bytes`, value i taking widths[i] of them."""
+    return _packed([_zigzag(values)], len(values))
 
 
 def _binary(data: np.ndarray, widths: np.ndarray) -> pa.Array:
@@ -74,6 +131,21 @@ def _varint_column(values: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     return _binary(data, widths), widths
 
 
+def _roomy(data: np.ndarray, widths: np.ndarray, starts: np.ndarray, room: int) -> pa.Array:
+    """Rows laid end to end in `data` (row i widths[i] bytes) as one binary array, `room` zero
+    bytes put in before each row of `starts` (part of that row's value)."""
+    n = len(widths)
+    before = np.zeros(n, dtype=np.int64)
+    before[starts] = room
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(widths + before, out=offsets[1:])
+    out = np.zeros(int(offsets[-1]), dtype=np.uint8)
+    mine = np.ones(len(out), dtype=bool)
+    mine[(offsets[starts][:, None] + np.arange(room)).reshape(-1)] = False
+    out[mine] = data
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)])
+
+
 def _array(column: pa.ChunkedArray) -> pa.Array:
     """The column as one array (a copy only when it has several chunks)."""
     return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
@@ -86,7 +158,15 @@ def _offsets(column: pa.Array) -> np.ndarray:
 
 def _lengths(column: pa.Array) -> np.ndarray:
     """Byte length of each binary value; -1 for null (Kafka's null key, value or header value)."""
-    return pc.fill_null(pc.binary_length(column), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    n = len(column)
+    if column.null_count == n:
+        return np.full(n, -1, dtype=np.int64)
+    large = column.type in (pa.large_binary(), pa.large_string())
+    kind = np.int64 if large else np.int32
+    lengths = np.diff(np.frombuffer(column.buffers()[1], dtype=kind, count=n + 1, offset=column.offset * np.dtype(kind).itemsize)).astype(np.int64)
+    if column.null_count:
+        lengths[~column.is_valid().to_numpy(zero_copy_only=False)] = -1
+    return lengths
 
 
 def _bytes(column: pa.Array) -> pa.Array:
@@ -200,17 +280,20 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     key_lengths, value_lengths = _lengths(keys), _lengths(values)
     headers, header_sizes = _headers(rows)
 
-    timestamp, timestamp_widths = _varint_column(millis(kafka.field("timestamp")) - base_ts[batch_of])
-    offset_delta, offset_widths = _varint_column(offsets - bases)
-    key_prefix, key_widths = _varint_column(key_lengths)
-    value_prefix, value_widths = _varint_column(value_lengths)
+    timestamp = _zigzag(millis(kafka.field("timestamp")) - base_ts[batch_of])
+    offset_delta = _zigzag(offsets - bases)
+    key_prefix, value_prefix = _zigzag(key_lengths), _zigzag(value_lengths)
     # the record's length counts everything after itself: attributes (1 byte) to its last header
-    sizes = 1 + timestamp_widths + offset_widths + key_widths + np.maximum(key_lengths, 0) + value_widths + np.maximum(value_lengths, 0) + header_sizes
-    length, _ = _varint_column(sizes)
-    room = np.zeros(n, dtype=np.int64)
-    room[starts] = BATCH_HEADER_SIZE
-    header_room = _binary(np.zeros(len(starts) * BATCH_HEADER_SIZE, dtype=np.uint8), room)
-    records = pc.binary_join_element_wise(header_room, length, b"\x00", timestamp, offset_delta, key_prefix, _bytes(keys), value_prefix, _bytes(values), headers, b"")
+    sizes = 1 + timestamp.widths + offset_delta.widths + key_prefix.widths + np.maximum(key_lengths, 0) + value_prefix.widths + np.maximum(value_lengths, 0) + header_sizes
+    # a record's fields up to its key (or, with no key bytes anywhere, up to its value) are
+    # varints and the attributes byte: packed here as one piece a record, after room for a header
+    # before each batch's first record, so the join takes few pieces (its cost is per piece)
+    keyless = not (key_lengths > 0).any()
+    lead: list[_Zigzag | bytes] = [_zigzag(sizes), b"\x00", timestamp, offset_delta, key_prefix, *([value_prefix] if keyless else [])]
+    pieces = [_roomy(*_packed(lead, n), starts, BATCH_HEADER_SIZE)]
+    if not keyless:
+        pieces += [_bytes(keys), _binary(*_packed([value_prefix], n))]
+    records = pc.binary_join_element_wise(*pieces, _bytes(values), headers, b"")
     record_starts = _offsets(records)
     # the join's own new buffer, nothing else holds it: written in place
     data = memoryview(records.buffers()[2]).cast("B")  # as bytes (Arrow exports signed chars)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from compactor.layout import arrow_schema, rows_to_arrow, table_schema
 from compactor.records import Batch, Record, decode_records, iter_batches
 from compactor.translator import kafka_columns, translate
-from table.rebuild import rebuild_batches, varints
+from table.rebuild import _lengths, _packed, _zigzag, rebuild_batches, varints
 from wal.batch import CODEC_NAMES
 from wal.batch_builder import COMPRESSION_TYPES, build_batch, codec_for, zigzag_varint
 
@@ -29,6 +29,34 @@ def test_varints_are_kafkas_zigzag_varints_end_to_end(values):
     data, widths = varints(values)
     assert bytes(data) == b"".join(zigzag_varint(v) for v in values)
     assert widths.tolist() == [len(zigzag_varint(v)) for v in values]
+
+
+# columns as rebuild meets them: one value throughout, small non-negative, within 32 bits either
+# sign, anything 64-bit
+COLUMN = st.one_of(
+    st.tuples(st.one_of(INT64, st.sampled_from(EDGES))).map(lambda v: v * 3),
+    st.lists(st.sampled_from(EDGES), min_size=3, max_size=3),
+    st.lists(st.integers(-(2**31), 2**31 - 1), min_size=3, max_size=3),
+    st.lists(INT64, min_size=3, max_size=3),
+)
+
+
+@given(st.lists(st.one_of(COLUMN, st.binary(min_size=1, max_size=3)), min_size=1, max_size=6))
+@settings(deadline=None, max_examples=300)
+def test_packed_rows_are_each_rows_pieces_in_turn(pieces):
+    """Each row packed is its columns' varints (and constant bytes) one after another."""
+    n = 3
+    data, widths = _packed([p if isinstance(p, bytes) else _zigzag(p) for p in pieces], n)
+    rows = [b"".join(p if isinstance(p, bytes) else zigzag_varint(p[i]) for p in pieces) for i in range(n)]
+    assert bytes(data) == b"".join(rows)
+    assert widths.tolist() == [len(r) for r in rows]
+
+
+@given(st.lists(st.one_of(st.none(), st.binary(max_size=9)), max_size=12), st.sampled_from([pa.binary(), pa.large_binary()]))
+@settings(deadline=None)
+def test_lengths_are_each_values_or_minus_one_for_null(values, kind):
+    column = pa.array([b"xyz", *values], kind).slice(1)  # a slice: its offsets start past the array's
+    assert _lengths(column).tolist() == [-1 if v is None else len(v) for v in values]
 
 
 blob = st.one_of(st.none(), st.sampled_from(EDGES).map(lambda n: bytes([n % 251]) * n), st.binary(max_size=40))
