@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .. import table_load
+from .. import procstat, table_load
 from ..load import create_topic
 from ..options import size
 from ..servers import free_port
@@ -75,9 +75,9 @@ def run(r) -> None:
         elif phase["name"] == "warm-up" and now - phase["since"] >= timing.warmup_s:
             r.progress.line(f"the measured window: {timing.duration_s:g} s")
             phase.update(name="window", since=now)
-            window["start"] = time.time()
+            window["start"], window["cpu_start"] = time.time(), _node_cpu(system)
         elif phase["name"] == "window" and now - phase["since"] >= timing.duration_s:
-            window["end"] = time.time()
+            window["end"], window["cpu_end"] = time.time(), _node_cpu(system)
             return True
         return False
 
@@ -120,10 +120,15 @@ def run(r) -> None:
         "load_average": [load_before, load_after],
         "compactor": _settings(system),
     }
+    node_cpu = window["cpu_end"] - window["cpu_start"] if window["cpu_start"] is not None and window["cpu_end"] is not None else None
+    window_bytes = float(in_window.shape[0]) * a.record_bytes
+    r.derived["freshness"]["node_cores"] = None if node_cpu is None else round(node_cpu / (window["end"] - window["start"]), 3)
+    r.derived["freshness"]["node_cpu_s_per_gib"] = None if node_cpu is None or not window_bytes else round(node_cpu / (window_bytes / 2**30), 1)
     fs = r.derived["freshness_s"]
     r.derived.setdefault("tables", {})["Acknowledgement to visible row, seconds"] = {
-        "headers": ["records", "p50", "p99", "p99.9", "max", "not visible", "snapshots", "load avg before, after"],
-        "rows": [[f"{fs['count']:,}", str(fs["p50"]), str(fs["p99"]), str(fs["p999"]), str(fs["max"]), str(missing), str(seen["snapshots"]), f"{load_before}, {load_after}"]],
+        "headers": ["records", "p50", "p99", "p99.9", "max", "not visible", "snapshots", "node cores", "node CPU-s/GiB", "load avg before, after"],
+        "rows": [[f"{fs['count']:,}", str(fs["p50"]), str(fs["p99"]), str(fs["p999"]), str(fs["max"]), str(missing), str(seen["snapshots"]),
+                  str(r.derived["freshness"]["node_cores"]), str(r.derived["freshness"]["node_cpu_s_per_gib"]), f"{load_before}, {load_after}"]],  # fmt: skip
     }
     r.progress.line(f"freshness p50 {fs['p50']} s, p99 {fs['p99']} s over {fs['count']:,} records; {missing} not visible; {seen['snapshots']} snapshots")
     if missing:
@@ -133,8 +138,16 @@ def run(r) -> None:
     r.target("table freshness p99 (s)", f"<= {P99_TARGET_S:g}", fs["p99"], None if fs["p99"] is None else fs["p99"] <= P99_TARGET_S)
     r.notes.append(
         f"A row's visibility time is when the reader's load of the table (polled every {a.poll_ms} ms through pyiceberg) that first holds its offset returned, an upper bound by up to one poll; "
-        "acknowledgement and visibility times are both the machine's wall clock. Records acknowledged before the first snapshot (the compactor's Spark session starting) and during the warm-up do not count."
+        "acknowledgement and visibility times are both the machine's wall clock. Records acknowledged before the first snapshot (the compactor's Spark session starting) and during the warm-up do not count. "
+        "Node cores and CPU-s per GiB are the `neve dev` process tree's (broker, registry, compactor, Spark's JVM and Python workers) over the measured window, per GiB of values acknowledged in it."
     )
+
+
+def _node_cpu(system: NeveDev) -> float | None:
+    """CPU-seconds of the node's process tree (its compactor's Spark JVM and workers are children)."""
+    pids = system.broker_pids()
+    cpus = [procstat.tree_cpu_seconds(pid) for pid in pids]
+    return None if not pids or any(c is None for c in cpus) else sum(cpus)
 
 
 def _lags(acks: np.ndarray, seen: dict) -> tuple[np.ndarray, int]:

@@ -62,5 +62,6 @@ def test_freshness_in_process(tmp_path) -> None:
     assert f["table_rows"] == f["acked"] and f["duplicate_rows"] == 0 and f["snapshots"] >= 1
     # a row is seen after its acknowledgement
     assert 0 < s["p50"] <= s["p99"] <= s["max"]
+    assert f["node_cores"] > 0 and f["node_cpu_s_per_gib"] > 0  # the node's tree worked in the window
     assert [t["name"] for t in doc["targets"]] == ["table freshness p99 (s)"]
     assert "Acknowledgement to visible row" in (out / "results.md").read_text()
