@@ -43,6 +43,7 @@ _HEADER = np.dtype(
      ("base_timestamp", ">i8"), ("max_timestamp", ">i8"), ("producer_id", ">i8"), ("producer_epoch", ">i2"), ("base_sequence", ">i4"), ("count", ">i4")]
 )  # fmt: skip
 assert _HEADER.itemsize == BATCH_HEADER.size == BATCH_HEADER_SIZE
+_CODEC_NAMES = pa.array(CODEC_NAMES)
 
 
 @dataclass(slots=True)
@@ -55,6 +56,10 @@ class _Zigzag:
     widths: np.ndarray
     most: int
     same: bytes | None = None
+    value: int = 0  # every value, with `same`
+
+    def width(self) -> np.ndarray | int:
+        return self.widths if self.same is None else len(self.same)
 
 
 def _zigzag(values: np.ndarray) -> _Zigzag:
@@ -64,7 +69,7 @@ def _zigzag(values: np.ndarray) -> _Zigzag:
     lo, hi = int(n.min()), int(n.max())
     if lo == hi:
         same = zigzag_varint(lo)
-        return _Zigzag(n.view(np.uint64), np.full(len(n), len(same), dtype=np.int64), len(same), same)
+        return _Zigzag(n.view(np.uint64), np.full(len(n), len(same), dtype=np.int64), len(same), same, lo)
     top = max((lo << 1) ^ (lo >> 63), (hi << 1) ^ (hi >> 63))
     if top < 1 << 32:  # the values fit 32 bits signed: zigzagged there, half the bytes to go over
         n = n.astype(np.int32)
@@ -176,16 +181,17 @@ def _bytes(column: pa.Array) -> pa.Array:
     return pc.fill_null(column, b"") if column.null_count else column
 
 
-def _headers(rows: pa.Table) -> tuple[pa.Array | bytes, np.ndarray]:
+def _headers(rows: pa.Table) -> tuple[pa.Array | bytes, np.ndarray | int]:
     """(each record's headerCount and headers as one binary value, their byte lengths); a
-    constant count of zero when no record has a header."""
+    constant count of zero (one byte) when no record has a header."""
     n = len(rows)
     if "headers" not in rows.column_names:
-        return b"\x00", np.ones(n, dtype=np.int64)
+        return b"\x00", 1
     column = _array(rows.column("headers"))
+    bounds = column.offsets  # no record has a header when the first record's start is the last's end
+    if not n or bounds[0] == bounds[n]:
+        return b"\x00", 1
     counts = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
-    if not counts.any():
-        return b"\x00", np.ones(n, dtype=np.int64)
     flat = pc.list_flatten(column)
     keys, values = _bytes(flat.field("key")), flat.field("value")
     key_lengths, value_lengths = _lengths(keys), _lengths(values)
@@ -284,11 +290,17 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     offset_delta = _zigzag(offsets - bases)
     key_prefix, value_prefix = _zigzag(key_lengths), _zigzag(value_lengths)
     # the record's length counts everything after itself: attributes (1 byte) to its last header
-    sizes = 1 + timestamp.widths + offset_delta.widths + key_prefix.widths + np.maximum(key_lengths, 0) + value_prefix.widths + np.maximum(value_lengths, 0) + header_sizes
+    # (summed in place, the widths and lengths the same on every row added once)
+    sizes = np.full(n, 1 + sum(max(c.value, 0) for c in (key_prefix, value_prefix) if c.same is not None), dtype=np.int64)
+    for part in (timestamp.width(), offset_delta.width(), key_prefix.width(), value_prefix.width(), header_sizes):
+        sizes += part
+    for column, lengths in ((key_prefix, key_lengths), (value_prefix, value_lengths)):
+        if column.same is None:
+            sizes += np.maximum(lengths, 0)
     # a record's fields up to its key (or, with no key bytes anywhere, up to its value) are
     # varints and the attributes byte: packed here as one piece a record, after room for a header
     # before each batch's first record, so the join takes few pieces (its cost is per piece)
-    keyless = not (key_lengths > 0).any()
+    keyless = key_prefix.value <= 0 if key_prefix.same is not None else not (key_lengths > 0).any()
     lead: list[_Zigzag | bytes] = [_zigzag(sizes), b"\x00", timestamp, offset_delta, key_prefix, *([value_prefix] if keyless else [])]
     pieces = [_roomy(*_packed(lead, n), starts, BATCH_HEADER_SIZE)]
     if not keyless:
@@ -301,9 +313,11 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     def first(name: str) -> np.ndarray:
         return kafka.field(name).take(first_rows).to_numpy(zero_copy_only=False)
 
-    names = kafka.field("batch_compression").take(first_rows).to_pylist()
-    codec_of = {name: codec_for(compression, CODEC_NAMES.index(name)) for name in set(names)}
-    codecs = np.array([codec_of[name] for name in names])
+    names = kafka.field("batch_compression").take(first_rows)
+    named = pc.index_in(names, value_set=_CODEC_NAMES)  # each batch's codec as its index, no Python string a batch
+    if named.null_count:
+        raise ValueError(f"batch compression {pc.filter(names, named.is_null())[0]} is none of {', '.join(CODEC_NAMES)}")
+    codecs = np.array([codec_for(compression, i) for i in range(len(CODEC_NAMES))])[named.to_numpy(zero_copy_only=False)]
     bounds = record_starts[np.append(starts, n)].astype(np.int64)
     head = np.zeros(len(starts), dtype=_HEADER)
     head["base_offset"] = bases[starts]

@@ -146,3 +146,12 @@ def test_rows_sliced_from_a_larger_window_rebuild_the_same():
     rows = table_of(produced, 0).combine_chunks().slice(6)
     assert rows.column("kafka").chunk(0).offset == 6
     assert rebuild_batches(rows, "producer", {}, complete=True) == ([r[-1].offset for _, r in produced[2:]], [built(b, r, "producer") for b, r in produced[2:]])
+
+
+def test_a_batch_of_no_known_codec_does_not_rebuild():
+    rows = table_of([(Batch(0, 0, 0, 5, 0, 2, 0, 0, 10, 10, -1, -1, -1, 1), [Record(5, 10, None, b"v", ())])], 0)
+    kafka = rows.column("kafka").combine_chunks()
+    fields = [pa.array(["brotli"], f.type) if f.name == "batch_compression" else kafka.field(i) for i, f in enumerate(kafka.type)]
+    rows = rows.set_column(0, SCHEMA.field("kafka"), pa.StructArray.from_arrays(fields, fields=list(kafka.type)))
+    with pytest.raises(ValueError, match="brotli"):
+        rebuild_batches(rows, "producer", {}, complete=True)
