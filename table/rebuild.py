@@ -49,12 +49,13 @@ _CODEC_NAMES = pa.array(CODEC_NAMES)
 @dataclass(slots=True)
 class _Zigzag:
     """A column of zigzagged values (unsigned, 32-bit when they fit: half the bytes to shift) and
-    each one's varint width, `most` the widest; `same` the one varint when every value is the
-    same (a null key's length, a fixed-size value's: copied, not encoded)."""
+    each one's varint width (a byte each), `most` the widest; `same` the one varint when every
+    value is the same (a null key's length, a fixed-size value's: copied, not encoded)."""
 
     z: np.ndarray
     widths: np.ndarray
     most: int
+    varying: bool  # not every width is `most`
     same: bytes | None = None
     value: int = 0  # every value, with `same`
 
@@ -65,22 +66,23 @@ class _Zigzag:
 def _zigzag(values: np.ndarray) -> _Zigzag:
     n = np.asarray(values, dtype=np.int64)
     if not len(n):
-        return _Zigzag(n.view(np.uint64), np.ones(0, dtype=np.int64), 1)
+        return _Zigzag(n.view(np.uint64), np.ones(0, dtype=np.uint8), 1, False)
     lo, hi = int(n.min()), int(n.max())
     if lo == hi:
         same = zigzag_varint(lo)
-        return _Zigzag(n.view(np.uint64), np.full(len(n), len(same), dtype=np.int64), len(same), same, lo)
+        return _Zigzag(n.view(np.uint64), np.full(len(n), len(same), dtype=np.uint8), len(same), False, same, lo)
     top = max((lo << 1) ^ (lo >> 63), (hi << 1) ^ (hi >> 63))
     if top < 1 << 32:  # the values fit 32 bits signed: zigzagged there, half the bytes to go over
         n = n.astype(np.int32)
     # a non-negative value's zigzag is twice it (an add: far cheaper than numpy's shifts)
     z = (n + n if lo >= 0 else (n << 1) ^ (n >> (n.itemsize * 8 - 1))).view(np.uint32 if n.itemsize == 4 else np.uint64)
-    widths = np.ones(len(z), dtype=np.int64)
+    widths = np.ones(len(z), dtype=np.uint8)
     for k in range(1, _MAX_VARINT):
         if top < 1 << (7 * k):
             break
         widths += z >= z.dtype.type(1 << (7 * k))
-    return _Zigzag(z, widths, int(widths.max()))
+    most = int(widths.max())
+    return _Zigzag(z, widths, most, int(widths.min()) != most)
 
 
 def _packed(pieces: list[_Zigzag | bytes], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -91,7 +93,7 @@ def _packed(pieces: list[_Zigzag | bytes], n: int) -> tuple[np.ndarray, np.ndarr
     pieces = [p.same if isinstance(p, _Zigzag) and p.same is not None else p for p in pieces]
     slots = sum(p.most if isinstance(p, _Zigzag) else len(p) for p in pieces)
     matrix = np.empty((n, slots), dtype=np.uint8)
-    keep = None
+    keep = np.ones((n, slots), dtype=bool) if any(isinstance(p, _Zigzag) and p.varying for p in pieces) else None
     widths = np.zeros(n, dtype=np.int64)
     at = 0
     for piece in pieces:
@@ -100,19 +102,19 @@ def _packed(pieces: list[_Zigzag | bytes], n: int) -> tuple[np.ndarray, np.ndarr
             widths += len(piece)
             at += len(piece)
             continue
-        z, w, most = piece.z, piece.widths, piece.most
-        varying = n and int(w.min()) != most
-        if varying and keep is None:
-            keep = np.ones((n, slots), dtype=bool)
-        seven = z.dtype.type(7)
+        z, w, most, seven = piece.z, piece.widths, piece.most, piece.z.dtype.type(7)
         for k in range(most):
-            group = (z & z.dtype.type(0x7F)).astype(np.uint8)
+            group = z.astype(np.uint8)  # its low byte, of which the low 7 bits are this group
+            group &= 0x7F
             if k < most - 1:  # every byte but a varint's last carries the continuation bit
-                group |= (w > k + 1).view(np.uint8) << 7 if varying else np.uint8(0x80)
+                if piece.varying:
+                    more = w > k + 1
+                    keep[:, at + k + 1] = more
+                    group |= more.view(np.uint8) << 7
+                else:
+                    group |= 0x80
                 z = z >> seven
             matrix[:, at + k] = group
-            if varying:
-                keep[:, at + k] = w > k
         widths += w
         at += most
     return (matrix.reshape(-1) if keep is None else matrix[keep]), widths
@@ -136,19 +138,31 @@ def _varint_column(values: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     return _binary(data, widths), widths
 
 
-def _roomy(data: np.ndarray, widths: np.ndarray, starts: np.ndarray, room: int) -> pa.Array:
+def _roomy(data: np.ndarray, widths: np.ndarray, starts: np.ndarray, room: int, tail: bool) -> pa.Array:
     """Rows laid end to end in `data` (row i widths[i] bytes) as one binary array, `room` zero
-    bytes put in before each row of `starts` (part of that row's value)."""
+    bytes put in before each row of `starts` (part of that row's value); with `tail`, one more
+    row after them, a zero byte."""
     n = len(widths)
     before = np.zeros(n, dtype=np.int64)
     before[starts] = room
-    offsets = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(widths + before, out=offsets[1:])
+    offsets = np.zeros(n + 1 + tail, dtype=np.int64)
+    np.cumsum(widths + before, out=offsets[1 : n + 1])
+    if tail:
+        offsets[-1] = offsets[-2] + 1
     out = np.zeros(int(offsets[-1]), dtype=np.uint8)
     mine = np.ones(len(out), dtype=bool)
     mine[(offsets[starts][:, None] + np.arange(room)).reshape(-1)] = False
+    if tail:
+        mine[-1] = False
     out[mine] = data
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)])
+    return pa.Array.from_buffers(pa.binary(), n + tail, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)])
+
+
+def _one_more(column: pa.Array) -> pa.Array:
+    """A binary array (no nulls) and one more value after it, empty: new offsets, the same data."""
+    offsets = _offsets(column)
+    data = column.buffers()[2] or pa.py_buffer(b"")
+    return pa.Array.from_buffers(pa.binary(), len(column) + 1, [None, pa.py_buffer(np.append(offsets, offsets[-1])), data])
 
 
 def _array(column: pa.ChunkedArray) -> pa.Array:
@@ -301,12 +315,26 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     # varints and the attributes byte: packed here as one piece a record, after room for a header
     # before each batch's first record, so the join takes few pieces (its cost is per piece)
     keyless = key_prefix.value <= 0 if key_prefix.same is not None else not (key_lengths > 0).any()
-    lead: list[_Zigzag | bytes] = [_zigzag(sizes), b"\x00", timestamp, offset_delta, key_prefix, *([value_prefix] if keyless else [])]
-    pieces = [_roomy(*_packed(lead, n), starts, BATCH_HEADER_SIZE)]
+    # with no header anywhere, a record ends in the same byte (headerCount 0), packed as the next
+    # record's first (the room before a batch is zeros too, so before or after it is the same),
+    # the last record's as one more row: the join takes a piece fewer
+    trailing = isinstance(headers, bytes)
+    lead: list[_Zigzag | bytes] = [*([headers] if trailing else []), _zigzag(sizes), b"\x00", timestamp, offset_delta, key_prefix, *([value_prefix] if keyless else [])]
+    data, widths = _packed(lead, n)
+    if trailing:  # the first record follows no other
+        data, widths[0] = data[1:], widths[0] - 1
+    pieces = [_roomy(data, widths, starts, BATCH_HEADER_SIZE, trailing)]
     if not keyless:
         pieces += [_bytes(keys), _binary(*_packed([value_prefix], n))]
-    records = pc.binary_join_element_wise(*pieces, _bytes(values), headers, b"")
+    pieces.append(_bytes(values))
+    if trailing:
+        pieces[1:] = [_one_more(p) for p in pieces[1:]]
+    else:
+        pieces.append(headers)
+    records = pc.binary_join_element_wise(*pieces, b"")
     record_starts = _offsets(records)
+    # each batch's bytes from its room to its last record's end (the next record's first byte)
+    bounds = np.append(record_starts[starts] + (trailing & (starts > 0)), record_starts[-1]).astype(np.int64)
     # the join's own new buffer, nothing else holds it: written in place
     data = memoryview(records.buffers()[2]).cast("B")  # as bytes (Arrow exports signed chars)
 
@@ -318,7 +346,6 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     if named.null_count:
         raise ValueError(f"batch compression {pc.filter(names, named.is_null())[0]} is none of {', '.join(CODEC_NAMES)}")
     codecs = np.array([codec_for(compression, i) for i in range(len(CODEC_NAMES))])[named.to_numpy(zero_copy_only=False)]
-    bounds = record_starts[np.append(starts, n)].astype(np.int64)
     head = np.zeros(len(starts), dtype=_HEADER)
     head["base_offset"] = bases[starts]
     head["length"] = np.diff(bounds) - LOG_OVERHEAD
