@@ -94,13 +94,13 @@ def _packed(pieces: list[_Zigzag | bytes], n: int) -> tuple[np.ndarray, np.ndarr
     slots = sum(p.most if isinstance(p, _Zigzag) else len(p) for p in pieces)
     matrix = np.empty((n, slots), dtype=np.uint8)
     keep = np.ones((n, slots), dtype=bool) if any(isinstance(p, _Zigzag) and p.varying for p in pieces) else None
-    widths = np.zeros(n, dtype=np.int64)
+    widths = np.full(n, sum(len(p) for p in pieces if not isinstance(p, _Zigzag)), dtype=np.int64)
     at = 0
     for piece in pieces:
         if not isinstance(piece, _Zigzag):
-            matrix[:, at : at + len(piece)] = np.frombuffer(piece, dtype=np.uint8)
-            widths += len(piece)
-            at += len(piece)
+            for byte in piece:  # a column at a time (numpy copies a row of a few bytes n times slowly)
+                matrix[:, at] = byte
+                at += 1
             continue
         z, w, most, seven = piece.z, piece.widths, piece.most, piece.z.dtype.type(7)
         for k in range(most):
