@@ -287,12 +287,11 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     n = len(rows)
     ends = np.append(starts[1:], n)
     first_rows = pa.array(starts, pa.int64())
-    batch_of = np.repeat(np.arange(len(starts)), ends - starts)
 
     def millis(column: pa.Array) -> np.ndarray:
         return column.cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
 
-    offsets = kafka.field("offset").to_numpy(zero_copy_only=False).astype(np.int64)
+    offsets = np.asarray(kafka.field("offset").to_numpy(zero_copy_only=False), dtype=np.int64)
     base_ts = millis(kafka.field("batch_base_timestamp").take(first_rows))
     max_ts = millis(kafka.field("batch_max_timestamp").take(first_rows))
     keys = _array(rows.column("key_raw")) if "key_raw" in rows.column_names else pa.nulls(n, pa.binary())
@@ -300,7 +299,7 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     key_lengths, value_lengths = _lengths(keys), _lengths(values)
     headers, header_sizes = _headers(rows)
 
-    timestamp = _zigzag(millis(kafka.field("timestamp")) - base_ts[batch_of])
+    timestamp = _zigzag(millis(kafka.field("timestamp")) - np.repeat(base_ts, ends - starts))
     offset_delta = _zigzag(offsets - bases)
     key_prefix, value_prefix = _zigzag(key_lengths), _zigzag(value_lengths)
     # the record's length counts everything after itself: attributes (1 byte) to its last header

@@ -155,3 +155,13 @@ def test_a_batch_of_no_known_codec_does_not_rebuild():
     rows = rows.set_column(0, SCHEMA.field("kafka"), pa.StructArray.from_arrays(fields, fields=list(kafka.type)))
     with pytest.raises(ValueError, match="brotli"):
         rebuild_batches(rows, "producer", {}, complete=True)
+
+
+@pytest.mark.parametrize("value", [b"", None])
+@pytest.mark.parametrize("key", [b"", None, b"k"])
+def test_batches_whose_values_are_all_empty_or_null_rebuild(key, value):
+    """No value bytes at all (the values' data buffer may be absent), with and without key bytes."""
+    produced = [(Batch(0, 0, 0, 10 * k, 0, 2, 0, 2, 5, 7, 3, 0, 0, 3), [Record(10 * k + i, 5 + i, key, value, ()) for i in range(3)]) for k in range(3)]
+    lasts, rebuilt = rebuild_batches(table_of(produced, 4), "producer", {}, complete=True)
+    assert lasts == [2, 12, 22]
+    assert rebuilt == [built(b, records, "producer") for b, records in produced]
