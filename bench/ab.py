@@ -52,6 +52,11 @@ MEASURES: list[tuple[str, tuple[str, ...]]] = [
     ("broker CPU-s/GiB Parquet", ("parquet", "broker_cpu_s_per_gib")),
     ("S3 GETs/GiB WAL", ("wal", "store_gets_per_gib")),
     ("S3 GETs/GiB Parquet", ("parquet", "store_gets_per_gib")),
+    # freshness: one step of its own (below)
+    ("freshness p50 s", ("freshness_s", "p50")),
+    ("freshness p99 s", ("freshness_s", "p99")),
+    ("node cores", ("freshness", "node_cores")),
+    ("node CPU-s/GiB", ("freshness", "node_cpu_s_per_gib")),
 ]
 
 
@@ -73,10 +78,12 @@ def _figure(step: dict, path: tuple[str, ...]) -> float | None:
 
 
 def _steps(doc: dict) -> list[dict]:
-    """A result document's load steps, and each catch-up case (catchup-table) as a step named by
-    its record size."""
-    cases = (doc.get("derived") or {}).get("catchup_table") or []
-    return [*doc.get("steps", []), *({"name": f"catch-up {c['record_bytes']} B", **c} for c in cases)]
+    """A result document's load steps, each catch-up case (catchup-table) as a step named by
+    its record size, and freshness's figures as one step."""
+    derived = doc.get("derived") or {}
+    cases = derived.get("catchup_table") or []
+    fresh = [{"name": "freshness", "freshness_s": derived["freshness_s"], "freshness": derived.get("freshness", {})}] if "freshness_s" in derived else []
+    return [*doc.get("steps", []), *({"name": f"catch-up {c['record_bytes']} B", **c} for c in cases), *fresh]
 
 
 def compare(runs_a: list[dict], runs_b: list[dict]) -> list[dict]:

@@ -72,6 +72,21 @@ def test_compare_reads_the_catchup_figures_of_each_size():
     assert not any("GETs" in measure for _, measure in by)  # not counted on local files
 
 
+def test_compare_reads_the_freshness_figures():
+    """freshness's result has no load steps: its percentiles and the node's CPU are one step."""
+
+    def run(p50: float, p99: float, cores: float, per_gib: float) -> dict:
+        return {"steps": [], "derived": {"freshness_s": {"count": 10, "p50": p50, "p99": p99}, "freshness": {"node_cores": cores, "node_cpu_s_per_gib": per_gib}}}
+
+    rows = compare([run(2.0, 4.0, 0.4, 200.0), run(2.2, 4.4, 0.36, 190.0)], [run(1.5, 2.8, 0.26, 140.0)])
+    by = {r["measure"]: (r["a"], r["b"], r["b_over_a"]) for r in rows}
+    assert {r["step"] for r in rows} == {"freshness"}
+    assert by["freshness p50 s"] == ([2.0, 2.2], [1.5], 0.714)
+    assert by["freshness p99 s"] == ([4.0, 4.4], [2.8], 0.667)
+    assert by["node cores"] == ([0.4, 0.36], [0.26], 0.684)
+    assert by["node CPU-s/GiB"] == ([200.0, 190.0], [140.0], 0.718)
+
+
 def _git(repo: Path, *args: str) -> str:
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@example.com", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.com")
     return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True, env=env).stdout.strip()
