@@ -3,6 +3,9 @@ has one owner among the zone's live brokers (rendezvous hashing: a broker joinin
 moves only its own share). The owner reads a chunk from the object store once (concurrent misses
 share one GET), keeps it in a byte-bounded LRU and serves it to the zone's other brokers over the
 chunk protocol (cache/peers.py); they keep nothing of it, so a zone holds each chunk once.
+Consecutive chunks a read needs that their owner lacks are read with one GET and held as views
+of its bytes: a range across them is served as a view, not joined (a 4 MiB join costs the broker
+as much CPU as the GET that read it).
 
 A peer that cannot be reached is left out of ownership for a while (its chunks go to the next
 owner in rendezvous order, who owns them anyway once the peer's registration expires); a peer
@@ -12,6 +15,7 @@ counted. Brokers of other zones are never asked: the members given are the reade
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -48,34 +52,72 @@ def owner_of(key: str, chunk_start: int, members: Sequence[Member]) -> Member | 
     return max(members, key=lambda m: score(m.node_id, key, chunk_start), default=None)
 
 
+RUN_BYTES = 16 * 1024 * 1024
+"""At most this many bytes of consecutive chunks are read with one GET (and a quarter of the LRU's
+memory at most). Runs of 64 MiB cost the broker more CPU than the joins they save (each buffer
+mapped and faulted in afresh: glibc's mmap threshold stops at 32 MiB)."""
+
+Held = tuple[bytes, int]
+"""The bytes of one GET and the object offset of its first byte: a chunk is held as its part of
+the GET that read it (one GET may read several chunks of an object)."""
+
+
+def chunk_view(held: Held, chunk_start: int, size: int) -> memoryview:
+    buffer, buffer_start = held
+    return memoryview(buffer)[chunk_start - buffer_start : chunk_start - buffer_start + size]
+
+
 class ChunkLRU:
-    """Chunks by (key, chunk start, chunk size), at most `max_bytes` of them, least recently used evicted."""
+    """Chunks by (key, chunk start, chunk size), least recently used evicted. Memory is counted
+    per GET's buffer, whole while any chunk of it is held, and kept within `max_bytes`."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._chunks: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+        self._chunks: OrderedDict[tuple[str, int, int], Held] = OrderedDict()
+        self._buffers: dict[int, list[int]] = {}  # id(buffer) -> [its chunks held, its size]
         self.size = 0
 
-    def get(self, slot: tuple[str, int, int]) -> bytes | None:
-        data = self._chunks.get(slot)
-        if data is not None:
+    def held(self, slot: tuple[str, int, int]) -> Held | None:
+        found = self._chunks.get(slot)
+        if found is not None:
             self._chunks.move_to_end(slot)
-        return data
+        return found
+
+    def get(self, slot: tuple[str, int, int]) -> memoryview | None:
+        found = self.held(slot)
+        return None if found is None else chunk_view(found, slot[1], slot[2])
 
     def put(self, slot: tuple[str, int, int], data: bytes) -> None:
-        if len(data) > self.max_bytes:
+        self.put_many([slot], data, slot[1])
+
+    def put_many(self, slots: list[tuple[str, int, int]], buffer: bytes, buffer_start: int) -> None:
+        """Hold each of `slots` as its part of `buffer` (the object's bytes from `buffer_start`)."""
+        if len(buffer) > self.max_bytes:
             return
-        old = self._chunks.pop(slot, None)
-        if old is not None:
-            self.size -= len(old)
-        self._chunks[slot] = data
-        self.size += len(data)
+        for slot in slots:
+            self._release(self._chunks.pop(slot, None))
+            self._chunks[slot] = (buffer, buffer_start)
+            counted = self._buffers.setdefault(id(buffer), [0, len(buffer)])
+            if not counted[0]:
+                self.size += len(buffer)
+            counted[0] += 1
         while self.size > self.max_bytes:
-            _, evicted = self._chunks.popitem(last=False)
-            self.size -= len(evicted)
+            self._release(self._chunks.popitem(last=False)[1])
+
+    def _release(self, held: Held | None) -> None:
+        if held is None:
+            return
+        counted = self._buffers[id(held[0])]
+        counted[0] -= 1
+        if not counted[0]:
+            del self._buffers[id(held[0])]
+            self.size -= counted[1]
 
     def __len__(self) -> int:
         return len(self._chunks)
+
+    def __contains__(self, slot: tuple[str, int, int]) -> bool:
+        return slot in self._chunks
 
 
 class ZoneChunks:
@@ -115,29 +157,72 @@ class ZoneChunks:
 
     # -- reading -------------------------------------------------------------------------------
 
-    async def get(self, key: str, start: int, end: int) -> bytes | memoryview:
-        """Bytes [start, end) of `key` (cut at its end), through the chunks covering them."""
+    async def get(self, key: str, start: int, end: int, ahead: int = 0) -> bytes | memoryview:
+        """Bytes [start, end) of `key` (cut at its end), through the chunks covering them. The
+        chunks this broker owns and lacks, from the first one wanted to `ahead` bytes past `end`
+        (the caller knows the object reaches that far and expects to read on), are read with one
+        GET per run of them, so a range across them is a view of that GET's bytes, not a join
+        (a join costs the broker about as much CPU as the GET itself)."""
         size = self.chunk_bytes
         first = start - start % size
-        if end <= first + size:
-            return await self._read(key, first, start, end)
-        parts = await asyncio.gather(*(self._read(key, c, max(start, c), min(end, c + size)) for c in range(first, end, size)))
-        return b"".join(parts)
+        if end <= first + size and not ahead:
+            parts = [await self._read(key, first, start, end)]
+        else:  # read ahead only what the LRU can keep until it is read (else it is read again)
+            fresh = await self._load_runs(key, first, end, end + min(ahead, self.lru.max_bytes // 4))
+            parts = await asyncio.gather(*(self._read(key, c, max(start, c), min(end, c + size), fresh.get(c)) for c in range(first, end, size)))
+        held = parts[0]
+        if isinstance(held, tuple) and all(p is held or (isinstance(p, tuple) and p[0] is held[0]) for p in parts):
+            return memoryview(held[0])[start - held[1] : end - held[1]]  # all of one GET's bytes
+        pieces = [chunk_view(p, c, size)[max(start, c) - c : min(end, c + size) - c] if isinstance(p, tuple) else p for c, p in zip(range(first, end, size), parts, strict=True)]
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
 
-    async def _read(self, key: str, chunk_start: int, start: int, end: int) -> bytes | memoryview:
+    async def _load_runs(self, key: str, first: int, end: int, until: int) -> dict[int, Held]:
+        """GETs the chunks from `first` to `until` that this broker owns, lacks and nobody is
+        reading, one GET a run of consecutive ones, if any of them starts before `end` (a read
+        wanting only held chunks reads nothing ahead). The GET bytes of each chunk read before
+        `end`, by chunk start (the LRU may not keep them)."""
+        size = self.chunk_bytes
+        if self.recent.has(key):
+            return {}
+        run_bytes = min(RUN_BYTES, max(size, self.lru.max_bytes // 4))
+        runs: list[list[tuple[str, int, int]]] = [[]]
+        for c in range(first, until, size):
+            slot = (key, c, size)
+            if slot not in self.lru and slot not in self._loading and self._owns(key, c):
+                if len(runs[-1]) * size >= run_bytes:
+                    runs.append([])
+                runs[-1].append(slot)
+            elif runs[-1]:
+                runs.append([])
+        runs = [r for r in runs if r]
+        if not any(slot[1] < end for r in runs for slot in r):
+            return {}
+        got = await asyncio.gather(*[self._loading.start_many(r, functools.partial(self._fetch_run, r)) for r in runs])
+        return {slot[1]: held for r, held in zip(runs, got, strict=True) for slot in r if slot[1] < end}
+
+    def _owns(self, key: str, chunk_start: int) -> bool:
+        owner = self._owner(key, chunk_start, set())
+        return owner is None or owner.node_id == self.node_id
+
+    async def _read(self, key: str, chunk_start: int, start: int, end: int, fresh: Held | None = None) -> Held | bytes:
+        """The GET bytes holding the chunk (whole: the caller cuts [start, end) from them), or the
+        bytes [start, end) from its owner or from the store directly. `fresh`: the bytes of a
+        GET this read made for it (`_load_runs`)."""
         size = self.chunk_bytes
         slot = (key, chunk_start, size)
-        held = self.lru.get(slot)
+        if fresh is not None:
+            metrics.CHUNK_MISS.inc()
+            return fresh
+        held = self.lru.held(slot)
         if held is not None:
             metrics.CHUNK_HIT.inc()
-            return memoryview(held)[start - chunk_start : end - chunk_start]
+            return held
         asked: set[int] = set()
         while True:
             owner = self._owner(key, chunk_start, asked)
             if owner is None or owner.node_id == self.node_id:
                 metrics.CHUNK_MISS.inc()
-                data, _ = await self._load(slot)
-                return memoryview(data)[start - chunk_start : end - chunk_start]
+                return (await self._load(slot))[0]
             try:
                 data, was_held = await self._client(owner).get(key, chunk_start, size, start - chunk_start, end - chunk_start, self.peer_timeout_s)
             except PeerTimeout as e:
@@ -181,29 +266,34 @@ class ZoneChunks:
 
     # -- owning --------------------------------------------------------------------------------
 
-    async def _load(self, slot: tuple[str, int, int]) -> tuple[bytes, bool]:
-        """The chunk (and whether it was held): from the LRU, else from the writer's recent
-        objects, else one GET shared by every concurrent miss, then kept."""
-        held = self.lru.get(slot)
+    async def _load(self, slot: tuple[str, int, int]) -> tuple[Held, bool]:
+        """The chunk's GET bytes (and whether they were held): from the LRU, else from the
+        writer's recent objects, else one GET shared by every concurrent miss, then kept."""
+        held = self.lru.held(slot)
         if held is not None:
             return held, True
         return await self._loading.run(slot, lambda: self._fetch(slot)), False
 
-    async def _fetch(self, slot: tuple[str, int, int]) -> bytes:
+    async def _fetch(self, slot: tuple[str, int, int]) -> Held:
         key, chunk_start, size = slot
         if self.recent.has(key):  # the writer itself owns it: no GET, and the recent cache holds it already
-            return bytes(self.recent.get(key, chunk_start, chunk_start + size))
-        data = await self.store.get(key, chunk_start, chunk_start + size)
+            return bytes(self.recent.get(key, chunk_start, chunk_start + size)), chunk_start
+        return await self._fetch_run([slot])
+
+    async def _fetch_run(self, slots: list[tuple[str, int, int]]) -> Held:
+        """One GET of consecutive chunks, each kept as its part of the GET's bytes."""
+        key, run_start, size = slots[0]
+        data = await self.store.get(key, run_start, slots[-1][1] + size)
         if self._on_get is not None:
             self._on_get(len(data))
-        self.lru.put(slot, data)
+        self.lru.put_many([s for s in slots if s[1] - run_start < len(data) or s[1] == run_start], data, run_start)
         metrics.CHUNK_BYTES.set(self.lru.size)
-        return data
+        return data, run_start
 
     async def serve(self, key: str, chunk_start: int, chunk_size: int, lo: int, hi: int) -> tuple[bytes | memoryview, bool]:
         """For the chunk server: bytes [lo, hi) of a chunk a peer asked for, and whether it was held."""
-        data, held = await self._load((key, chunk_start, chunk_size))
-        return memoryview(data)[lo:hi], held
+        held, was_held = await self._load((key, chunk_start, chunk_size))
+        return chunk_view(held, chunk_start, chunk_size)[lo:hi], was_held
 
     async def close(self) -> None:
         await asyncio.gather(*(c.close() for c in self._clients.values()), return_exceptions=True)

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
 
@@ -18,8 +18,21 @@ class SingleFlight:
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
+        return await self._lead(self._take((key,)), (key,), work)
+
+    def start_many(self, keys: Sequence[Hashable], work: Callable[[], Awaitable[Any]]) -> asyncio.Task:
+        """Starts `work()` (one GET reading several chunks) as a task whose result every `run` of
+        any of `keys` shares while it runs; the keys are taken now, before any other coroutine
+        runs. None of them may be under way: ask `in` first."""
+        return asyncio.ensure_future(self._lead(self._take(keys), keys, work))
+
+    def _take(self, keys: Sequence[Hashable]) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
-        self._inflight[key] = fut
+        for key in keys:
+            self._inflight[key] = fut
+        return fut
+
+    async def _lead(self, fut: asyncio.Future, keys: Sequence[Hashable], work: Callable[[], Awaitable[Any]]) -> Any:
         try:
             result = await work()
             fut.set_result(result)
@@ -29,7 +42,8 @@ class SingleFlight:
             fut.exception()  # retrieved: nobody else may be waiting
             raise
         finally:
-            del self._inflight[key]
+            for key in keys:
+                del self._inflight[key]
 
     def __contains__(self, key: Hashable) -> bool:
         return key in self._inflight

@@ -72,12 +72,14 @@ class ObjectReader:
         parts = await self.read_many(ranges)
         return b"".join([parts[r] if r in parts else await self.read(*r) for r in ranges])
 
-    async def read(self, key: str, start: int, size: int) -> bytes | memoryview:
+    async def read(self, key: str, start: int, size: int, ahead: int = 0) -> bytes | memoryview:
+        """Bytes [start, start + size) of `key`. `ahead`: bytes past them that the object holds
+        and the caller expects to read next, which the chunk cache may read with them."""
         if is_manifest(key):
             return await self._read_compacted(key, start, size)
-        return await self._get(key, start, start + size)
+        return await self._get(key, start, start + size, ahead)
 
-    async def _get(self, key: str, start: int, end: int | None) -> bytes | memoryview:
+    async def _get(self, key: str, start: int, end: int | None, ahead: int = 0) -> bytes | memoryview:
         """Bytes [start, end) of `key` (to its end when `end` is None), single flight."""
         cached = self.recent.get(key, start, end) if end is not None else None
         if cached is not None:
@@ -85,17 +87,17 @@ class ObjectReader:
             return cached
         if end is not None:
             metrics.RECENT_MISS.inc()
-        return await self._inflight.run((key, start, end), lambda: self._read_store(key, start, end))
+        return await self._inflight.run((key, start, end), lambda: self._read_store(key, start, end, ahead))
 
-    async def _read_store(self, key: str, start: int, end: int | None) -> bytes | memoryview:
+    async def _read_store(self, key: str, start: int, end: int | None, ahead: int = 0) -> bytes | memoryview:
         if self.chunks is not None and end is not None:
-            return await self.chunks.get(key, start, end)
+            return await self.chunks.get(key, start, end, ahead)
         data = await self.store.get(key, start, end)
         if self._on_get is not None:
             self._on_get(len(data))
         return data
 
-    async def read_many(self, ranges: Iterable[Range], failures: dict[Range, ObjectStoreError] | None = None) -> dict[Range, bytes | memoryview]:
+    async def read_many(self, ranges: Iterable[Range], failures: dict[Range, ObjectStoreError] | None = None, ahead: int = 0) -> dict[Range, bytes | memoryview]:
         """The bytes of every range that could be read, by range. Ranges of objects in the
         recent-objects cache are taken from it now (so that the object leaving the cache while
         the caller works does not cost it a GET per range later); the others are merged per object
@@ -103,7 +105,8 @@ class ObjectReader:
         caller's own `read` of it then fails (or succeeds) as it would have without this call.
         If the object store failed it (ObjectStoreError), the range and its error are also put in
         `failures` when one is given: a caller answering an error for it need not read it again
-        (during an outage, each read is the store's whole retry schedule again)."""
+        (during an outage, each read is the store's whole retry schedule again). `ahead`, as for
+        `read`, past each merged read: every object's ranges must lie that far before its end."""
         by_key: dict[str, list[tuple[int, int]]] = {}
         out: dict[Range, bytes | memoryview] = {}
         compacted: list[Range] = []
@@ -143,7 +146,7 @@ class ObjectReader:
                     failures[r] = data
         if not spans:
             return out
-        results = await asyncio.gather(*(self.read(key, start, end - start) for key, start, end, _ in spans), return_exceptions=True)
+        results = await asyncio.gather(*(self.read(key, start, end - start, ahead) for key, start, end, _ in spans), return_exceptions=True)
         for (key, span_start, _, members), data in zip(spans, results, strict=True):
             if isinstance(data, BaseException):
                 if isinstance(data, asyncio.CancelledError):

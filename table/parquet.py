@@ -30,6 +30,10 @@ from .files import TableFiles
 
 FOOTERS_KEPT = 4096
 TAIL_GUESS = 64 * 1024  # most footers fit; a larger one costs a second GET
+READ_AHEAD = 32 * 1024 * 1024
+"""Bytes of the file past a row group's column chunks that the zone's chunk cache may read with
+them: the next row groups, read next by a catch-up, then lie in the same GET's bytes and are
+decoded from views of it instead of from chunks joined (cache/chunks.py)."""
 PARTITION, OFFSET = "kafka.partition", "kafka.offset"
 
 
@@ -143,7 +147,8 @@ class ParquetRows:
     async def _decode_and_keep(self, footer: Footer, group: int, wanted: tuple[str, ...]) -> Decoded:
         ranges = footer.chunk_ranges(group, wanted)
         reader, key = self.files.locate(footer.path)
-        got = await reader.read_many([(key, s, n) for s, n in ranges])
+        ahead = max(0, min(READ_AHEAD, footer.size - max((s + n for s, n in ranges), default=footer.size)))
+        got = await reader.read_many([(key, s, n) for s, n in ranges], ahead=ahead)
         pieces = {s: got[(key, s, n)] for s, n in ranges if (key, s, n) in got}
         for s, n in ranges:
             if s not in pieces:  # its merged GET failed: read it alone (raises if that fails too)

@@ -110,15 +110,53 @@ async def test_concurrent_misses_of_one_chunk_share_one_get_and_later_reads_none
     assert len(store.gets) == 1
 
 
-async def test_a_range_across_chunks_reads_each_aligned_chunk_once_and_is_cut_at_the_object_end():
+async def test_a_range_across_chunks_reads_its_aligned_chunks_in_one_get_and_is_a_view_of_it():
     store = await store_with("a")
-    chunks = alone(store)
+    chunks = alone(store, memory=16 * CHUNK)  # runs of up to 4 chunks: a quarter of it
     got = await chunks.get("a", CHUNK - 10, 3 * CHUNK + 10)
     assert bytes(got) == OBJECT[CHUNK - 10 : 3 * CHUNK + 10]
-    assert sorted(store.gets) == [("a", c * CHUNK, (c + 1) * CHUNK) for c in range(4)]
+    assert store.gets == [("a", 0, 4 * CHUNK)]  # the four chunks it covers, once
+    assert isinstance(got, memoryview) and got.obj is chunks.lru.held(("a", 0, CHUNK))[0]  # not joined: no copy
+    assert len(chunks.lru) == 4 and chunks.lru.size == 4 * CHUNK
+    again = await chunks.get("a", 10, 4 * CHUNK - 10)  # held: no GET, a view of the same bytes
+    assert bytes(again) == OBJECT[10 : 4 * CHUNK - 10] and again.obj is got.obj and len(store.gets) == 1
     tail = await chunks.get("a", len(OBJECT) - 100, len(OBJECT) + 5000)  # past the end, as a slice
     assert bytes(tail) == OBJECT[-100:]
     assert store.gets[-1] == ("a", 5 * CHUNK, 6 * CHUNK)
+
+
+async def test_a_range_across_chunks_of_two_gets_is_joined_exactly_and_each_chunk_read_once():
+    store = await store_with("a")
+    chunks = alone(store)
+    await chunks.get("a", CHUNK + 5, CHUNK + 6)  # chunk 1 alone
+    got = await chunks.get("a", 10, 3 * CHUNK + 7)  # chunk 0, then chunk 1 held, then chunks 2-3
+    assert bytes(got) == OBJECT[10 : 3 * CHUNK + 7]
+    assert store.gets == [("a", CHUNK, 2 * CHUNK), ("a", 0, CHUNK), ("a", 2 * CHUNK, 4 * CHUNK)]
+
+
+async def test_reading_ahead_gets_the_chunks_ahead_with_the_wanted_ones_and_the_next_read_is_a_view():
+    store = await store_with("a")
+    chunks = alone(store, memory=16 * CHUNK)  # runs of up to 4 chunks: a quarter of it
+    first = await chunks.get("a", 100, CHUNK + 100, ahead=2 * CHUNK)
+    assert bytes(first) == OBJECT[100 : CHUNK + 100]
+    assert store.gets == [("a", 0, 4 * CHUNK)]  # up to the chunk holding end + ahead
+    nxt = await chunks.get("a", CHUNK + 100, 3 * CHUNK + 5, ahead=2 * CHUNK)  # nothing of it missing: nothing read ahead
+    assert bytes(nxt) == OBJECT[CHUNK + 100 : 3 * CHUNK + 5] and nxt.obj is first.obj
+    assert len(store.gets) == 1
+    last = await chunks.get("a", 3 * CHUNK + 5, 5 * CHUNK + 1, ahead=len(OBJECT) - 5 * CHUNK - 1)  # chunk 3 held, 4-5 one GET
+    assert bytes(last) == OBJECT[3 * CHUNK + 5 : 5 * CHUNK + 1]
+    assert store.gets == [("a", 0, 4 * CHUNK), ("a", 4 * CHUNK, 6 * CHUNK)]
+
+
+def test_lru_counts_a_get_read_as_several_chunks_until_its_last_chunk_goes():
+    lru = ChunkLRU(500)
+    run = bytes(range(200)) + bytes(100)
+    lru.put_many([("k", 0, 100), ("k", 100, 100), ("k", 200, 100)], run, 0)
+    assert lru.size == 300 and bytes(lru.get(("k", 100, 100))) == run[100:200]
+    lru.put(("j", 0, 100), b"j" * 100)
+    lru.put(("i", 0, 200), b"i" * 200)  # 600 held: the least recently used chunks go until a buffer is freed
+    assert lru.size == 300 and len(lru) == 2  # k's three chunks (its buffer whole), then j went
+    assert lru.get(("k", 0, 100)) is None and bytes(lru.get(("i", 0, 200))) == b"i" * 200
 
 
 async def test_chunks_held_stay_within_memory():
@@ -146,7 +184,7 @@ async def test_object_reader_reads_through_the_chunks_and_keeps_its_interface():
     ranges = [("a", 0, 100), ("a", 2 * CHUNK, 100), ("b", CHUNK + 3, 5)]
     got = await reader.read_many(ranges)
     assert {r: bytes(v) for r, v in got.items()} == {r: OBJECT[r[1] : r[1] + r[2]] for r in ranges}
-    assert sorted(store.gets) == [("a", 0, CHUNK), ("a", CHUNK, 2 * CHUNK), ("a", 2 * CHUNK, 3 * CHUNK), ("b", CHUNK, 2 * CHUNK)]
+    assert sorted(store.gets) == [("a", 0, 3 * CHUNK), ("b", CHUNK, 2 * CHUNK)]  # a's two ranges are merged: one span of 3 chunks
     with pytest.raises(ObjectNotFound):
         await reader.read("missing", 0, 10)
 
@@ -263,3 +301,11 @@ async def test_the_owners_store_errors_reach_the_asker_as_they_are():
             await zone.nodes[0].get("gone", c, c + 10)
         assert store.gets == [("gone", c, c + CHUNK)]  # the owner's GET only
         assert counter(metrics.DIRECT_READS) == direct
+
+
+async def test_a_cache_too_small_to_keep_a_run_reads_nothing_ahead_and_no_chunk_twice_for_one_read():
+    store = await store_with("a")
+    chunks = alone(store, memory=CHUNK)  # keeps one chunk: runs of one chunk, nothing ahead
+    got = await chunks.get("a", 10, 2 * CHUNK + 10, ahead=2 * CHUNK)
+    assert bytes(got) == OBJECT[10 : 2 * CHUNK + 10]
+    assert sorted(store.gets) == [("a", c * CHUNK, (c + 1) * CHUNK) for c in range(3)]
