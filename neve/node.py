@@ -245,7 +245,9 @@ class Node:
             log.warning("compacted_reads_from_wal", extra={"reason": f"{e}: pip install 'neve[table]' to serve them from the table"})
             return None
         compactor = self.config.compactor
-        self._table_files = TableFiles(reader, self.object_store_url, compactor.s3_endpoint, compactor.s3_region if compactor.s3_endpoint else "")
+        self._table_files = TableFiles(
+            reader, self.object_store_url, compactor.s3_endpoint, compactor.s3_region if compactor.s3_endpoint else "", compactor.s3_access_key_id, compactor.s3_secret_access_key
+        )
         self._schemas = load_lookup(RegistrySettings(url=self.config.registry.url), self.metadata)
         table = self.config.table
         return CompactedReader(reader, ParquetRows(self._table_files, table.decoded_bytes), self._schemas.schema, cache_bytes=table.rebuilt_bytes)

@@ -1,8 +1,9 @@
 """Where the broker reads a table's data files from: a file's path in the catalog (`file:///dir/x.parquet`,
 `s3://bucket/key.parquet`) → an ObjectReader and a key. Files in the WAL's own bucket go through the
 broker's reader (its single flight, its GET counting); other buckets get a store of their own, on
-the table files' S3 endpoint when one is set (the compactor's), else the WAL's (credentials from
-the environment, AWS_ACCESS_KEY_ID as for the WAL); local paths a file store over `/`. Data files are immutable, so
+the table files' S3 endpoint when one is set (the compactor's), else the WAL's, with the table
+files' keys when they are set (the compactor's), else the environment's (AWS_ACCESS_KEY_ID, as for
+the WAL); local paths a file store over `/`. Data files are immutable, so
 their sizes (needed to find a Parquet footer) are remembered."""
 
 from __future__ import annotations
@@ -12,16 +13,17 @@ from urllib.parse import urlencode, urlparse, urlunparse
 
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
-from wal.store import FileObjectStore, ObjectStore, load_object_store
+from wal.store import FileObjectStore, ObjectStore
 
 SIZES_REMEMBERED = 100_000
 
 
 class TableFiles:
-    def __init__(self, wal_reader: ObjectReader, wal_store_url: str, s3_endpoint: str = "", s3_region: str = "") -> None:
+    def __init__(self, wal_reader: ObjectReader, wal_store_url: str, s3_endpoint: str = "", s3_region: str = "", s3_access_key_id: str = "", s3_secret_access_key: str = "") -> None:
         self._wal_reader = wal_reader
         self._wal_url = urlparse(wal_store_url)
         self._s3 = {k: v for k, v in (("endpoint", s3_endpoint), ("region", s3_region)) if v}
+        self._keys = (s3_access_key_id, s3_secret_access_key)
         self._readers: dict[tuple[str, str], tuple[ObjectReader, str]] = {}  # (scheme, bucket) -> reader, key prefix to strip
         self._sizes: OrderedDict[str, int] = OrderedDict()
         self._owned: list[ObjectStore] = []
@@ -51,7 +53,9 @@ class TableFiles:
             store: ObjectStore = FileObjectStore("/")
         else:
             query = urlencode(self._s3) if self._s3 else wal.query if wal.scheme == "s3" else ""
-            store = load_object_store(urlunparse(("s3", bucket, "", "", query, "")))
+            from wal.s3 import from_url  # obstore: only for tables on S3
+
+            store = from_url(urlunparse(("s3", bucket, "", "", query, "")), access_key_id=self._keys[0], secret_access_key=self._keys[1])
         self._owned.append(store)
         return ObjectReader(store, RecentObjects(0)), ""
 

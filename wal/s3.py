@@ -44,6 +44,8 @@ class S3ObjectStore(ObjectStore):
         timeout: float = 10.0,
         retries: int = 3,
         unsigned_payload: bool = True,
+        access_key_id: str = "",
+        secret_access_key: str = "",
     ) -> None:
         try:
             import obstore
@@ -56,7 +58,10 @@ class S3ObjectStore(ObjectStore):
         self.timeout = timeout
         self.retries = retries
         config = {}
-        if os.environ.get("AWS_ACCESS_KEY_ID"):
+        if access_key_id:  # given (a table's own keys): they, not the environment's
+            config["access_key_id"] = access_key_id
+            config["secret_access_key"] = secret_access_key
+        elif os.environ.get("AWS_ACCESS_KEY_ID"):
             config["access_key_id"] = os.environ["AWS_ACCESS_KEY_ID"]
             config["secret_access_key"] = os.environ.get("AWS_SECRET_ACCESS_KEY", "")
         self._store = S3Store(
@@ -162,7 +167,9 @@ class S3ObjectStore(ObjectStore):
             yield info
 
 
-def from_url(url: str) -> S3ObjectStore:
+def from_url(url: str, *, access_key_id: str = "", secret_access_key: str = "") -> S3ObjectStore:
+    """The store of an s3:// URL; keys given here are used instead of the environment's (never in
+    a URL, which logs and error messages print)."""
     parsed = urlparse(url)
     query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
     return S3ObjectStore(
@@ -173,6 +180,8 @@ def from_url(url: str) -> S3ObjectStore:
         timeout=float(query.get("timeout", 10)),
         retries=int(query.get("retries", 3)),
         unsigned_payload=_flag(query.get("unsigned_payload", "true"), "unsigned_payload"),
+        access_key_id=access_key_id,
+        secret_access_key=secret_access_key,
     )
 
 
