@@ -115,8 +115,9 @@ class Cluster:
             lookups[key] = lookups.get(key, 0.0) + value
         peer = sum(v for labels, v in self.samples("neve_cache_peer_bytes_total") if labels.get("direction") == "received")
         gets = sum(v for _, v in self.samples("neve_object_gets_total"))
+        get_bytes = sum(v for _, v in self.samples("neve_object_get_bytes_total"))
         direct = sum(v for _, v in self.samples("neve_cache_direct_reads_total"))
-        return {"client_bytes": client, "cache_lookups": lookups, "peer_bytes_received": peer, "neve_object_gets": gets, "direct_reads": direct}
+        return {"client_bytes": client, "cache_lookups": lookups, "peer_bytes_received": peer, "neve_object_gets": gets, "neve_object_get_bytes": get_bytes, "direct_reads": direct}
 
     def stored_sizes(self) -> list[int]:
         """The size of every object under the cluster's prefix."""
@@ -337,6 +338,7 @@ def _read_step(r, cluster: Cluster, topic: str, records: int, groups: int, membe
         "consumed_bytes": sum(g.bytes for g in all_groups),
         "gets": _gets(r) - gets0,
         "neve_object_gets": counters1["neve_object_gets"] - counters0["neve_object_gets"],
+        "neve_object_get_bytes": counters1["neve_object_get_bytes"] - counters0["neve_object_get_bytes"],
         "direct_reads": counters1["direct_reads"] - counters0["direct_reads"],
         "cache_lookups": lookups,
         "peer_bytes_received": counters1["peer_bytes_received"] - counters0["peer_bytes_received"],
