@@ -209,7 +209,7 @@ class TableMaintenance:
         `orphan_file_age_ms` and that the table does not hold, no index entry names and no expiry
         has pending (those wait for their own grace)."""
         cutoff_ms = int((now - self.config.orphan_file_age_ms / 1000) * 1000)
-        candidates = await asyncio.to_thread(unheld_data_files, table, cutoff_ms)
+        candidates = await asyncio.to_thread(unheld_table_files, table, cutoff_ms)
         if not candidates:
             return 0
         io = table.io
@@ -230,7 +230,7 @@ class TableMaintenance:
 METADATA_FILE_SUFFIXES = (".metadata.json", ".avro", ".puffin", ".stats")
 
 
-def unheld_data_files(table, cutoff_ms: int) -> dict[str, str]:
+def unheld_table_files(table, cutoff_ms: int) -> dict[str, str]:
     """The files under the table's data directory, and the Iceberg metadata files under its
     metadata directory (METADATA_FILE_SUFFIXES), last written before `cutoff_ms` that the table
     does not hold (after a refresh): no snapshot's manifest list, manifests or live files, not
