@@ -1,12 +1,14 @@
 """Confluent-framed Avro values of one writer schema decoded straight into the table's `value` column
 (Arrow): each field a numpy step over many values at once, no Python object a value.
 
-A value is taken only when its bytes are the one encoding of what they decode to (every varint and
-union index minimal, booleans 0 or 1, no NaN float, strings UTF-8, dates and timestamps within
-Python's datetime, nothing after the value): exactly the values whose re-encoding gives the produced
-bytes back, which the translator keeps as columns alone (tests/compactor/test_avro_columns.py holds
-the two paths equal). Every other value, and every schema with a type not decoded here (arrays,
-maps, enums, fixed, decimals, uuids, times of day, unions of two types), goes the translator's way.
+Read here: records of primitives, enums, fixed, unions of null and one type, dates, timestamps
+(local too), times of day, uuids. A value is taken only when its bytes are the one encoding of what
+they decode to (every varint and union index minimal, booleans 0 or 1, no NaN float, strings UTF-8,
+dates and timestamps within Python's datetime, times of day within a day, uuids lowercase with
+hyphens, nothing after the value): exactly the values whose re-encoding gives the produced bytes
+back, which the translator keeps as columns alone (tests/compactor/test_avro_columns.py holds the two
+paths equal). Every other value, and every schema with a type not read here (arrays, maps, decimals,
+unions of two types), goes the translator's way.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ _FRAME = 5  # Confluent's framing: a zero byte, then the schema id (4 bytes, big
 
 @dataclass(frozen=True, slots=True)
 class _Leaf:
-    kind: str  # boolean, int, long, float, double, string, bytes, date, timestamp-millis, timestamp-micros
+    kind: str  # a primitive's name (boolean ... bytes) or a logical type's (date, uuid, timestamp-millis ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,7 @@ class _Enum:
 @dataclass(frozen=True, slots=True)
 class _Fixed:
     size: int
+    uuid: bool = False  # a fixed of 16 with logicalType uuid: its bytes are the uuid column's
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +61,14 @@ class _Record:
 
 
 _LEAVES = {"boolean", "int", "long", "float", "double", "string", "bytes"}
-_LOGICAL = {("int", "date"), ("long", "timestamp-millis"), ("long", "timestamp-micros")}
+_LOGICAL = {
+    ("int", "date"), ("long", "timestamp-millis"), ("long", "timestamp-micros"), ("long", "local-timestamp-millis"),
+    ("long", "local-timestamp-micros"), ("int", "time-millis"), ("long", "time-micros"), ("string", "uuid"),
+}  # fmt: skip
+# Times of day fastavro decodes (datetime.time: below 24 hours, not negative), and the column's
+# microseconds a unit (avro_types keeps them as long microseconds since midnight).
+_TIMES_OF_DAY = {"time-millis": (86_400_000, 1000), "time-micros": (86_400_000_000, 1)}
+_UUID_HYPHENS = (8, 13, 18, 23)  # where str(uuid.UUID) puts them, the one form fastavro writes back
 
 
 class ValueColumns:
@@ -92,7 +102,9 @@ class ValueColumns:
         if schema_id not in self._plans:
             writer = self.resolve(schema_id)
             usable = writer is not None and writer.raw_reason is None and writer.layout is not None
-            if usable and writer.layout.iceberg is not None and not writer.layout.unrepresentable and writer.layout.fix is None:
+            # A layout's fix (times of day as microseconds, uuids as bytes) the reader makes itself;
+            # the one that drops unrepresentable fields never comes here.
+            if usable and writer.layout.iceberg is not None and not writer.layout.unrepresentable:
                 self._plans[schema_id] = plan(writer.parsed)
             else:
                 self._plans[schema_id] = None
@@ -152,8 +164,8 @@ def _plan(avro: Any, names: dict[str, Any], records: tuple[str, ...]) -> Any:
         return _Leaf(kind)
     if kind == "enum":
         return _Enum(tuple(avro["symbols"]))
-    if kind == "fixed" and logical is None:
-        return _Fixed(avro["size"])
+    if kind == "fixed" and logical in (None, "uuid"):  # fastavro keeps a uuid fixed's bytes; avro_types a 16's as uuid
+        return _Fixed(avro["size"], uuid=logical == "uuid" and avro["size"] == 16)
     if (kind, logical) in _LOGICAL:
         return _Leaf(logical)
     raise _Unsupported
@@ -230,10 +242,16 @@ class _Reader:
         return values
 
     def fixed(self, size: int, live: np.ndarray | None) -> np.ndarray:
-        """The `size` bytes at each position, a row a value."""
-        rows = np.ascontiguousarray(sliding_window_view(self.buf, size)[self.at])
+        """The `size` bytes at each position, a row a value (a value they overrun is marked bad)."""
+        rows = self.window(self.at, size)
         self._advance(self.at + size, None, live)
         return rows
+
+    def window(self, at: np.ndarray, size: int) -> np.ndarray:
+        """The `size` bytes at each of `at`, a row a position; positions too near the buffer's end
+        for them (past a value's end: padding is shorter than some fixed) read from further back."""
+        buf = self.buf if len(self.buf) >= size else np.concatenate([self.buf, np.zeros(size - len(self.buf), dtype=np.uint8)])
+        return np.ascontiguousarray(sliding_window_view(buf, size)[np.minimum(at, len(buf) - size)])
 
     def record(self, record: _Record, live: np.ndarray | None, arrow: pa.DataType) -> pa.Array | None:
         if not pa.types.is_struct(arrow):
@@ -272,12 +290,14 @@ class _Reader:
             rows = self.fixed(node.size, live)
             validity = None if live is None else pa.py_buffer(np.packbits(live, bitorder="little"))
             array = pa.FixedSizeBinaryArray.from_buffers(pa.binary(node.size), len(rows), [validity, pa.py_buffer(rows)])
-            return _cast(array, arrow)
+            return _cast(pa.ExtensionArray.from_storage(pa.uuid(), array) if node.uuid else array, arrow)
         return self.leaf(node.kind, live, arrow)
 
     def leaf(self, kind: str, live: np.ndarray | None, arrow: pa.DataType) -> pa.Array | None:
         n = len(self.at)
         mask = None if live is None else ~live
+        if kind == "uuid":
+            return self._uuid(live, arrow)
         if kind in ("string", "bytes"):
             length = self.varint(live)
             at = self.at
@@ -306,8 +326,12 @@ class _Reader:
         elif kind == "date":
             failed = (values < _MIN_DAY) | (values > _MAX_DAY)
             values = np.where(failed, 0, values).astype(np.int32)
+        elif kind in _TIMES_OF_DAY:
+            bound, scale = _TIMES_OF_DAY[kind]
+            failed = (values < 0) | (values >= bound)
+            values = np.where(failed, 0, values) * scale
         elif kind != "long":  # a timestamp, as microseconds
-            scale = 1000 if kind == "timestamp-millis" else 1
+            scale = 1000 if kind.endswith("-millis") else 1
             failed = (values < _MIN_MICROS // scale) | (values > _MAX_MICROS // scale)
             values = np.where(failed, 0, values) * scale
         else:
@@ -319,7 +343,29 @@ class _Reader:
             array = array.view(pa.date32())
         elif kind.startswith("timestamp"):
             array = array.view(pa.timestamp("us", tz="UTC"))
+        elif kind.startswith("local-timestamp"):
+            array = array.view(pa.timestamp("us"))
         return _cast(array, arrow)
+
+    def _uuid(self, live: np.ndarray | None, arrow: pa.DataType) -> pa.Array | None:
+        """A uuid string as its 16 bytes; taken only in the form str(uuid.UUID) gives (36
+        characters, lowercase hex, hyphens at 8, 13, 18 and 23), which is what fastavro writes back
+        whatever form it decoded."""
+        n = len(self.at)
+        length = self.varint(live)
+        text = self.fixed(36, live)
+        hyphen = np.zeros(36, dtype=bool)
+        hyphen[list(_UUID_HYPHENS)] = True
+        hex_ = text[:, ~hyphen]
+        digit = (hex_ >= ord("0")) & (hex_ <= ord("9"))
+        letter = (hex_ >= ord("a")) & (hex_ <= ord("f"))
+        failed = (length != 36) | ~(digit | letter).all(axis=1) | (text[:, hyphen] != ord("-")).any(axis=1)
+        self.bad |= failed if live is None else failed & live
+        nibbles = np.where(digit, hex_ - ord("0"), hex_ - (ord("a") - 10)).astype(np.uint8)
+        raw = np.ascontiguousarray((nibbles[:, 0::2] << 4) | nibbles[:, 1::2])
+        validity = None if live is None else pa.py_buffer(np.packbits(live, bitorder="little"))
+        storage = pa.FixedSizeBinaryArray.from_buffers(pa.binary(16), n, [validity, pa.py_buffer(raw)])
+        return _cast(pa.ExtensionArray.from_storage(pa.uuid(), storage), arrow)
 
     def _utf8(self, array: pa.Array, valid: np.ndarray) -> pa.Array:
         """`array` as strings; values that are not UTF-8 marked bad (and null)."""

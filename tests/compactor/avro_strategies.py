@@ -86,6 +86,8 @@ def values(schema):
     logical, kind = schema.get("logicalType"), schema["type"]
     if logical == "decimal":
         return _decimal(schema["precision"], schema["scale"])
+    if kind == "fixed":  # a uuid fixed too: fastavro reads and writes its bytes
+        return st.binary(min_size=schema["size"], max_size=schema["size"])
     if logical in ("date", "time-millis", "time-micros", "uuid") or "timestamp" in (logical or ""):
         return {
             "date": st.dates(),
@@ -99,8 +101,6 @@ def values(schema):
         }[logical]
     if kind == "enum":
         return st.sampled_from(schema["symbols"])
-    if kind == "fixed":
-        return st.binary(min_size=schema["size"], max_size=schema["size"])
     if kind == "array":
         return st.lists(values(schema["items"]), max_size=3)
     if kind == "map":

@@ -39,16 +39,22 @@ _READ_LEAVES = [
     {"type": "int", "logicalType": "date"},
     {"type": "long", "logicalType": "timestamp-millis"},
     {"type": "long", "logicalType": "timestamp-micros"},
+    {"type": "long", "logicalType": "local-timestamp-millis"},
+    {"type": "long", "logicalType": "local-timestamp-micros"},
+    {"type": "int", "logicalType": "time-millis"},
+    {"type": "long", "logicalType": "time-micros"},
+    {"type": "string", "logicalType": "uuid"},
 ]  # fmt: skip
 
 
 def read_type(path: str, depth: int):
-    """Field types avro_columns.py reads: leaves, enums, fixed, unions of null and one of them,
-    records of them."""
+    """Field types avro_columns.py reads: leaves (logical types too), enums, fixed, unions of null
+    and one of them, records of them."""
     leaf = st.one_of(
         st.sampled_from(_READ_LEAVES),
         st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=4, unique=True).map(lambda s: {"type": "enum", "name": f"E{path}", "symbols": s}),
         st.integers(1, 8).map(lambda n: {"type": "fixed", "name": f"F{path}", "size": n}),
+        st.just({"type": "fixed", "name": f"U{path}", "size": 16, "logicalType": "uuid"}),
     )
     nullable = leaf.flatmap(lambda t: st.sampled_from((["null", t], [t, "null"])))
     if depth >= 2:
@@ -107,13 +113,51 @@ def test_values_taken_are_those_the_translator_keeps_as_columns_alone(case):
             assert rows.rows.slice(i, 1).equals(rows_to_arrow([want], table))
 
 
+def _zigzag(n: int) -> bytes:
+    return encode(writer_schema(0, '"long"').parsed, n)
+
+
+def _string(text: str) -> bytes:
+    return _zigzag(len(text)) + text.encode()
+
+
+_UUID = "0a1b2c3d-4e5f-6789-abcd-ef0123456789"
+_EDGES = [
+    ({"type": "int", "logicalType": "time-millis"}, [(_zigzag(0), True), (_zigzag(86_399_999), True), (_zigzag(86_400_000), False), (_zigzag(-1), False)]),
+    ({"type": "long", "logicalType": "time-micros"}, [(_zigzag(86_399_999_999), True), (_zigzag(86_400_000_000), False), (_zigzag(-1), False)]),
+    ({"type": "long", "logicalType": "local-timestamp-millis"}, [(_zigzag(-62_135_596_800_000), True), (_zigzag(253_402_300_799_999), True), (_zigzag(253_402_300_800_000), False)]),
+    ({"type": "long", "logicalType": "local-timestamp-micros"}, [(_zigzag(-62_135_596_800_000_000), True), (_zigzag(-62_135_596_800_000_001), False)]),
+    # fastavro decodes any form uuid.UUID takes, and writes back only str(uuid)'s
+    ({"type": "string", "logicalType": "uuid"}, [(_string(_UUID), True), *((_string(u), False) for u in (_UUID.upper(), _UUID.replace("-", ""), "{" + _UUID + "}", _UUID[:-1] + "g", _UUID.replace("-", "_")))]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("avro", "cases"), _EDGES, ids=[json.dumps(a) for a, _ in _EDGES])
+def test_encodings_at_the_edges_are_taken_as_the_translator_and_writer_keep_them(avro, cases):
+    """Hand-made bytes at the edges of what fastavro decodes and writes back the same: each is
+    taken exactly when said (when the translator keeps it as columns alone and its column can
+    take it), holding what the translator's row holds."""
+    schema = {"type": "record", "name": "E", "fields": [{"name": "x", "type": avro}, {"name": "after", "type": "int"}]}
+    ws = writer_schema(SCHEMA_ID, json.dumps(schema))
+    table = arrow_schema(table_schema(ws.layout.iceberg))
+    records = [Record(i, T0, None, frame(SCHEMA_ID, payload + b"\x0e"), ()) for i, (payload, _) in enumerate(cases)]
+    rows, taken = value_columns(records_to_rows(KAFKA, records, table), SCHEMA_ID, plan(ws.parsed), table.field("value").type)
+    assert taken.tolist() == [want for _, want in cases]
+    for i, r in enumerate(records):
+        if taken[i]:
+            want, outcome = translate(r, KAFKA, {SCHEMA_ID: ws}.get)
+            assert outcome == COLUMNS
+            assert rows.rows.slice(i, 1).equals(rows_to_arrow([want], table))
+            assert want["value"]["after"] == 7
+
+
 @pytest.mark.parametrize(
     "schema",
     [
         {"type": "record", "name": "E", "fields": [{"name": "tags", "type": {"type": "array", "items": "string"}}]},
         {"type": "record", "name": "E", "fields": [{"name": "u", "type": ["null", "int", "string"]}]},
         {"type": "record", "name": "E", "fields": [{"name": "k", "type": {"type": "fixed", "name": "K", "size": 4, "logicalType": "decimal", "precision": 5}}]},
-        {"type": "record", "name": "E", "fields": [{"name": "t", "type": {"type": "int", "logicalType": "time-millis"}}]},
+        {"type": "record", "name": "E", "fields": [{"name": "t", "type": {"type": "long", "logicalType": "time-millis"}}]},
         "string",
     ],
 )
