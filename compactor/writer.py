@@ -12,12 +12,13 @@ import datetime
 import math
 import operator
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.io.pyarrow import compute_statistics_plan, data_file_statistics_from_parquet_metadata, parquet_path_to_id_mapping
 from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
@@ -36,6 +37,9 @@ from .translator import COLUMNS, OUTCOMES, PRODUCED_VALUE, RAW, TOMBSTONE
 MICROS_PER_DAY = 86_400_000_000
 MICROS_PER_HOUR = 3_600_000_000
 BATCH_ROWS = 8192  # rows converted to Arrow at a time, per open file
+# A value column gets a dictionary when, in its file's first DICTIONARY_SAMPLE_ROWS rows, it holds at most
+# one distinct value in DICTIONARY_DISTINCT, or fewer than DICTIONARY_SAMPLE_MIN values (too few to tell).
+DICTIONARY_DISTINCT, DICTIONARY_SAMPLE_MIN, DICTIONARY_SAMPLE_ROWS = 2, 1024, 8192
 # A file's row groups, unless the table's properties say otherwise (tables.TABLE_PROPERTIES sets
 # both on the tables neve creates): the broker serves compacted offsets a row group at a time, so
 # a row group is a read's smallest window; and each row group costs the write and the statistics.
@@ -91,7 +95,7 @@ class _OpenFile:
     schema_id: int | None
     partition: tuple
     sink: Any
-    writer: pq.ParquetWriter
+    writer: pq.ParquetWriter | None  # made with the first row group, which picks its dictionary columns
     rows: list[dict] = field(default_factory=list)
     row_outcomes: list[str] = field(default_factory=list)
     record_count: int = 0
@@ -136,7 +140,7 @@ class TableWriter:
         self.row_group_rows = int(self.table_properties.get(ROW_GROUP_ROWS_PROPERTY, DEFAULT_ROW_GROUP_ROWS))
         self.row_group_bytes = int(self.table_properties.get(ROW_GROUP_BYTES_PROPERTY, DEFAULT_ROW_GROUP_BYTES))
         self.arrow = arrow_schema(schema)
-        self._dictionary = _dictionary_columns(self.arrow)
+        self._dictionary = _dictionary_columns(self.arrow)  # the columns that may have a dictionary
         self._partition_of = _partitioner(schema, spec)
         self._raw_partition = _raw_partitioner(schema, spec)
         self._files: dict[tuple, _OpenFile] = {}
@@ -271,7 +275,8 @@ class TableWriter:
     def abort(self) -> None:
         """Close the open files without finishing them (a failed task: its files are never committed)."""
         for open_file in self._files.values():
-            for close in (open_file.writer.close, open_file.sink.close):
+            closes = [open_file.sink.close] if open_file.writer is None else [open_file.writer.close, open_file.sink.close]
+            for close in closes:
                 try:
                     close()
                 except Exception:  # closing what failed must not hide why it failed
@@ -284,17 +289,18 @@ class TableWriter:
         if self.spec.fields:
             directory += "/" + self.spec.partition_to_path(PartitionRecord(*partition), self.schema)
         path = f"{directory}/{self.file_prefix}-{n:05d}.parquet"
-        sink = _open_output(self.filesystem, path)
-        writer = pq.ParquetWriter(
-            sink,
+        return _OpenFile(path, schema_id, partition, _open_output(self.filesystem, path), None)
+
+    def _parquet_writer(self, open_file: _OpenFile, first_group: pa.Table) -> pq.ParquetWriter:
+        return pq.ParquetWriter(
+            open_file.sink,
             self.arrow,
             compression="zstd",
             coerce_timestamps="us",
             allow_truncated_timestamps=False,
             store_decimal_as_integer=True,  # as pyiceberg writes decimals
-            use_dictionary=self._dictionary,
+            use_dictionary=_repeating_columns(first_group, self._dictionary),
         )
-        return _OpenFile(path, schema_id, partition, sink, writer)
 
     def _flush(self, open_file: _OpenFile) -> None:
         """The rows held as dicts or raw pieces converted to Arrow, into the next row group
@@ -331,7 +337,10 @@ class TableWriter:
 
     def _write_group(self, open_file: _OpenFile) -> None:
         if open_file.group:
-            open_file.writer.write_table(pa.Table.from_batches(open_file.group, schema=self.arrow), row_group_size=self.row_group_rows)
+            group = pa.Table.from_batches(open_file.group, schema=self.arrow)
+            if open_file.writer is None:
+                open_file.writer = self._parquet_writer(open_file, group)
+            open_file.writer.write_table(group, row_group_size=self.row_group_rows)
             open_file.group, open_file.group_rows, open_file.group_bytes = [], 0, 0
 
     def _to_arrow(self, rows: list[dict], outcomes: list[str]) -> pa.RecordBatch:
@@ -359,8 +368,8 @@ def _as_raw(row: dict[str, Any], reason: str) -> dict[str, Any]:
 
 
 def _dictionary_columns(arrow: pa.Schema) -> list[str]:
-    """The Parquet columns written with a dictionary: the value's, where a topic's own fields
-    (a country, a status) repeat and readers filter. The kafka struct, headers, key_raw and
+    """The Parquet columns that may be written with a dictionary (_repeating_columns picks, per
+    file): the value's, where a topic's own fields (a country, a status) repeat and readers filter. The kafka struct, headers, key_raw and
     value_raw are plain (and zstd): offsets and timestamps never repeat, raw values seldom, and a
     batch field repeated row after row zstd takes as well; a dictionary cost a quarter of the
     write of 100-byte raw values and made the file larger."""
@@ -370,6 +379,45 @@ def _dictionary_columns(arrow: pa.Schema) -> list[str]:
     pq.ParquetWriter(sink, arrow, store_decimal_as_integer=True).close()  # a file of no rows: its schema
     parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
     return [parquet.column(i).path for i in range(len(parquet)) if parquet.column(i).path.split(".")[0] == "value"]
+
+
+def _repeating_columns(rows: pa.Table, candidates: list[str]) -> list[str]:
+    """Of `candidates` (Parquet column paths), those whose values in `rows` (a file's first row
+    group; its first DICTIONARY_SAMPLE_ROWS rows) repeat enough for a dictionary to pay: at most
+    one distinct value in DICTIONARY_DISTINCT of them, or too few values to tell. A column of values that seldom repeat (an id, a creation
+    time, an amount, a free-text note) would have Parquet build a dictionary at every row group
+    only to drop it once it outgrows its page: that cost a third of the write of 100-byte Avro
+    values (bench/RESULTS.md, 2026-11-26)."""
+    wanted = set(candidates)
+    repeating = []
+    for path, values in _leaf_arrays(rows.slice(0, DICTIONARY_SAMPLE_ROWS), wanted):
+        present = len(values) - values.null_count
+        if present < DICTIONARY_SAMPLE_MIN or pc.count_distinct(values).as_py() * DICTIONARY_DISTINCT <= present:
+            repeating.append(path)
+    return repeating
+
+
+def _leaf_arrays(rows: pa.Table, wanted: set[str]) -> Iterator[tuple[str, pa.Array]]:
+    """(Parquet column path, the values of that leaf column) for each leaf column of `rows` whose
+    path is in `wanted` (nested lists, maps and structs walked as Parquet names their parts)."""
+
+    def walk(path: str, array: pa.Array) -> Iterator[tuple[str, pa.Array]]:
+        kind = array.type
+        if pa.types.is_struct(kind):
+            for i in range(kind.num_fields):
+                yield from walk(f"{path}.{kind.field(i).name}", array.field(i))
+        elif pa.types.is_map(kind):
+            yield from walk(f"{path}.key_value.key", array.keys)
+            yield from walk(f"{path}.key_value.value", array.items)
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+            yield from walk(f"{path}.list.element", array.flatten())
+        elif path in wanted:
+            yield path, array.storage if isinstance(array, pa.ExtensionArray) else array  # a uuid: its 16 bytes
+
+    prefixes = {path.split(".")[0] for path in wanted}
+    for name in rows.column_names:
+        if name in prefixes:
+            yield from walk(name, rows.column(name).combine_chunks())
 
 
 def _open_output(filesystem: Any, path: str) -> Any:

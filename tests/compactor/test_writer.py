@@ -55,7 +55,7 @@ SCHEMA = {
 def order(i: int) -> dict:
     return {
         "id": 2**40 + i, "ok": i % 2 == 0, "qty": -i, "ratio": 0.5, "price": decimal.Decimal("1234567.89"),
-        "code": b"abc", "big": decimal.Decimal("-1234567890123456.7890"), "note": None if i % 2 else f"n{i}", "blob": bytes([i]) * 3,
+        "code": b"abc", "big": decimal.Decimal("-1234567890123456.7890"), "note": None if i % 2 else f"n{i}", "blob": bytes([i % 256]) * 3,
         "kind": "B", "tags": ["x", "y"], "attrs": {"w": 1.5, "z": None}, "day": datetime.date(2024, 2, 29),
         "at": datetime.time(23, 59, 59, 999000), "at_us": datetime.time(0, 0, 0, 1),
         "ts": datetime.datetime(2024, 1, 1, 12, 0, 0, 123000, tzinfo=UTC), "ts_us": datetime.datetime(1969, 7, 20, 20, 17, 40, 1, tzinfo=UTC),
@@ -125,6 +125,26 @@ def test_rows_of_every_type_read_back_exactly_with_field_ids(writer_setup):
     group = parquet.row_group(0)
     dictionary = {group.column(i).path_in_schema for i in range(group.num_columns) if group.column(i).has_dictionary_page}
     assert dictionary == {path for path, column in ids.items() if path.startswith("value.") and column.physical_type != "BOOLEAN"}  # Parquet has no dictionary of booleans
+
+
+def test_a_dictionary_for_the_value_columns_that_repeat_in_the_first_row_group(writer_setup):
+    # 2,048 rows: id, qty, the notes present and uid differ row by row; every other value column
+    # repeats (blob takes 256 values, the rest one or two). Parquet has no dictionary of booleans.
+    ws, schema, spec, writer = writer_setup
+    kafka = kafka_columns(0, batch(0))
+    for i in range(2048):
+        row, outcome = translate(Record(i, T0, None, encoded(ws.parsed, order(i), 21), ()), kafka, {21: ws}.get)
+        writer.add(row, outcome)
+    (written,) = writer.close()
+    parquet = pq.read_metadata(written.path)
+    values = {parquet.schema.column(i).path: parquet.schema.column(i).physical_type for i in range(parquet.num_columns)}
+    values = {path for path, kind in values.items() if path.startswith("value.") and kind != "BOOLEAN"}
+    assert parquet.num_row_groups == 1 and parquet.num_rows == 2048
+    group = parquet.row_group(0)
+    dictionary = {group.column(i).path_in_schema for i in range(group.num_columns) if group.column(i).has_dictionary_page}
+    assert dictionary == values - {"value.id", "value.qty", "value.note", "value.uid"}
+    assert {"value.blob", "value.tags.list.element", "value.attrs.key_value.key", "value.lines.list.element.uid"} <= dictionary
+    assert [row["value"]["id"] for row in pq.read_table(written.path, columns=["value"]).to_pylist()] == [2**40 + i for i in range(2048)]
 
 
 def test_one_file_per_schema_id_and_partition_value_with_row_ranges(writer_setup):
