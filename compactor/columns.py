@@ -35,32 +35,52 @@ _UNIFORM_MIN, _UNIFORM_MAX_SIZE = 32, 1 << 16
 _UNIFORM_HEAD = 24  # a key this short is read with the bytes around it (copied once a record)
 
 
+@dataclass(frozen=True, slots=True)
+class ValueSpans:
+    """Where each row's value is in the decompressed records sections: buf[at:at + length]
+    (length < 0: a null value); `buf` ends in at least 16 bytes past the last section."""
+
+    buf: np.ndarray  # uint8
+    at: np.ndarray  # int64, one per row
+    length: np.ndarray  # int64, one per row
+
+    def rows(self, index: slice | np.ndarray) -> ValueSpans:
+        return ValueSpans(self.buf, self.at[index], self.length[index])
+
+
 @dataclass(slots=True)
 class RawRows:
     """The rows of consecutive batches of one Kafka partition: `rows` in the table's Arrow
     schema (value, value_schema_id and value_error null), with their offsets and timestamps (ms).
     With a `schema_id`, every row's value is instead in the value column alone (avro_columns.py:
-    the translator's COLUMNS outcome, no tombstone)."""
+    the translator's COLUMNS outcome, no tombstone). With `values` (decode_batches(values_apart=
+    True), for avro_columns.py to read), value_raw is not filled: the values are where `values`
+    says, and the rows are not to be written as they are."""
 
     rows: pa.RecordBatch
     offsets: np.ndarray  # int64, one per row
     timestamps: np.ndarray  # int64 ms, one per row
     tombstones: int
     schema_id: int | None = None
+    values: ValueSpans | None = None
 
     def __len__(self) -> int:
         return self.rows.num_rows
 
     def take(self, indices: np.ndarray) -> RawRows:
         rows = self.rows.take(pa.array(indices))
-        return RawRows(rows, self.offsets[indices], self.timestamps[indices], self._tombstones(rows), self.schema_id)
+        values = self.values.rows(indices) if self.values is not None else None
+        return RawRows(rows, self.offsets[indices], self.timestamps[indices], self._tombstones(rows, values), self.schema_id, values)
 
     def slice(self, start: int, stop: int) -> RawRows:
         rows = self.rows.slice(start, stop - start)
-        return RawRows(rows, self.offsets[start:stop], self.timestamps[start:stop], self._tombstones(rows), self.schema_id)
+        values = self.values.rows(slice(start, stop)) if self.values is not None else None
+        return RawRows(rows, self.offsets[start:stop], self.timestamps[start:stop], self._tombstones(rows, values), self.schema_id, values)
 
-    def _tombstones(self, rows: pa.RecordBatch) -> int:
-        return 0 if self.schema_id is not None else rows.column("value_raw").null_count
+    def _tombstones(self, rows: pa.RecordBatch, values: ValueSpans | None) -> int:
+        if self.schema_id is not None:
+            return 0
+        return int((values.length < 0).sum()) if values is not None else rows.column("value_raw").null_count
 
 
 def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa.Schema) -> RawRows:
@@ -90,10 +110,12 @@ def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa
     return RawRows(rows, np.array(offsets, dtype=np.int64), np.array(timestamps, dtype=np.int64), values.count(None))
 
 
-def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[bytes | None], first_offset: int, schema: pa.Schema) -> tuple[RawRows, list[bool], list[int]]:
+def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[bytes | None], first_offset: int, schema: pa.Schema, values_apart: bool = False) -> tuple[RawRows, list[bool], list[int]]:
     """The rows of `batches` (headers from records.iter_batches, in order) whose records all decode,
     from their decompressed records sections `payloads` (None: did not decompress); records below
-    `first_offset` left out. Also, per batch, whether it was taken, and how many rows it gave."""
+    `first_offset` left out. Also, per batch, whether it was taken, and how many rows it gave.
+    `values_apart`: the values are left where they are (RawRows.values), not copied into value_raw
+    (for avro_columns.py, which reads them from there into the value column)."""
     data = b"".join([*(p for p in payloads if p is not None), _PAD])
     buf = np.frombuffer(data, dtype=np.uint8)
     ok = [p is not None for p in payloads]
@@ -129,7 +151,7 @@ def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[
             break
         taken[failed] = False  # records.py's path names the batch
     counts = np.bincount(batch_of[keep], minlength=len(batches))
-    rows = _to_arrow(partition, batches, buffer, fields, keep, header_keep, names, counts, schema)
+    rows = _to_arrow(partition, batches, buffer, fields, keep, header_keep, names, counts, schema, buf if values_apart else None)
     return rows, taken.tolist(), counts.tolist()
 
 
@@ -602,9 +624,10 @@ def _kafka_fields(batches: Sequence[Batch]) -> dict[str, Any]:
     return fields
 
 
-def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema) -> RawRows:
+def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema, values_in: np.ndarray | None) -> RawRows:
     """The kept records as rows of `schema` (`names`: the kept records' header names; `counts`:
-    the kept records of each batch, which come batch after batch)."""
+    the kept records of each batch, which come batch after batch); `values_in` (`buffer`'s bytes
+    as numpy): the values left there, value_raw not filled."""
     if keep.all():
         kept = slice(None)
         n = len(keep)
@@ -643,12 +666,18 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
         np.cumsum(fields.header_count[kept], out=firsts[1:])
     header_values = _binary(buffer, fields.header_value_at[header_keep], fields.header_value_length[header_keep])
     structs = pa.StructArray.from_arrays([names.view(element.field(0).type), header_values.cast(element.field(1).type)], fields=list(element))
-    values = _binary(buffer, fields.value_at[kept], fields.value_length[kept])
     columns = {
         "kafka": pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
         "headers": pa.LargeListArray.from_arrays(pa.array(firsts), structs, type=header_type),
         "key_raw": _binary(buffer, fields.key_at[kept], fields.key_length[kept]).cast(schema.field("key_raw").type),
-        "value_raw": values.cast(schema.field("value_raw").type),
     }
+    spans = None
+    if values_in is None:
+        values = _binary(buffer, fields.value_at[kept], fields.value_length[kept])
+        columns["value_raw"] = values.cast(schema.field("value_raw").type)
+        tombstones = values.null_count
+    else:  # the values stay where they are: a copy of them all saved, when they are read into columns
+        spans = ValueSpans(values_in, fields.value_at[kept], fields.value_length[kept])
+        tombstones = int((spans.length < 0).sum())
     arrays = [columns[f.name] if f.name in columns else pa.nulls(n, type=f.type) for f in schema]
-    return RawRows(pa.RecordBatch.from_arrays(arrays, schema=schema), offsets, timestamps, values.null_count)
+    return RawRows(pa.RecordBatch.from_arrays(arrays, schema=schema), offsets, timestamps, tombstones, values=spans)

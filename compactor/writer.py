@@ -202,6 +202,8 @@ class TableWriter:
         Kafka partition `partition`), or rows with their values in the value column alone
         (avro_columns.py; `rows.schema_id` set), which add() would key by that schema id. False,
         having added nothing, as for add_raw."""
+        if rows.values is not None:
+            raise ValueError("rows whose values were left apart (decode_batches(values_apart=True)) have no value_raw to write")
         if self._raw_partition is None or not len(rows):
             return False
         offsets = rows.offsets

@@ -112,6 +112,14 @@ def check(data: bytes, base_offset: int, first_offset: int = 0) -> list[bool]:
     assert got.offsets.tolist() == expected.column("kafka").combine_chunks().field("offset").to_pylist()
     assert got.timestamps.tolist() == [t // 1000 for t in expected.column("kafka").combine_chunks().field("timestamp").cast(pa.int64()).to_pylist()]
     assert got.tombstones == expected.column("value_raw").null_count
+    # Values left apart: the same rows but value_raw, and each value where its span says.
+    apart, apart_taken, apart_counts = decode_batches(PARTITION, batches, payloads, first_offset, SCHEMA, values_apart=True)
+    assert (apart_taken, apart_counts, apart.tombstones) == (taken, counts, got.tombstones)
+    assert apart.rows.column("value_raw").null_count == len(apart)
+    assert apart.rows.drop_columns(["value_raw"]).equals(got.rows.drop_columns(["value_raw"]))
+    spans = apart.values
+    assert [None if n < 0 else spans.buf[a : a + n].tobytes() for a, n in zip(spans.at.tolist(), spans.length.tolist(), strict=True)] == got.rows.column("value_raw").to_pylist()
+    assert len(spans.buf) - (spans.at + np.maximum(spans.length, 0)).max(initial=0) >= 16
     return taken
 
 
