@@ -28,6 +28,7 @@ _MAX_HEADERS = 64  # records with more headers go the per-record way (one numpy 
 # Kafka's milliseconds become microseconds: a timestamp beyond this cannot (records.py's path says how).
 _MAX_MS = (2**63 - 1) // 1000
 _INT64_MAX = 2**63 - 1
+_HIGH_BITS = np.uint64(0x8080808080808080)
 _MAX_DELTA = 2**62  # an offset delta beyond it may overflow: records.py's path decides
 # _uniform_fields reads the records of the commonest size under _UNIFORM_MAX_SIZE bytes at once
 # when there are this many.
@@ -282,7 +283,20 @@ def _varints(buf: np.ndarray, at: np.ndarray, bad: np.ndarray) -> tuple[np.ndarr
         values = raw >> 1
         values ^= -(raw & 1)
         return values, at + 1 + more
-    # Some longer: those a byte at a time.
+    # Some longer: up to 8 bytes, each value's 8 bytes as one little-endian word; longer ones
+    # (rare: 9 or 10 bytes) a byte at a time.
+    words = np.ascontiguousarray(sliding_window_view(buf, 8)[np.minimum(at, len(buf) - 8)]).view("<u8").reshape(len(at))
+    stops = ~words & _HIGH_BITS  # the high bit of each byte that ends a varint
+    if stops.all():
+        first_stop = stops & (~stops + np.uint64(1))  # the lowest: the byte the value ends at
+        words &= (first_stop << np.uint64(1)) - np.uint64(1)  # its bytes alone (the 8th's shift wraps to all ones)
+        raw = words & np.uint64(0x7F)
+        for k in range(1, 8):
+            raw |= (words >> np.uint64(k)) & np.uint64(0x7F << (7 * k))
+        raw = raw.view(np.int64)  # at most 56 bits
+        values = raw >> 1
+        values ^= -(raw & 1)
+        return values, at + (np.bitwise_count(first_stop - np.uint64(1)) + 1) // 8
     raw = b.astype(np.int64)
     after = at + 1
     more = np.flatnonzero(more)

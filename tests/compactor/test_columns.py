@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactor.columns import decode_batches, records_to_rows
+from compactor.columns import _varints, decode_batches, records_to_rows
 from compactor.job import TaskContext, run_task
 from compactor.layout import arrow_schema, partition_spec, table_schema
 from compactor.planner import ObjectRead, Run, Task
@@ -299,3 +299,21 @@ def test_a_batch_that_fails_after_a_run_of_one_size_leaves_no_starts_behind():
     runs = framed(GOOD * 100 + record(0, 0, b"\x01", zigzag_varint(7) + b"x" * 7) * 50, 150)
     bad = [framed(GOOD * 100 + b"\x00", 100), framed(GOOD * 100, 101), framed(GOOD * 60 + CORRUPT["key past the record"] + GOOD * 60, 121)]
     assert check(runs + bad[0] + runs + bad[1] + bad[2] + runs, 0) == [True, False, True, False, False, True]
+
+
+_INT64 = st.integers(-(2**63), 2**63 - 1)
+_WIDE = st.one_of(_INT64, st.integers(-(2**20), 2**20), st.sampled_from((0, -1, 63, -64, 64, 2**27, 2**48, -(2**55), 2**55, 2**62, -(2**63), 2**63 - 1)))
+
+
+@given(st.lists(_WIDE, min_size=1, max_size=60), st.sampled_from((1, 2, 10)))
+@settings(deadline=None, max_examples=300)
+def test_varints_read_at_once_are_kafkas_of_every_width(values, pad_extra):
+    # Values of 1 to 10 bytes side by side, the last ones in the buffer's padding's reach.
+    encoded = [zigzag_varint(v) for v in values]
+    at = np.cumsum([0] + [len(e) for e in encoded[:-1]], dtype=np.int64)
+    buf = np.frombuffer(b"".join(encoded) + bytes(10 + pad_extra), dtype=np.uint8)
+    bad = np.zeros(len(values), dtype=bool)
+    got, after = _varints(buf, at, bad)
+    assert got.tolist() == values
+    assert after.tolist() == [int(a) + len(e) for a, e in zip(at.tolist(), encoded, strict=True)]
+    assert not bad.any()
