@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compactor import job
-from compactor.avro_columns import ValueColumns, plan, value_columns
+from compactor.avro_columns import MAX_ITEMS, ValueColumns, plan, value_columns
 from compactor.columns import records_to_rows
 from compactor.job import TaskContext, run_task
 from compactor.layout import arrow_schema, partition_spec, rows_to_arrow, table_schema
@@ -49,7 +49,7 @@ _READ_LEAVES = [
 
 def read_type(path: str, depth: int):
     """Field types avro_columns.py reads: leaves (logical types too), enums, fixed, unions of null
-    and one of them, records of them."""
+    and one of them, records, arrays and maps of them."""
     leaf = st.one_of(
         st.sampled_from(_READ_LEAVES),
         st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=4, unique=True).map(lambda s: {"type": "enum", "name": f"E{path}", "symbols": s}),
@@ -59,7 +59,16 @@ def read_type(path: str, depth: int):
     nullable = leaf.flatmap(lambda t: st.sampled_from((["null", t], [t, "null"])))
     if depth >= 2:
         return st.one_of(leaf, nullable)
-    return st.one_of(leaf, nullable, read_record(f"{path}r", depth + 1), read_record(f"{path}n", depth + 1).map(lambda r: ["null", r]))
+    inner = read_type(f"{path}x", depth + 1)
+    return st.one_of(
+        leaf,
+        nullable,
+        read_record(f"{path}r", depth + 1),
+        read_record(f"{path}n", depth + 1).map(lambda r: ["null", r]),
+        inner.map(lambda t: {"type": "array", "items": t}),
+        inner.map(lambda t: {"type": "map", "values": t}),
+        inner.map(lambda t: ["null", {"type": "array", "items": t}]),
+    )
 
 
 @st.composite
@@ -129,6 +138,20 @@ _EDGES = [
     ({"type": "long", "logicalType": "local-timestamp-micros"}, [(_zigzag(-62_135_596_800_000_000), True), (_zigzag(-62_135_596_800_000_001), False)]),
     # fastavro decodes any form uuid.UUID takes, and writes back only str(uuid)'s
     ({"type": "string", "logicalType": "uuid"}, [(_string(_UUID), True), *((_string(u), False) for u in (_UUID.upper(), _UUID.replace("-", ""), "{" + _UUID + "}", _UUID[:-1] + "g", _UUID.replace("-", "_")))]),
+    # fastavro writes one block of all the items then an empty one, or the empty one alone
+    ({"type": "array", "items": "int"}, [
+        (bytes.fromhex("0602040600"), True), (b"\x00", True), (bytes.fromhex("020202040400"), False), (bytes.fromhex("01020200"), False),
+        (bytes.fromhex("8600020406" "00"), False), (bytes.fromhex("06020406" "02"), False),
+        (_zigzag(MAX_ITEMS) + b"\x02" * MAX_ITEMS + b"\x00", True), (_zigzag(MAX_ITEMS + 1) + b"\x02" * (MAX_ITEMS + 1) + b"\x00", False),
+    ]),
+    ({"type": "array", "items": {"type": "array", "items": ["null", "string"]}}, [
+        (bytes.fromhex("04" "04" "020278" "00" "00" "00" "00"), True), (bytes.fromhex("04" "02" "020278" "02" "00" "00" "00" "00"), False),
+    ]),
+    # a key twice decodes to a dict of one item, written back shorter
+    ({"type": "map", "values": "int"}, [
+        (bytes.fromhex("02" "0261" "02" "00"), True), (bytes.fromhex("04" "0261" "02" "0262" "02" "00"), True),
+        (bytes.fromhex("04" "0261" "02" "0261" "04" "00"), False), (bytes.fromhex("02" "02ff" "02" "00"), False),
+    ]),
 ]  # fmt: skip
 
 
@@ -154,7 +177,7 @@ def test_encodings_at_the_edges_are_taken_as_the_translator_and_writer_keep_them
 @pytest.mark.parametrize(
     "schema",
     [
-        {"type": "record", "name": "E", "fields": [{"name": "tags", "type": {"type": "array", "items": "string"}}]},
+        {"type": "record", "name": "E", "fields": [{"name": "tags", "type": {"type": "array", "items": ["int", "string"]}}]},
         {"type": "record", "name": "E", "fields": [{"name": "u", "type": ["null", "int", "string"]}]},
         {"type": "record", "name": "E", "fields": [{"name": "k", "type": {"type": "fixed", "name": "K", "size": 4, "logicalType": "decimal", "precision": 5}}]},
         {"type": "record", "name": "E", "fields": [{"name": "t", "type": {"type": "long", "logicalType": "time-millis"}}]},
@@ -184,9 +207,16 @@ def test_a_task_writes_the_same_files_with_values_read_at_once_or_one_by_one(tmp
         {"name": "id", "type": "long"}, {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
         {"name": "who", "type": "string"}, {"name": "amount", "type": "double"}, {"name": "n", "type": "int"},
         {"name": "ok", "type": "boolean"}, {"name": "coupon", "type": ["null", "string"]},
+        {"name": "tags", "type": {"type": "array", "items": "string"}}, {"name": "attrs", "type": {"type": "map", "values": "long"}},
     ]}  # fmt: skip
     ws = writer_schema(SCHEMA_ID, json.dumps(schema))
-    good = [frame(SCHEMA_ID, encode(ws.parsed, {"id": i, "at": T0 + i, "who": f"c{i}", "amount": i / 3, "n": i, "ok": i % 2 == 0, "coupon": None if i % 3 else "x"})) for i in range(300)]
+    good = [
+        frame(SCHEMA_ID, encode(ws.parsed, {
+            "id": i, "at": T0 + i, "who": f"c{i}", "amount": i / 3, "n": i, "ok": i % 2 == 0, "coupon": None if i % 3 else "x",
+            "tags": ["t"] * (i % 4), "attrs": {f"a{j}": j for j in range(i % 3)},
+        }))
+        for i in range(300)
+    ]  # fmt: skip
     odd = good[5][:-1] + b"\x00\x00"  # bytes after the value: columns and raw
     batches = [
         build_batch([(i, T0 + (i // 50) * 86_400_000, None, good[i], ()) for i in range(100)]),
