@@ -54,7 +54,8 @@ class RawRows:
     """The rows of consecutive batches of one Kafka partition: `rows` in the table's Arrow
     schema (value, value_schema_id and value_error null), with their offsets and timestamps (ms).
     With a `schema_id`, every row's value is instead in the value column alone (avro_columns.py:
-    the translator's COLUMNS outcome, no tombstone). With `values` (decode_batches(values_apart=
+    the translator's COLUMNS outcome), but for `tombstones` rows whose value_schema_id is null
+    (TOMBSTONE: every value column null). With `values` (decode_batches(values_apart=
     True), for avro_columns.py to read), value_raw is not filled: the values are where `values`
     says, and the rows are not to be written as they are."""
 
@@ -78,9 +79,20 @@ class RawRows:
         values = self.values.rows(slice(start, stop)) if self.values is not None else None
         return RawRows(rows, self.offsets[start:stop], self.timestamps[start:stop], self._tombstones(rows, values), self.schema_id, values)
 
+    def by_outcome(self) -> list[RawRows]:
+        """These rows, those of a schema id apart from its tombstones (schema id None): a list of
+        one or two, each with rows, in no particular order."""
+        if self.schema_id is None or not self.tombstones:
+            return [self]
+        dead = self.rows.column("value_schema_id").is_null().to_numpy(zero_copy_only=False)
+        if dead.all():
+            return [RawRows(self.rows, self.offsets, self.timestamps, len(self))]
+        tombstones = self.take(np.flatnonzero(dead))
+        return [self.take(np.flatnonzero(~dead)), RawRows(tombstones.rows, tombstones.offsets, tombstones.timestamps, len(tombstones))]
+
     def _tombstones(self, rows: pa.RecordBatch, values: ValueSpans | None) -> int:
         if self.schema_id is not None:
-            return 0
+            return rows.column("value_schema_id").null_count
         return int((values.length < 0).sum()) if values is not None else rows.column("value_raw").null_count
 
 

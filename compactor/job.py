@@ -176,11 +176,8 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
 
 
 def _count_rows(rows: RawRows, counts: dict[str, int]) -> None:
-    if rows.schema_id is not None:  # values in columns alone
-        counts[COLUMNS] += len(rows)
-        return
     counts[TOMBSTONE] += rows.tombstones
-    counts[RAW] += len(rows) - rows.tombstones
+    counts[RAW if rows.schema_id is None else COLUMNS] += len(rows) - rows.tombstones  # with a schema id: values in columns alone
 
 
 def _add_row(writer: TableWriter, row: Any, outcome: str | None, counts: dict[str, int], malformed: list[tuple[int, int, str]], partition: int) -> None:

@@ -200,8 +200,8 @@ class TableWriter:
     def add_raw_rows(self, partition: int, rows: RawRows) -> bool:
         """add_raw's rows as columns already (columns.decode_batches: consecutive batches of
         Kafka partition `partition`), or rows with their values in the value column alone
-        (avro_columns.py; `rows.schema_id` set), which add() would key by that schema id. False,
-        having added nothing, as for add_raw."""
+        (avro_columns.py; `rows.schema_id` set), which add() would key by that schema id, and
+        their tombstones by none. False, having added nothing, as for add_raw."""
         if rows.values is not None:
             raise ValueError("rows whose values were left apart (decode_batches(values_apart=True)) have no value_raw to write")
         if self._raw_partition is None or not len(rows):
@@ -209,13 +209,15 @@ class TableWriter:
         offsets = rows.offsets
         if not (offsets[1:] > offsets[:-1]).all():
             return False
-        groups = self._raw_partition(rows)
-        for spec_value, group in groups:  # every file must take its rows before any is added
-            open_file = self._files.get((rows.schema_id, spec_value))
+        # (file key, its rows), in the order add() would open the files: by each one's first row
+        groups = [((kind.schema_id, spec_value), kind) for spec_value, group in self._raw_partition(rows) for kind in group.by_outcome()]
+        groups.sort(key=lambda g: int(g[1].offsets[0]))
+        for key, group in groups:  # every file must take its rows before any is added
+            open_file = self._files.get(key)
             span = open_file.offsets.get(partition) if open_file is not None else None
             if span is not None and (partition != open_file.last_partition or group.offsets[0] <= span.last):
                 return False
-        for spec_value, group in groups:
+        for (_, spec_value), group in groups:
             self._add_raw_group(partition, spec_value, group)
         return True
 

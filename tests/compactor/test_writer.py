@@ -11,12 +11,14 @@ import io
 import json
 import uuid
 
+import numpy as np
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from compactor.layout import partition_spec, table_schema
+from compactor.columns import RawRows
+from compactor.layout import partition_spec, rows_to_arrow, table_schema
 from compactor.records import Batch, Record
 from compactor.translator import COLUMNS, RAW, TOMBSTONE, kafka_columns, translate, writer_schema
 from compactor.writer import OffsetSpan, TableWriter
@@ -168,6 +170,37 @@ def test_one_file_per_schema_id_and_partition_value_with_row_ranges(writer_setup
         want = [(p, o) for p, o, day, kind in plan if (21 if kind == "avro" else None, 19675 + day) == (f.schema_id, f.partition[0])]
         got = [(r["partition"], r["offset"]) for r in pq.read_table(f.path, partitioning=None).column("kafka").to_pylist()]
         assert got == want
+
+
+def test_rows_of_a_schema_id_with_tombstones_among_them_make_the_files_add_makes(writer_setup, tmp_path):
+    # The same rows, one by one through add() and at once as columns (a schema id's values and
+    # tombstones among them, as avro_columns.py makes them): the same files, named and opened in
+    # the same order, holding the same rows, spans and outcomes.
+    ws, schema, spec, one_by_one = writer_setup
+    at_once = TableWriter(schema, spec, str(tmp_path / "at-once"), pafs.LocalFileSystem(), file_prefix="task0")
+    tombstones, next_day = {0, 4, 5, 9}, 6  # the first row a tombstone; a day begins at offset 6
+    rows = []
+    for partition, offsets in ((2, range(10)), (3, range(100, 103))):
+        kafka = kafka_columns(partition, batch(offsets[0]))
+        for offset in offsets:
+            value = None if offset in tombstones else encoded(ws.parsed, order(offset), 21)
+            row, outcome = translate(Record(offset, T0 + (DAY_MS if next_day <= offset < 100 else 0), None, value, ()), kafka, {21: ws}.get)
+            assert outcome == (TOMBSTONE if value is None else COLUMNS)
+            one_by_one.add(row, outcome)
+            rows.append(row)
+        part = [r for r in rows if r["kafka"]["partition"] == partition]
+        batch_rows = rows_to_arrow(part, one_by_one.arrow)
+        offsets_of = np.array([r["kafka"]["offset"] for r in part], dtype=np.int64)
+        timestamps = np.array([r["kafka"]["timestamp"] // 1000 for r in part], dtype=np.int64)
+        dead = sum(r["value"] is None for r in part)
+        assert at_once.add_raw_rows(partition, RawRows(batch_rows, offsets_of, timestamps, dead, 21))
+    want, got = one_by_one.close(), at_once.close()
+    assert [(f.path.rsplit("/", 2)[-2:], f.record_count, f.schema_id, f.partition, f.offsets, f.outcomes) for f in got] == [
+        (f.path.rsplit("/", 2)[-2:], f.record_count, f.schema_id, f.partition, f.offsets, f.outcomes) for f in want
+    ]
+    assert [f.outcomes for f in got] == [{TOMBSTONE: 3}, {COLUMNS: 3 + 3}, {COLUMNS: 3}, {TOMBSTONE: 1}]
+    for a, b in zip(got, want, strict=True):
+        assert pq.read_table(a.path, partitioning=None).equals(pq.read_table(b.path, partitioning=None))
 
 
 def test_rows_of_a_partition_must_come_together_in_offset_order(writer_setup):
