@@ -2,15 +2,16 @@
 (Arrow): each field a numpy step over many values at once, no Python object a value.
 
 Read here: records of primitives, enums, fixed, unions of null and one type, dates, timestamps
-(local too), times of day, uuids, and arrays and maps of any of them (nested too). A value is taken
-only when its bytes are the one encoding of what they decode to (every varint and union index
-minimal, booleans 0 or 1, no NaN float, strings UTF-8, dates and timestamps within Python's datetime,
-times of day within a day, uuids lowercase with hyphens, arrays and maps in one block and no key
+(local too), times of day, uuids, decimals (bytes, and fixed of up to 16), and arrays and maps of any
+of them (nested too). A value is taken only when its bytes are the one encoding of what they decode
+to (every varint and union index minimal, booleans 0 or 1, no NaN float, strings UTF-8, dates and
+timestamps within Python's datetime, times of day within a day, uuids lowercase with hyphens,
+decimals in fastavro's length and within their precision, arrays and maps in one block with no key
 twice, nothing after the value): exactly the values whose re-encoding gives the produced bytes back,
-which the translator keeps as columns alone (tests/compactor/test_avro_columns.py holds the two
-paths equal). Every other value (and one with more than MAX_ITEMS items in an array or map), and
-every schema with a type not read here (decimals, unions of two types), goes the translator's way.
-"""
+which the translator keeps as columns alone and the writer can store so (tests/compactor/
+test_avro_columns.py holds the two paths equal). Every other value (and one with more than MAX_ITEMS
+items in an array or map) goes the translator's way, and so does every value of a schema holding a
+type not read here (a union of two types, a primitive with another logical type)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,13 @@ class _Nullable:
 @dataclass(frozen=True, slots=True)
 class _Record:
     fields: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Decimal:
+    precision: int
+    scale: int
+    size: int | None  # a fixed's; None: bytes, their length before them
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +188,13 @@ def _plan(avro: Any, names: dict[str, Any], records: tuple[str, ...]) -> Any:
         return _Leaf(kind)
     if kind == "enum":
         return _Enum(tuple(avro["symbols"]))
+    if logical == "decimal" and kind in ("bytes", "fixed"):
+        precision, scale, size = avro.get("precision", 0), avro.get("scale", 0), avro.get("size")
+        # 38 digits are Iceberg's most (avro_types leaves wider out); they fit 16 bytes, and a
+        # longer fixed would need its leading bytes checked too
+        if not 0 < precision <= 38 or (size is not None and size > 16):
+            raise _Unsupported
+        return _Decimal(precision, scale, size)
     if kind == "array":
         return _Array(_plan(avro["items"], names, records))
     if kind == "map":
@@ -299,6 +314,8 @@ class _Reader:
             return self.record(node, live, arrow)
         if isinstance(node, _Array | _Map):
             return self.items(node, live, arrow)
+        if isinstance(node, _Decimal):
+            return self.decimal(node, live, arrow)
         if isinstance(node, _Nullable):
             index = self.varint(live)
             self.fail((index != 0) & (index != 1), live)
@@ -372,6 +389,48 @@ class _Reader:
         codes = np.sort(np.repeat(np.arange(len(several), dtype=np.int64), count[several]) * width + ids)
         twice = several[codes[1:][codes[1:] == codes[:-1]] // width]
         self.bad[twice] = True
+
+    def decimal(self, node: _Decimal, live: np.ndarray | None, arrow: pa.DataType) -> pa.Array | None:
+        """A decimal's unscaled value (big-endian two's complement) as Arrow's decimal128. Taken
+        only within its precision: fastavro decodes a wider one rounded to it, and one it writes
+        back the same (trailing zeros) no decimal column of that precision can hold, so the writer
+        keeps it raw. Bytes are taken only in the length fastavro writes: the fewest that hold the
+        magnitude and a sign bit (so -128 takes two, 0xff80)."""
+        if node.size is None:
+            length = self.varint(live)
+            at = self.at
+            self.fail((length < 1) | (length > 16), live)
+            length = np.clip(length, 1, 16)
+            self._advance(at + length, None, live)
+        else:
+            at, length = self.at, np.full(len(self.at), node.size, dtype=np.int64)
+            self._advance(at + node.size, None, live)
+        window = self.window(at, 16)  # the value's bytes first, then whatever follows
+        column = np.arange(16)
+        negative = window[:, 0] >= 0x80
+        if node.size is None:
+            first, second = window[:, 0], window[:, 1]
+            zeros = (window == 0) | (column >= length[:, None])
+            after_first, after_second = zeros[:, 1:].all(axis=1), zeros[:, 2:].all(axis=1)
+            longer = ~negative & (length > 1) & (first == 0) & (second < 0x80)  # a leading 0x00 it would not write
+            # -2**(8 * length - 1), whose magnitude takes another byte; and from -2**(8 * length - 9)
+            # up, whose magnitude fits a byte less
+            shorter = negative & (first == 0xFF) & (length > 1) & ((second > 0x80) | ((second == 0x80) & ~after_second))
+            self.fail(longer | shorter | (negative & (first == 0x80) & after_first), live)
+        # big-endian, sign-extended to 16 bytes, then little-endian as Arrow holds it
+        source = column - (16 - length)[:, None]
+        wide = np.where(source >= 0, np.take_along_axis(window, np.maximum(source, 0), axis=1), np.where(negative, 0xFF, 0)[:, None].astype(np.uint8))
+        little = np.ascontiguousarray(wide[:, ::-1])
+        low, high = little[:, :8].copy().view("<u8").reshape(-1), little[:, 8:].copy().view("<u8").reshape(-1)
+        # the magnitude (two's complement negation of the negative ones) against 10 ** precision
+        low_abs = np.where(negative, ~low + np.uint64(1), low)
+        high_abs = np.where(negative, ~high + (low == 0).astype(np.uint64), high)
+        bound_high, bound_low = divmod(10**node.precision, 2**64)
+        within = (high_abs < np.uint64(bound_high)) | ((high_abs == np.uint64(bound_high)) & (low_abs < np.uint64(bound_low)))
+        self.fail(~within, live)
+        validity = None if live is None else pa.py_buffer(np.packbits(live, bitorder="little"))
+        array = pa.Array.from_buffers(pa.decimal128(node.precision, node.scale), len(little), [validity, pa.py_buffer(little)])
+        return _cast(array, arrow)
 
     def leaf(self, kind: str, live: np.ndarray | None, arrow: pa.DataType) -> pa.Array | None:
         n = len(self.at)
@@ -474,6 +533,8 @@ def _cast(array: pa.Array, arrow: pa.DataType) -> pa.Array | None:
     double); None when the table's type is another."""
     if array.type.equals(arrow):
         return array
+    if pa.types.is_decimal128(array.type) and pa.types.is_decimal128(arrow) and array.type.scale == arrow.scale and array.type.precision < arrow.precision:
+        return array.cast(arrow)
     if (array.type, arrow) in ((pa.int32(), pa.int64()), (pa.float32(), pa.float64())) or (pa.types.is_large_binary(array.type) and pa.types.is_binary(arrow)) or (pa.types.is_large_string(array.type) and pa.types.is_string(arrow)):
         return array.cast(arrow)
     return None

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import io
 import json
+from decimal import Decimal
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from fastavro import schemaless_writer
@@ -44,17 +46,20 @@ _READ_LEAVES = [
     {"type": "int", "logicalType": "time-millis"},
     {"type": "long", "logicalType": "time-micros"},
     {"type": "string", "logicalType": "uuid"},
+    {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+    {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 10},
 ]  # fmt: skip
 
 
 def read_type(path: str, depth: int):
-    """Field types avro_columns.py reads: leaves (logical types too), enums, fixed, unions of null
-    and one of them, records, arrays and maps of them."""
+    """Field types avro_columns.py reads: leaves (logical types too, decimals), enums, fixed, unions
+    of null and one of them, records, arrays and maps of them."""
     leaf = st.one_of(
         st.sampled_from(_READ_LEAVES),
         st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=4, unique=True).map(lambda s: {"type": "enum", "name": f"E{path}", "symbols": s}),
         st.integers(1, 8).map(lambda n: {"type": "fixed", "name": f"F{path}", "size": n}),
         st.just({"type": "fixed", "name": f"U{path}", "size": 16, "logicalType": "uuid"}),
+        st.integers(1, 16).map(lambda n: {"type": "fixed", "name": f"D{path}", "size": n, "logicalType": "decimal", "precision": 2 * n, "scale": n // 2}),
     )
     nullable = leaf.flatmap(lambda t: st.sampled_from((["null", t], [t, "null"])))
     if depth >= 2:
@@ -148,6 +153,17 @@ _EDGES = [
         (bytes.fromhex("04" "04" "020278" "00" "00" "00" "00"), True), (bytes.fromhex("04" "02" "020278" "02" "00" "00" "00" "00"), False),
     ]),
     # a key twice decodes to a dict of one item, written back shorter
+    # the fewest bytes that hold the magnitude and a sign bit; within the precision (a wider value
+    # fastavro decodes rounded, or, 12300 here, writes back the same but the column cannot hold)
+    ({"type": "bytes", "logicalType": "decimal", "precision": 3, "scale": 0}, [
+        (_zigzag(len(b)) + b, want) for b, want in (
+            (b"\x00", True), (b"", False), (b"\x00\x05", False), (b"\x30\x0c", False), (b"\x03\xe7", True), (b"\x03\xe8", False), (b"\xfc\x19", True),
+            (b"\xfc\x18", False), (b"\xff\x80", True), (b"\x80", False), (b"\xff\x7f", True), (b"\xff\xff", False), (b"\x7f", True), (b"\x00\x80", True),
+        )
+    ]),
+    ({"type": "fixed", "name": "D", "size": 2, "logicalType": "decimal", "precision": 4, "scale": 1}, [
+        (b"\x27\x0f", True), (b"\x27\x10", False), (b"\xd8\xf1", True), (b"\xd8\xf0", False), (b"\x80\x00", False), (b"\x00\x00", True), (b"\xff\xff", True),
+    ]),
     ({"type": "map", "values": "int"}, [
         (bytes.fromhex("02" "0261" "02" "00"), True), (bytes.fromhex("04" "0261" "02" "0262" "02" "00"), True),
         (bytes.fromhex("04" "0261" "02" "0261" "04" "00"), False), (bytes.fromhex("02" "02ff" "02" "00"), False),
@@ -179,7 +195,7 @@ def test_encodings_at_the_edges_are_taken_as_the_translator_and_writer_keep_them
     [
         {"type": "record", "name": "E", "fields": [{"name": "tags", "type": {"type": "array", "items": ["int", "string"]}}]},
         {"type": "record", "name": "E", "fields": [{"name": "u", "type": ["null", "int", "string"]}]},
-        {"type": "record", "name": "E", "fields": [{"name": "k", "type": {"type": "fixed", "name": "K", "size": 4, "logicalType": "decimal", "precision": 5}}]},
+        {"type": "record", "name": "E", "fields": [{"name": "k", "type": {"type": "fixed", "name": "K", "size": 17, "logicalType": "decimal", "precision": 38}}]},
         {"type": "record", "name": "E", "fields": [{"name": "t", "type": {"type": "long", "logicalType": "time-millis"}}]},
         "string",
     ],
@@ -190,15 +206,25 @@ def test_schemas_with_types_not_read_here_have_no_plan(schema):
 
 def test_a_table_with_fields_of_other_versions_gets_them_null_and_promoted():
     """The table's value column is the union of the versions: a field of another version is null,
-    an int the table holds as long is widened."""
-    v1 = {"type": "record", "name": "E", "fields": [{"name": "n", "type": "int"}, {"name": "s", "type": "string"}]}
-    v2 = {"type": "record", "name": "E", "fields": [{"name": "n", "type": "long"}, {"name": "s", "type": "string"}, {"name": "x", "type": ["null", "double"], "default": None}]}
+    an int the table holds as long is widened, and so is a decimal it holds with more digits, in
+    arrays and maps too."""
+    d9, d12 = ({"type": "bytes", "logicalType": "decimal", "precision": p, "scale": 2} for p in (9, 12))
+    v1 = {"type": "record", "name": "E", "fields": [
+        {"name": "n", "type": "int"}, {"name": "s", "type": "string"}, {"name": "d", "type": d9},
+        {"name": "ns", "type": {"type": "array", "items": "int"}}, {"name": "ds", "type": {"type": "map", "values": d9}},
+    ]}  # fmt: skip
+    v2 = {"type": "record", "name": "E", "fields": [
+        {"name": "n", "type": "long"}, {"name": "s", "type": "string"}, {"name": "x", "type": ["null", "double"], "default": None}, {"name": "d", "type": d12},
+        {"name": "ns", "type": {"type": "array", "items": "long"}}, {"name": "ds", "type": {"type": "map", "values": d12}},
+    ]}  # fmt: skip
     ws1, ws2 = writer_schema(1, json.dumps(v1)), writer_schema(2, json.dumps(v2))
     table = arrow_schema(table_schema(ws2.layout.iceberg))
-    records = [Record(i, T0, None, frame(1, encode(ws1.parsed, {"n": i - 2, "s": "é" * i})), ()) for i in range(4)]
+    assert table.field("value").type.field("d").type == pa.decimal128(12, 2)
+    want = [{"n": i - 2, "s": "é" * i, "d": Decimal(i * 1001).scaleb(-2), "ns": [i] * i, "ds": [(str(j), Decimal(-j).scaleb(-2)) for j in range(i)]} for i in range(4)]
+    records = [Record(i, T0, None, frame(1, encode(ws1.parsed, dict(w, ds=dict(w["ds"])))), ()) for i, w in enumerate(want)]
     rows, taken = value_columns(records_to_rows(KAFKA, records, table), 1, plan(ws1.parsed), table.field("value").type)
     assert taken.all()
-    assert rows.rows.column("value").to_pylist() == [{"n": i - 2, "s": "é" * i, "x": None} for i in range(4)]
+    assert rows.rows.column("value").to_pylist() == [dict(w, x=None) for w in want]
 
 
 @pytest.mark.parametrize("partition_by", ["day(timestamp)", "none"])
