@@ -17,7 +17,7 @@ from fastavro import schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactor import job
+from compactor import avro_columns, job
 from compactor.avro_columns import MAX_ITEMS, ValueColumns, plan, value_columns
 from compactor.columns import records_to_rows
 from compactor.job import TaskContext, run_task
@@ -188,6 +188,21 @@ def test_encodings_at_the_edges_are_taken_as_the_translator_and_writer_keep_them
             assert outcome == COLUMNS
             assert rows.rows.slice(i, 1).equals(rows_to_arrow([want], table))
             assert want["value"]["after"] == 7
+
+
+@pytest.mark.parametrize(("steps", "first_taken"), [(12, True), (11, False), (8, False)])
+def test_values_whose_nested_items_would_take_more_steps_than_a_read_makes_are_not_taken(monkeypatch, steps, first_taken):
+    """A nested array makes its steps again at each step of the one around it: the values that
+    would need more than MAX_STEPS are not taken, the others (whose items came first) are."""
+    monkeypatch.setattr(avro_columns, "MAX_STEPS", steps)
+    schema = {"type": "record", "name": "E", "fields": [{"name": "x", "type": {"type": "array", "items": {"type": "array", "items": "int"}}}]}
+    ws = writer_schema(SCHEMA_ID, json.dumps(schema))
+    table = arrow_schema(table_schema(ws.layout.iceberg))
+    values = [[[1, 2, 3]] * 3, [[4]], [], [[5, 6], [7]]]  # 3 + 3 * 3 steps; the last's items are read in the first 7
+    records = [Record(i, T0, None, frame(SCHEMA_ID, encode(ws.parsed, {"x": v})), ()) for i, v in enumerate(values)]
+    rows, taken = value_columns(records_to_rows(KAFKA, records, table), SCHEMA_ID, plan(ws.parsed), table.field("value").type)
+    assert taken.tolist() == [first_taken, True, True, True]
+    assert rows.rows.column("value").to_pylist()[1 - first_taken :] == [{"x": v} for v in values[1 - first_taken :]]
 
 
 @pytest.mark.parametrize(
