@@ -5,8 +5,10 @@ taken; a task's files are the same rows, outcomes and spans whichever way its va
 
 from __future__ import annotations
 
+import datetime
 import io
 import json
+import uuid
 from decimal import Decimal
 
 import numpy as np
@@ -249,12 +251,15 @@ def test_a_task_writes_the_same_files_with_values_read_at_once_or_one_by_one(tmp
         {"name": "who", "type": "string"}, {"name": "amount", "type": "double"}, {"name": "n", "type": "int"},
         {"name": "ok", "type": "boolean"}, {"name": "coupon", "type": ["null", "string"]},
         {"name": "tags", "type": {"type": "array", "items": "string"}}, {"name": "attrs", "type": {"type": "map", "values": "long"}},
+        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}}, {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+        {"name": "since", "type": {"type": "long", "logicalType": "time-micros"}},
     ]}  # fmt: skip
     ws = writer_schema(SCHEMA_ID, json.dumps(schema))
     good = [
         frame(SCHEMA_ID, encode(ws.parsed, {
             "id": i, "at": T0 + i, "who": f"c{i}", "amount": i / 3, "n": i, "ok": i % 2 == 0, "coupon": None if i % 3 else "x",
             "tags": ["t"] * (i % 4), "attrs": {f"a{j}": j for j in range(i % 3)},
+            "ref": uuid.UUID(int=i * 7919), "price": Decimal(i * 101).scaleb(-2), "since": datetime.time(i % 24, i % 60, 0, i),
         }))
         for i in range(300)
     ]  # fmt: skip
