@@ -40,6 +40,7 @@ MAX_ITEMS = 128
 # again at each step of the one around it): the values that would need more are not taken. At
 # 0.03-0.07 ms a step, a read spends about 0.1 s on them at most.
 MAX_STEPS = 2048
+_PAIRWISE_KEYS = 5  # maps of at most this many items have their keys compared pair by pair, not sorted
 _PAD = 16  # bytes after the values: the longest read past a value's end is a varint's 10, a double's 8
 _FRAME = 5  # Confluent's framing: a zero byte, then the schema id (4 bytes, big-endian)
 
@@ -383,8 +384,22 @@ class _Reader:
             lists = pa.LargeListArray if pa.types.is_large_list(arrow) else pa.ListArray
             return lists.from_arrays(pa.array(offsets if lists is pa.LargeListArray else offsets.astype(np.int32)), placed[0], type=arrow, mask=mask)
         keys, values = placed
-        self._unique_keys(keys, count, offsets)
+        if len(steps) <= _PAIRWISE_KEYS + 1:  # the last step read none
+            self._unique_keys_pairwise([c[0] for c in columns], steps)
+        else:
+            self._unique_keys(keys, count, offsets)
         return pa.MapArray.from_arrays(pa.array(offsets.astype(np.int32)), pc.fill_null(keys, ""), values, type=arrow, mask=mask)
+
+    def _unique_keys_pairwise(self, keys: list[pa.Array], steps: list[np.ndarray]) -> None:
+        """Marks bad the maps holding a key twice (see _unique_keys), comparing each value's key of
+        step j with its key of each step before: few comparisons for small maps."""
+        for j in range(1, len(steps)):
+            for i in range(j):
+                earlier = keys[i]
+                if len(steps[i]) != len(steps[j]):  # the values of step j are fewer: find theirs
+                    earlier = earlier.take(pa.array(np.searchsorted(steps[i], steps[j])))
+                same = pc.equal(earlier, keys[j]).fill_null(False).to_numpy(zero_copy_only=False)
+                self.bad[steps[j][same]] = True
 
     def _unique_keys(self, keys: pa.Array, count: np.ndarray, offsets: np.ndarray) -> None:
         """Marks bad the maps holding a key twice: fastavro decodes them to a dict of fewer items,

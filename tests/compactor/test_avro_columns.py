@@ -169,6 +169,10 @@ _EDGES = [
     ({"type": "map", "values": "int"}, [
         (bytes.fromhex("02" "0261" "02" "00"), True), (bytes.fromhex("04" "0261" "02" "0262" "02" "00"), True),
         (bytes.fromhex("04" "0261" "02" "0261" "04" "00"), False), (bytes.fromhex("02" "02ff" "02" "00"), False),
+        *((_zigzag(len(keys)) + b"".join(_string(k) + b"\x02" for k in keys) + b"\x00", len(set(keys)) == len(keys)) for keys in ("abcde", "abcda", "bcdee", "aabc")),
+    ]),
+    ({"type": "map", "values": "int"}, [  # larger maps, whose keys are checked another way
+        (_zigzag(len(keys)) + b"".join(_string(k) + b"\x02" for k in keys) + b"\x00", len(set(keys)) == len(keys)) for keys in ("abcdef", "abcdea", "aabcdefg", "abcdefgg", "ab", "aa")
     ]),
 ]  # fmt: skip
 
