@@ -65,7 +65,13 @@ class CompactorConfig:
     maintenance_interval_ms: int = 600_000
     """How often each table is maintained: its small files merged, its old snapshots expired and
     the files they alone held deleted. 0: never. (Whether a rewrite, neve's or another engine's,
-    moved offsets the index names is checked every cycle, whatever this says.)"""
+    moved offsets the index names is checked more often: see `table_check_interval_ms`.)"""
+    table_check_interval_ms: int = 10_000
+    """How often the table of a topic with nothing to compact is read again, for other engines'
+    snapshots (a rewrite that moved offsets the index names is re-indexed), topic config changes
+    it carries (the drop-on-delete mark) and files due for deletion. A cycle that commits checks
+    its table at once. Each check reads the table's metadata (a catalog call and an object GET): at
+    1,000 idle topics, every second would be 2.6 billion GETs a month. 0: every cycle."""
     merge_target_file_bytes: int = 128 * 1024 * 1024
     """The merge rewrites a table partition's files smaller than three quarters of this into files
     of about this size, sorted by kafka.partition and kafka.offset."""

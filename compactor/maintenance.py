@@ -29,6 +29,7 @@ import asyncio
 import datetime as dt
 import gc
 import logging
+import math
 import time
 import warnings
 from collections.abc import Awaitable, Callable
@@ -84,22 +85,28 @@ class TableMaintenance:
         self._clock = clock
         self._verified: dict[str, int] = {}  # table -> the snapshot its topic's index was last found right for
         self._last_run: dict[str, float] = {}  # table -> when merge and expiry last ran
+        self._last_check: dict[str, float] = {}  # table -> when it was last read here
         self._pending: dict[str, dict[str, float]] = {}  # table -> files to delete -> since when they were unnamed
         self.retention = TableRetention(metadata, clock=clock)  # table retention and the drop-on-delete mark (retention.py)
 
-    async def maintain(self, catalog, info: TopicInfo, identifier: str) -> MaintenanceOutcome:
+    async def maintain(self, catalog, info: TopicInfo, identifier: str, committed: bool = False) -> MaintenanceOutcome:
         """One round for `info`'s table: merge and expire when due, re-index when needed, delete
-        the files whose grace has passed."""
+        the files whose grace has passed. Nothing, not even a read of the table, when none of that
+        is due, the table was checked within `table_check_interval_ms` and the compactor has not
+        `committed` to it since."""
         from pyiceberg.exceptions import NoSuchTableError
 
         outcome = MaintenanceOutcome()
+        now = self._clock()
+        interval = self.config.maintenance_interval_ms / 1000
+        due = interval > 0 and now - self._last_run.get(identifier, 0.0) >= interval
+        if not (due or committed) and now - self._last_check.get(identifier, -math.inf) < self.config.table_check_interval_ms / 1000:
+            return outcome
+        self._last_check[identifier] = now
         try:
             table = await asyncio.to_thread(catalog.load_table, identifier)
         except NoSuchTableError:
             return outcome
-        now = self._clock()
-        interval = self.config.maintenance_interval_ms / 1000
-        due = interval > 0 and now - self._last_run.get(identifier, 0.0) >= interval
         table = await self.retention.mark(table, info)
         if due:
             self._last_run[identifier] = now
@@ -139,7 +146,7 @@ class TableMaintenance:
 
     def forget(self, identifier: str) -> None:
         """Drop what is kept about a table that was dropped (a table made again under its name starts afresh)."""
-        for kept in (self._verified, self._last_run, self._pending):
+        for kept in (self._verified, self._last_run, self._last_check, self._pending):
             kept.pop(identifier, None)
 
     def _needs_reindex(self, table, identifier: str) -> bool:

@@ -123,7 +123,7 @@ class CompactionService:
                 continue
             try:
                 done.append(await self.compact_topic(info))
-                await self.maintain_topic(info)
+                await self.maintain_topic(info, committed=done[-1].cycle_id is not None)
             except MetadataError as e:
                 log.warning("topic skipped this cycle", extra={"topic": info.name, "reason": repr(e)})
             except Exception:
@@ -141,27 +141,18 @@ class CompactionService:
         catalog = await self._load_catalog()
         identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
         cycle = TopicCycle(info.name, identifier)
-        table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY))
-        if identifier not in self._recovered:
+        table = None
+        if identifier not in self._recovered:  # the table first: its last cycle may move index entries
+            table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY))
             await finish_last_cycle(self.metadata, self.objects, table)
             self._recovered.add(identifier)
+        plan = await self._plan(info)
+        if not plan.tasks:  # a topic with nothing due costs no catalog, table metadata or registry read
+            return cycle
+        if table is None:
+            table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY))
         versions = await self.schemas.subject_schemas(tables.value_subject(info.name))
         table, resolved = await asyncio.to_thread(tables.apply_schemas, table, versions)
-
-        entries = self._wal_entries(info)
-        self._export_lag(info, entries)
-        # pure CPU over every pending entry (thousands at 1,000 partitions): off the broker's loop
-        plan = await asyncio.to_thread(
-            planner.plan,
-            {(info.name, p): e for p, e in entries.items()},
-            {(info.name, p): e[0].base_offset for p, e in entries.items() if e},
-            now_ms=int(self._clock() * 1000),
-            freshness_ms=self.config.freshness_ms,
-            due_bytes=self.config.due_bytes,
-            parallelism=self.config.parallelism,
-        )
-        if not plan.tasks:
-            return cycle
 
         cycle.cycle_id = new_cycle_id()
         context = TaskContext.for_table(
@@ -209,18 +200,33 @@ class CompactionService:
         )
         return cycle
 
+    async def _plan(self, info: TopicInfo) -> planner.Plan:
+        """The cycle's tasks over the topic's WAL entries (their lag exported on the way)."""
+        entries = self._wal_entries(info)
+        self._export_lag(info, entries)
+        # pure CPU over every pending entry (thousands at 1,000 partitions): off the broker's loop
+        return await asyncio.to_thread(
+            planner.plan,
+            {(info.name, p): e for p, e in entries.items()},
+            {(info.name, p): e[0].base_offset for p, e in entries.items() if e},
+            now_ms=int(self._clock() * 1000),
+            freshness_ms=self.config.freshness_ms,
+            due_bytes=self.config.due_bytes,
+            parallelism=self.config.parallelism,
+        )
+
     async def _expire_wal(self, info: TopicInfo) -> None:
         try:
             metrics.WAL_ENTRIES_EXPIRED.labels(info.name).inc(await wal_expiry.expire_topic(self.metadata, info))
         except MetadataError as e:
             log.warning("topic's expired WAL entries kept this cycle", extra={"topic": info.name, "reason": repr(e)})
 
-    async def maintain_topic(self, info: TopicInfo):
+    async def maintain_topic(self, info: TopicInfo, committed: bool = False):
         """The table maintenance of `info`'s table (maintenance.py): merge and expiry when due,
-        the index re-pointed at the files any rewrite made."""
+        the index re-pointed at the files any rewrite made (`committed`: a cycle just committed)."""
         catalog = await self._load_catalog()
         identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
-        return await self.maintenance.maintain(catalog, info, identifier)
+        return await self.maintenance.maintain(catalog, info, identifier, committed)
 
     async def drop_deleted_tables(self) -> list[str]:
         """Drop the tables of topics deleted with `neve.iceberg.drop.on.delete` (retention.py)."""

@@ -431,3 +431,32 @@ def test_rows_an_outside_engine_deleted_with_delete_files_leave_the_files_kafka_
     check_index_reads(after, table, kept)
     check_rows(kept, rows_pyiceberg(table), where="pyiceberg")
     check_kafka_reads(data_dir, kept)
+
+
+# -- (f) a topic with nothing to compact ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("check_ms", [0, 3_600_000])
+def test_a_caught_up_topic_reads_its_table_only_when_its_check_is_due(produced, sqlite_catalog, tmp_path, check_ms):
+    # Caught up, nothing due: a cycle reads no table to compact, and maintenance reads it once a
+    # `table_check_interval_ms` (every cycle at 0; at an hour, in the first cycle alone).
+    p = produced[1]
+    data_dir, config, _ = copy_of(produced, tmp_path, sqlite_catalog)
+    identifier = f"{config.namespace}.{p.topic.replace('-', '_')}"
+    config = dataclasses.replace(config, runner="in-process", freshness_ms=0, table_check_interval_ms=check_ms)
+    cycles = 5
+
+    async def work(service, metadata, objects):
+        catalog = await service._load_catalog()
+        load_table, reads = catalog.load_table, [[] for _ in range(cycles)]
+        done = []
+        for cycle in range(cycles):
+            catalog.load_table = lambda name, *args, _reads=reads[cycle], **kwargs: _reads.append(name) or load_table(name, *args, **kwargs)
+            done.append(await service.run_once())
+        return done, reads
+
+    done, reads = asyncio.run(with_service(data_dir, config, None, work))
+    assert [c.cycle_id for cycle in done for c in cycle if c.table == identifier] == [None] * cycles  # caught up
+    per_cycle = [sum(1 for name in names if name == identifier) for names in reads]
+    # The first cycle reads it to finish any cycle a compactor left, and maintenance has a first look.
+    assert per_cycle[0] >= 1 and per_cycle[1:] == [1 if check_ms == 0 else 0] * (cycles - 1)
