@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .columns import RawRows, _binary, _varints
+from .columns import RawRows, ValueSpans, _binary, _varints
 from .translator import Resolver
 
 _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
@@ -114,9 +114,10 @@ class ValueColumns:
         with the values read into the value column: the batches whose every value was read stay
         taken, and only their rows are kept; the others are to go the translator's way."""
         none = [False] * len(taken), [0] * len(counts)
-        schema_id = _first_schema_id(rows)
+        spans = value_spans(rows)
+        schema_id = _first_schema_id(spans)
         record = self._plan(schema_id) if schema_id is not None else None
-        read = value_columns(rows, schema_id, record, self.value_type) if record is not None else None
+        read = value_columns(rows, schema_id, record, self.value_type, spans) if record is not None else None
         if read is None:
             return rows.slice(0, 0), *none
         read_rows, ok = read
@@ -140,14 +141,31 @@ class ValueColumns:
         return self._plans[schema_id]
 
 
-def _first_schema_id(rows: RawRows) -> int | None:
-    """The schema id the first framed value names (None: no value is framed)."""
-    raw = rows.rows.column("value_raw")
-    for i in range(min(len(raw), 64)):
-        value = raw[i].as_py()
-        if value is not None and len(value) >= _FRAME and value[0] == 0:
-            return int.from_bytes(value[1:_FRAME], "big")
+def _first_schema_id(spans: ValueSpans) -> int | None:
+    """The schema id the first framed value (of the first 64) names (None: no value is framed)."""
+    for at, length in zip(spans.at[:64].tolist(), spans.length[:64].tolist(), strict=True):
+        if length >= _FRAME and spans.buf[at] == 0:
+            return int.from_bytes(spans.buf[at + 1 : at + _FRAME].tobytes(), "big")
     return None
+
+
+def value_spans(rows: RawRows) -> ValueSpans:
+    """Where each of `rows`' values is: as decode_batches left them (values_apart), or else its
+    value_raw copied once into a padded buffer."""
+    if rows.values is not None:
+        return rows.values
+    n = len(rows)
+    raw = rows.rows.column("value_raw")
+    if not pa.types.is_large_binary(raw.type):
+        raw = raw.cast(pa.large_binary())
+    offsets = np.frombuffer(raw.buffers()[1], dtype=np.int64, count=n + 1, offset=raw.offset * 8)
+    first = int(offsets[0])
+    size = int(offsets[-1]) - first
+    buf = np.zeros(size + _PAD, dtype=np.uint8)  # padded: reads past a value's end stay inside
+    if size:
+        buf[:size] = np.frombuffer(raw.buffers()[2], dtype=np.uint8, count=size, offset=first)
+    valid = raw.is_valid().to_numpy(zero_copy_only=False)
+    return ValueSpans(buf, offsets[:-1] - first, np.where(valid, np.diff(offsets), -1))
 
 
 def plan(parsed: Any) -> _Record | None:
@@ -211,26 +229,19 @@ def _plan(avro: Any, names: dict[str, Any], records: tuple[str, ...]) -> Any:
     raise _Unsupported
 
 
-def value_columns(rows: RawRows, schema_id: int, record: _Record, value_type: pa.StructType) -> tuple[RawRows, np.ndarray] | None:
-    """`rows` (columns.decode_batches', their value_raw the produced values) with each value of
-    schema `schema_id` read into `value_type` (the table's value column): (the rows as the
-    translator's COLUMNS outcome makes them, whether each row's value was taken). Rows not taken
-    keep whatever the arrays hold: only taken ones may be used. None when `value_type` cannot take
-    the schema's fields (a field the table lacks)."""
+def value_columns(rows: RawRows, schema_id: int, record: _Record, value_type: pa.StructType, spans: ValueSpans | None = None) -> tuple[RawRows, np.ndarray] | None:
+    """`rows` (columns.decode_batches'; their values where `spans` says, value_spans(rows) by
+    default) with each value of schema `schema_id` read into `value_type` (the table's value
+    column): (the rows as the translator makes them, COLUMNS or, for a null value, TOMBSTONE;
+    whether each row was taken). Rows not taken keep whatever the arrays hold: only taken ones
+    may be used. None when `value_type` cannot take the schema's fields (a field
+    the table lacks)."""
     n = len(rows)
-    raw = rows.rows.column("value_raw")
-    if not pa.types.is_large_binary(raw.type):
-        raw = raw.cast(pa.large_binary())
-    offsets = np.frombuffer(raw.buffers()[1], dtype=np.int64, count=n + 1, offset=raw.offset * 8)
-    data = raw.buffers()[2]
-    first = int(offsets[0])
-    size = int(offsets[-1]) - first
-    buf = np.empty(size + _PAD, dtype=np.uint8)  # one copy, padded: reads past a value's end stay inside
-    if size:
-        buf[:size] = np.frombuffer(data, dtype=np.uint8, count=size, offset=first)
-    buf[size:] = 0
-    start, end = offsets[:-1] - first, offsets[1:] - first
-    ok = (end - start >= _FRAME) & raw.is_valid().to_numpy(zero_copy_only=False)
+    spans = value_spans(rows) if spans is None else spans
+    buf, start, length = spans.buf, spans.at, spans.length
+    dead = length < 0  # tombstones: taken, their value columns all null
+    end = start + np.maximum(length, 0)
+    ok = length >= _FRAME
     head = sliding_window_view(buf, _FRAME)[np.minimum(start, len(buf) - _FRAME)]
     ok &= (head[:, 0] == 0) & ((head[:, 1:].astype(np.int64) << np.array([24, 16, 8, 0])).sum(axis=1) == schema_id)
     reader = _Reader(buf, np.where(ok, start + _FRAME, end), end, pa.py_buffer(buf), ~ok)
@@ -238,18 +249,23 @@ def value_columns(rows: RawRows, schema_id: int, record: _Record, value_type: pa
     if value is None:
         return None
     ok &= ~reader.bad & (reader.at == end)
+    schema_ids = pa.array(np.full(n, schema_id, dtype=np.int32))
+    if dead.any():
+        mask = pa.array(dead)
+        value = pa.StructArray.from_arrays([value.field(i) for i in range(value.type.num_fields)], fields=list(value.type), mask=mask)
+        schema_ids = pa.array(np.full(n, schema_id, dtype=np.int32), mask=dead)
     arrays = []
     for f in rows.rows.schema:
         if f.name == "value":
             arrays.append(value)
         elif f.name == "value_schema_id":
-            arrays.append(pa.array(np.full(n, schema_id, dtype=np.int32), type=f.type))
+            arrays.append(schema_ids.cast(f.type))
         elif f.name in ("value_raw", "value_error"):
             arrays.append(pa.nulls(n, type=f.type))
         else:
             arrays.append(rows.rows.column(f.name))
     batch = pa.RecordBatch.from_arrays(arrays, schema=rows.rows.schema)
-    return RawRows(batch, rows.offsets, rows.timestamps, 0, schema_id), ok
+    return RawRows(batch, rows.offsets, rows.timestamps, int(dead.sum()), schema_id), ok | dead
 
 
 class _Reader:

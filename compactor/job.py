@@ -445,7 +445,7 @@ def _run_raw_rows(run: Run, ranges: _Ranges, schema: Any, values: ValueColumns |
 def _decoded_rows(partition: int, batches: list[tuple[memoryview, Batch]], payloads: list[Any], first_offset: int, schema: Any, values: ValueColumns | None) -> Iterator[tuple[Any, str | None]]:
     if not batches:
         return
-    rows, taken, counts = decode_batches(partition, [b for _, b in batches], payloads, first_offset, schema)
+    rows, taken, counts = decode_batches(partition, [b for _, b in batches], payloads, first_offset, schema, values_apart=values is not None)
     resolve = None
     if values is not None:
         rows, taken, counts = values.read(rows, taken, counts)

@@ -26,7 +26,7 @@ from compactor.job import TaskContext, run_task
 from compactor.layout import arrow_schema, partition_spec, rows_to_arrow, table_schema
 from compactor.planner import ObjectRead, Run, Task
 from compactor.records import Record
-from compactor.translator import COLUMNS, kafka_columns, translate, writer_schema
+from compactor.translator import COLUMNS, TOMBSTONE, kafka_columns, translate, writer_schema
 from compactor.writer import TableWriter
 from metadata.model import IndexEntry, ObjectType
 from registry.wire import frame
@@ -104,7 +104,7 @@ def produced(draw):
             for how in draw(st.lists(_MUTATIONS, min_size=1, max_size=3)):
                 payload = mutate(payload, how)
         out.append(None if kind == "tombstone" else payload if kind == "unframed" else frame(SCHEMA_ID + (kind == "other id"), payload))
-        valid.append(kind == "valid")
+        valid.append(kind in ("valid", "tombstone"))
     return ws, out, valid
 
 
@@ -124,8 +124,8 @@ def test_values_taken_are_those_the_translator_keeps_as_columns_alone(case):
         want, outcome = translate(r, KAFKA, {SCHEMA_ID: ws}.get)
         if valid[i]:
             assert taken[i], outcome
-        if taken[i]:
-            assert outcome == COLUMNS, want["value_error"]
+        if taken[i]:  # a value kept as columns alone, or a tombstone
+            assert outcome in (COLUMNS, TOMBSTONE), want["value_error"]
             assert rows.rows.slice(i, 1).equals(rows_to_arrow([want], table))
 
 
@@ -271,7 +271,8 @@ def test_a_task_writes_the_same_files_with_values_read_at_once_or_one_by_one(tmp
     batches = [
         build_batch([(i, T0 + (i // 50) * 86_400_000, None, good[i], ()) for i in range(100)]),
         build_batch([(0, T0, None, good[100], ()), (1, T0, None, odd, ()), (2, T0, None, None, ()), (3, T0, None, b"not framed", ())]),
-        build_batch([(i, T0, b"k", good[104 + i], ()) for i in range(196)], codec=4),
+        build_batch([(i, T0, b"k", good[104 + i], ()) for i in range(193)], codec=4),
+        build_batch([(0, T0, None, good[297], ()), (1, T0, None, None, ()), (2, T0, None, good[298], ())]),  # a tombstone among values: taken
     ]
     data = b"".join(batches)
     (tmp_path / "objects").mkdir()
@@ -291,12 +292,12 @@ def test_a_task_writes_the_same_files_with_values_read_at_once_or_one_by_one(tmp
     original = ValueColumns.read
     monkeypatch.setattr(ValueColumns, "read", lambda self, *a: reads.append(original(self, *a)) or reads[-1])
     at_once = run("a")
-    assert [taken for _, taken, _ in reads] == [[True, False, True]]
+    assert [taken for _, taken, _ in reads] == [[True, False, True, True]]
     monkeypatch.setattr(job, "ValueColumns", None)
     monkeypatch.setattr(TableWriter, "takes_columns", property(lambda self: False))
     one_by_one = run("b")
     assert at_once.partition_outcomes == one_by_one.partition_outcomes
-    assert at_once.partition_outcomes[4] == {"columns": 287, "columns+raw": 1, "raw": 1, "tombstone": 1, "malformed": 0}
+    assert at_once.partition_outcomes[4] == {"columns": 286, "columns+raw": 1, "raw": 1, "tombstone": 2, "malformed": 0}
     got = [(f.path.replace("/a/", "/").replace("a-", "-"), f.record_count, f.schema_id, f.partition, f.offsets, f.outcomes) for f in at_once.files]
     want = [(f.path.replace("/b/", "/").replace("b-", "-"), f.record_count, f.schema_id, f.partition, f.offsets, f.outcomes) for f in one_by_one.files]
     assert got == want
