@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import glob
 import json
 import os
 import statistics
@@ -37,21 +36,9 @@ def _cpu_by_process() -> dict[str, float]:
     index swap; in-process, the tasks too), Spark's JVM, and the Python below it (pyspark's
     daemon and the workers that run the tasks); each counts its reaped children."""
     out = {"driver": 0.0, "jvm": 0.0, "python workers": 0.0}
-    me, ticks = os.getpid(), os.sysconf("SC_CLK_TCK")
-    todo = [me]
-    while todo:
-        pid = todo.pop()
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-            for children in glob.glob(f"/proc/{pid}/task/*/children"):
-                with open(children) as f:
-                    todo += [int(child) for child in f.read().split()]
-        except OSError:  # exited meanwhile: its parent's cutime has it
-            continue
-        name, after = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        kind = "driver" if pid == me else "jvm" if name == "java" else "python workers"
-        out[kind] += sum(int(x) for x in after[11:15]) / ticks
+    me = os.getpid()
+    for pid, (name, cpu) in (procstat.tree_processes(me) or {}).items():
+        out["driver" if pid == me else "jvm" if name == "java" else "python workers"] += cpu
     return out
 
 

@@ -32,8 +32,16 @@ def tree_cpu_seconds(root: int) -> float | None:
     """CPU seconds of `root` and every process below it (a Spark driver's JVM and Python workers),
     each counting its reaped children too (cutime, cstime), so a worker that exited inside a
     window still counts; None once `root` is gone. Differences over a window are what was spent."""
+    tree = tree_processes(root)
+    return sum(cpu for _, cpu in tree.values()) if tree is not None else None
+
+
+def tree_processes(root: int) -> dict[int, tuple[str, float]] | None:
+    """`root` and every process below it: pid -> (command name, CPU seconds with its reaped
+    children's), from one reading of /proc (parent links, not the unreliable children files);
+    None once `root` is gone."""
     parents: dict[int, int] = {}
-    cpu: dict[int, float] = {}
+    found: dict[int, tuple[str, float]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -45,18 +53,18 @@ def tree_cpu_seconds(root: int) -> float | None:
         fields = raw[raw.rindex(")") + 2 :].split()
         pid = int(name)
         parents[pid] = int(fields[1])
-        cpu[pid] = sum(int(x) for x in fields[11:15]) / _TICKS  # utime, stime, cutime, cstime
-    if root not in cpu:
+        found[pid] = (raw[raw.index("(") + 1 : raw.rindex(")")], sum(int(x) for x in fields[11:15]) / _TICKS)  # utime, stime, cutime, cstime
+    if root not in found:
         return None
     children: dict[int, list[int]] = {}
     for pid, parent in parents.items():
         children.setdefault(parent, []).append(pid)
-    total, todo = 0.0, [root]
+    tree, todo = {}, [root]
     while todo:
         pid = todo.pop()
-        total += cpu.get(pid, 0.0)
+        tree[pid] = found[pid]
         todo.extend(children.get(pid, ()))
-    return total
+    return tree
 
 
 def cpu_delta(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float]:
