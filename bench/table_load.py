@@ -4,13 +4,16 @@ values of about a given size, produced with confluent-kafka into a node, acknowl
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import random
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from io import BytesIO
 
 import numpy as np
@@ -18,7 +21,7 @@ from fastavro import parse_schema, schemaless_writer
 
 from registry.wire import frame
 
-CODECS = ("raw", "avro")
+CODECS = ("raw", "avro", "avro-nested")
 
 # An order event: the kinds of fields a topic's values carry (ints, a timestamp, text, a double, a
 # flag, an optional field), `note` padded so the framed value has about the size asked for.
@@ -37,6 +40,23 @@ AVRO_SCHEMA = {
         {"name": "note", "type": "string"},
     ],
 }
+# The same order with what other topics' values carry besides: a list, a map, a decimal, a uuid, a
+# time of day (every kind of field avro_columns.py reads at once).
+NESTED_SCHEMA = {
+    **AVRO_SCHEMA,
+    "name": "NestedOrder",
+    "fields": [
+        *AVRO_SCHEMA["fields"][:-1],
+        {"name": "tags", "type": {"type": "array", "items": "string"}},
+        {"name": "scores", "type": {"type": "map", "values": "double"}},
+        {"name": "price", "type": {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}},
+        {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+        {"name": "opened", "type": {"type": "int", "logicalType": "time-millis"}},
+        AVRO_SCHEMA["fields"][-1],
+    ],
+}
+SCHEMAS = {"avro": AVRO_SCHEMA, "avro-nested": NESTED_SCHEMA}  # the Avro codecs' value schemas
+_TAGS = ("new", "gift", "bulk", "priority", "returning", "fragile")
 LETTERS = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789 "  # random text: about 6 bits a byte for zstd
 POOL_BYTES = 4 * 2**20  # distinct values produced in turn: more than a Parquet page, so zstd finds no repeats within one
 PRODUCER_CONFIG = {
@@ -67,9 +87,9 @@ def values(codec: str, record_bytes: int, schema_id: int | None = None, seed: in
     text = np.random.default_rng(seed).choice(np.frombuffer(LETTERS, dtype=np.uint8), size=(count, record_bytes))
     if codec == "raw":
         return [row.tobytes() for row in text]
-    if codec != "avro" or schema_id is None:
-        raise ValueError(f"codec {codec!r} (one of {CODECS}; avro needs a schema id)")
-    parsed = parse_schema(AVRO_SCHEMA)
+    if codec not in SCHEMAS or schema_id is None:
+        raise ValueError(f"codec {codec!r} (one of {CODECS}; an Avro one needs a schema id)")
+    parsed = parse_schema(SCHEMAS[codec])
     pool = []
     for i in range(count):
         record = {
@@ -82,6 +102,14 @@ def values(codec: str, record_bytes: int, schema_id: int | None = None, seed: in
             "coupon": None if rng.random() < 0.7 else f"C{rng.randrange(10_000)}",
             "note": "",
         }
+        if codec == "avro-nested":
+            record |= {
+                "tags": rng.sample(_TAGS, rng.randrange(4)),
+                "scores": {f"s{k}": round(rng.uniform(0, 5), 1) for k in range(rng.randrange(3))},
+                "price": Decimal(rng.randrange(100, 10**7)).scaleb(-2),
+                "ref": uuid.UUID(int=rng.getrandbits(128)),
+                "opened": datetime.time(rng.randrange(24), rng.randrange(60), rng.randrange(60), rng.randrange(1000) * 1000),
+            }
         pool.append(_sized(parsed, record, schema_id, record_bytes, text[i]))
     return pool
 

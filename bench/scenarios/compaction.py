@@ -34,7 +34,7 @@ WORKER_TIMEOUT_S = 3600
 
 def add_arguments(parser) -> None:
     parser.add_argument("--record-sizes", type=sizes, default=[100, 1024], help="value sizes (default 100,1KiB)")
-    parser.add_argument("--codecs", type=lambda s: [c.strip() for c in s.split(",") if c.strip()], default=list(table_load.CODECS), help="raw and/or avro (default raw,avro)")
+    parser.add_argument("--codecs", type=lambda s: [c.strip() for c in s.split(",") if c.strip()], default=list(table_load.CODECS), help="of raw, avro and avro-nested (default all three)")
     parser.add_argument("--runners", type=lambda s: [c.strip() for c in s.split(",") if c.strip()], default=list(RUNNERS), help="spark and/or in-process (default both)")
     parser.add_argument("--mib", type=float, default=None, help="MiB of values per case and runner (default 64; --quick 1)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions per topic (default 4)")
@@ -66,7 +66,7 @@ def run(r) -> None:
         jobs = [("warm", codec, min(a.record_sizes), 0.1 if r.quick else 0.5) for codec in a.codecs] + [("case", codec, size, mib) for codec, size in cases]
         for kind, codec, size, job_mib in jobs:
             topic = create_topic(system.bootstrap, a.partitions, f"{kind}-{runner}-{codec}-{size}")
-            schema_id = table_load.register_schema(registry_port, f"{topic}-value") if codec == "avro" else None
+            schema_id = table_load.register_schema(registry_port, f"{topic}-value", table_load.SCHEMAS[codec]) if codec in table_load.SCHEMAS else None
             pool = pools.get((codec, size, schema_id))
             if pool is None:
                 pool = pools[(codec, size, schema_id)] = table_load.values(codec, size, schema_id)

@@ -36,7 +36,7 @@ DRAIN_TIMEOUT_S = 180.0
 
 def add_arguments(parser) -> None:
     parser.add_argument("--record-bytes", type=size, default=1024, help="value size (default 1KiB)")
-    parser.add_argument("--codec", choices=table_load.CODECS, default="raw", help="raw values or Confluent-framed Avro (default raw)")
+    parser.add_argument("--codec", choices=table_load.CODECS, default="raw", help="raw values, or Confluent-framed Avro: avro (an order's flat fields) or avro-nested (with a list, a map, a decimal, a uuid and a time of day) (default raw)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions (default 4)")
     parser.add_argument("--rate-mb", type=float, default=2.0, help="offered MB/s of values (default 2)")
     parser.add_argument("--poll-ms", type=int, default=200, help="the reader's poll interval (default 200)")
@@ -52,7 +52,7 @@ def run(r) -> None:
         raise ValueError("freshness runs against --system neve-dev (its compactor runs in the node)")
     r.start_system()
     topic = create_topic(system.bootstrap, a.partitions, f"fresh-{a.codec}-{a.record_bytes}")
-    schema_id = table_load.register_schema(registry_port, f"{topic}-value") if a.codec == "avro" else None
+    schema_id = table_load.register_schema(registry_port, f"{topic}-value", table_load.SCHEMAS[a.codec]) if a.codec in table_load.SCHEMAS else None
     pool = table_load.values(a.codec, a.record_bytes, schema_id)
     rate = a.rate_mb * MB / a.record_bytes
 
