@@ -10,7 +10,7 @@ import decimal
 from hypothesis import strategies as st
 
 UTC = datetime.UTC
-_LEAVES = [
+LEAVES = [
     "boolean", "int", "long", "float", "double", "bytes", "string",
     {"type": "int", "logicalType": "date"},
     {"type": "int", "logicalType": "time-millis"},
@@ -34,7 +34,7 @@ def _named(path: str):
 
 
 def field_type(path: str, depth: int):
-    leaf = st.one_of(st.sampled_from(_LEAVES), _named(path))
+    leaf = st.one_of(st.sampled_from(LEAVES), _named(path))
     if depth >= 2:
         return st.one_of(leaf, leaf.map(lambda t: ["null", t]))
     inner = field_type(f"{path}x", depth + 1)

@@ -30,7 +30,7 @@ from compactor.translator import COLUMNS, TOMBSTONE, kafka_columns, translate, w
 from compactor.writer import TableWriter
 from metadata.model import IndexEntry, ObjectType
 from registry.wire import frame
-from tests.compactor.avro_strategies import values
+from tests.compactor.avro_strategies import LEAVES, values
 from tests.compactor.test_columns import T0
 from tests.compactor.test_translator import _MUTATIONS, BATCH, mutate
 from wal.batch_builder import build_batch
@@ -38,26 +38,13 @@ from wal.batch_builder import build_batch
 SETTINGS = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 KAFKA = kafka_columns(3, BATCH)
 SCHEMA_ID = 9
-_READ_LEAVES = [
-    "boolean", "int", "long", "float", "double", "bytes", "string",
-    {"type": "int", "logicalType": "date"},
-    {"type": "long", "logicalType": "timestamp-millis"},
-    {"type": "long", "logicalType": "timestamp-micros"},
-    {"type": "long", "logicalType": "local-timestamp-millis"},
-    {"type": "long", "logicalType": "local-timestamp-micros"},
-    {"type": "int", "logicalType": "time-millis"},
-    {"type": "long", "logicalType": "time-micros"},
-    {"type": "string", "logicalType": "uuid"},
-    {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
-    {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 10},
-]  # fmt: skip
 
 
 def read_type(path: str, depth: int):
     """Field types avro_columns.py reads: leaves (logical types too, decimals), enums, fixed, unions
     of null and one of them, records, arrays and maps of them."""
     leaf = st.one_of(
-        st.sampled_from(_READ_LEAVES),
+        st.sampled_from(LEAVES),  # every leaf the translator's tests use: avro_columns.py reads them all
         st.lists(st.sampled_from("ABCDE"), min_size=1, max_size=4, unique=True).map(lambda s: {"type": "enum", "name": f"E{path}", "symbols": s}),
         st.integers(1, 8).map(lambda n: {"type": "fixed", "name": f"F{path}", "size": n}),
         st.just({"type": "fixed", "name": f"U{path}", "size": 16, "logicalType": "uuid"}),
