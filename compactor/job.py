@@ -216,8 +216,8 @@ def run_tasks(spark: SparkSession, context: TaskContext, tasks: Sequence[Task]) 
         return []
     items = [(context, i, task) for i, task in enumerate(tasks)]
     with warnings.catch_warnings():
-        # pyspark 3.5 leaves the local socket collect() reads from to the garbage collector: its
-        # ResourceWarning is pyspark's, not a leak of ours (and an error where warnings are)
+        # pyspark 3.5 leaves the local socket a job's results are read from to the garbage
+        # collector: its ResourceWarning is pyspark's, not a leak of ours (an error where warnings are)
         warnings.simplefilter("ignore", ResourceWarning)
         # SparkContext.runJob, not collect(): Spark 3.5 cleans an action's closures at every job,
         # parsing with ASM the class each was defined in, and collect's is RDD (180 KB) where
