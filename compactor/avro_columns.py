@@ -109,24 +109,47 @@ class ValueColumns:
         self.value_type = arrow.field("value").type
         self._plans: dict[int, _Record | None] = {}
 
-    def read(self, rows: RawRows, taken: list[bool], counts: list[int]) -> tuple[RawRows, list[bool], list[int]]:
+    def read(self, rows: RawRows, taken: list[bool], counts: list[int]) -> tuple[list[RawRows], list[int]]:
         """columns.decode_batches' answer (rows of the taken batches, which batches, rows of each)
-        with the values read into the value column: the batches whose every value was read stay
-        taken, and only their rows are kept; the others are to go the translator's way."""
-        none = [False] * len(taken), [0] * len(counts)
-        spans = value_spans(rows)
-        schema_id = _first_schema_id(spans)
-        record = self._plan(schema_id) if schema_id is not None else None
-        read = value_columns(rows, schema_id, record, self.value_type, spans) if record is not None else None
-        if read is None:
-            return rows.slice(0, 0), *none
-        read_rows, ok = read
-        if ok.all():
-            return read_rows, taken, counts
+        with the values read into the value column, a schema id at a time (a batch's is its first
+        framed value's; a batch of tombstones alone goes with the first batch's): (the rows read,
+        one RawRows a schema id, each holding its batches' rows in order; each batch's index in
+        that list, -1 for a batch to go the translator's way: one not taken, or holding a value
+        not read here)."""
+        part = [-1] * len(counts)
         batch_of = np.repeat(np.arange(len(counts)), counts)
-        batch_ok = np.array(taken, dtype=bool) & (np.bincount(batch_of[~ok], minlength=len(counts)) == 0)
-        kept = np.flatnonzero(batch_ok[batch_of])
-        return read_rows.take(kept), batch_ok.tolist(), np.where(batch_ok, counts, 0).tolist()
+        spans = value_spans(rows)
+        framed = np.flatnonzero((spans.length >= _FRAME) & (spans.buf[np.minimum(spans.at, len(spans.buf) - 1)] == 0))
+        if not framed.size:
+            return [], part
+        # each batch's schema id: its first framed value's (-1: none framed, the chunk's first then)
+        ids = np.full(len(counts), -1, dtype=np.int64)
+        batches, first = np.unique(batch_of[framed], return_index=True)
+        head = sliding_window_view(spans.buf, _FRAME)[spans.at[framed[first]]]
+        ids[batches] = (head[:, 1:].astype(np.int64) << np.array([24, 16, 8, 0])).sum(axis=1)
+        ids[ids < 0] = ids[batches[0]]
+        ids[~np.array(taken, dtype=bool)] = -1
+        parents: list[RawRows] = []
+        for schema_id in dict.fromkeys(ids[ids >= 0].tolist()):
+            record = self._plan(schema_id)
+            if record is None:
+                continue
+            mine = ids == schema_id
+            chosen = None if mine.all() else np.flatnonzero(mine[batch_of])
+            subset = rows if chosen is None else rows.take(chosen)
+            read = value_columns(subset, schema_id, record, self.value_type, spans if chosen is None else subset.values)
+            if read is None:
+                continue
+            read_rows, ok = read
+            subset_batch_of = batch_of if chosen is None else batch_of[chosen]
+            mine[np.unique(subset_batch_of[~ok])] = False  # a batch with a value not read here
+            if not ok.all():
+                read_rows = read_rows.take(np.flatnonzero(mine[subset_batch_of]))
+            if len(read_rows) or mine.any():
+                for b in np.flatnonzero(mine).tolist():
+                    part[b] = len(parents)
+                parents.append(read_rows)
+        return parents, part
 
     def _plan(self, schema_id: int) -> _Record | None:
         if schema_id not in self._plans:

@@ -456,22 +456,26 @@ def _decoded_rows(partition: int, batches: list[tuple[memoryview, Batch]], paylo
         return
     rows, taken, counts = decode_batches(partition, [b for _, b in batches], payloads, first_offset, schema, values_apart=values is not None)
     resolve = None
+    parents, part = [rows], [0 if t else -1 for t in taken]
     if values is not None:
-        rows, taken, counts = values.read(rows, taken, counts)
+        parents, part = values.read(rows, taken, counts)
         resolve = values.resolve
-    at = i = 0
+    at = [0] * len(parents)  # each parent's next row
+    i = 0
     while i < len(batches):
-        if not taken[i]:
+        k = part[i]
+        if k < 0:
             yield from _batch_rows(partition, *batches[i], first_offset, resolve)
             i += 1
             continue
-        j, n = i, 0
-        while j < len(batches) and taken[j]:
+        j, n = i, 0  # the batches after it whose rows come next in the same parent
+        while j < len(batches) and part[j] == k:
             n += counts[j]
             j += 1
         if n:
-            yield ((rows if n == len(rows) else rows.slice(at, at + n)), batches[i:j]), RAW_ROWS
-        at += n
+            whole = parents[k]
+            yield ((whole if n == len(whole) else whole.slice(at[k], at[k] + n)), batches[i:j]), RAW_ROWS
+        at[k] += n
         i = j
 
 

@@ -279,7 +279,7 @@ def test_a_task_writes_the_same_files_with_values_read_at_once_or_one_by_one(tmp
     original = ValueColumns.read
     monkeypatch.setattr(ValueColumns, "read", lambda self, *a: reads.append(original(self, *a)) or reads[-1])
     at_once = run("a")
-    assert [taken for _, taken, _ in reads] == [[True, False, True, True]]
+    assert [[k >= 0 for k in part] for _, part in reads] == [[True, False, True, True]]
     monkeypatch.setattr(job, "ValueColumns", None)
     monkeypatch.setattr(TableWriter, "takes_columns", property(lambda self: False))
     one_by_one = run("b")
@@ -291,3 +291,54 @@ def test_a_task_writes_the_same_files_with_values_read_at_once_or_one_by_one(tmp
     for a, b in zip(at_once.files, one_by_one.files, strict=True):
         assert pq.read_table(a.path, partitioning=None).equals(pq.read_table(b.path, partitioning=None))
     assert np.array_equal(*(sorted(r["kafka"]["offset"] for f in x.files for r in pq.read_table(f.path, partitioning=None).to_pylist()) for x in (at_once, one_by_one)))
+
+
+def test_batches_of_two_schema_ids_in_one_chunk_are_read_at_once_each_with_its_own(tmp_path):
+    # A producer moving to v2 (a long for an int, a new optional field) while others still write
+    # v1: each batch is read with its own schema id, a batch of tombstones alone with the chunk's
+    # first; the files are those the one-by-one path writes.
+    v1 = {"type": "record", "name": "E", "fields": [{"name": "n", "type": "int"}, {"name": "s", "type": "string"}]}
+    v2 = {"type": "record", "name": "E", "fields": [{"name": "n", "type": "long"}, {"name": "s", "type": "string"}, {"name": "x", "type": ["null", "double"], "default": None}]}
+    ws = {1: writer_schema(1, json.dumps(v1)), 2: writer_schema(2, json.dumps(v2))}
+
+    def value(version: int, i: int) -> bytes:
+        fields = {"n": i if version == 1 else 2**40 + i, "s": f"s{i}"} | ({"x": i / 4 if i % 2 else None} if version == 2 else {})
+        return frame(version, encode(ws[version].parsed, fields))
+
+    plan_ = [[value(1, i) for i in range(10)], [value(2, i) for i in range(10)], [None] * 3, [value(1, i) for i in range(5)], [value(2, 0), None, value(2, 2)]]
+    batches, offset = [], 0
+    for values_ in plan_:
+        batches.append(build_batch([(j, T0, None, v, ()) for j, v in enumerate(values_)]))
+        offset += len(values_)
+    data = b"".join(batches)
+    root = tmp_path
+    (root / "objects").mkdir()
+    (root / "objects" / "obj").write_bytes(data)
+    table = table_schema(ws[2].layout.iceberg)
+
+    def run(name: str):
+        context = TaskContext(
+            cycle_id=name, topic="t", objects_url=f"file://{root / 'objects'}", data_location=f"file://{root / name}", io_properties={},
+            table_schema=table.model_dump_json(), partition_spec=partition_spec(table, "none").model_dump_json(), table_properties={},
+            schemas={1: (json.dumps(v1), None), 2: (json.dumps(v2), None)},
+        )  # fmt: skip
+        entry = IndexEntry(0, offset - 1, "obj", ObjectType.WAL, 0, len(data), T0)
+        return run_task(context, Task((Run("t", 0, (entry,), 0),), (ObjectRead("obj", 0, len(data)),)))
+
+    reads = []
+    original = ValueColumns.read
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ValueColumns, "read", lambda self, *a: reads.append(original(self, *a)) or reads[-1])
+        at_once = run("a")
+    assert [part for _, part in reads] == [[0, 1, 0, 0, 1]]
+    assert [r.schema_id for r in reads[0][0]] == [1, 2]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(job, "ValueColumns", None)
+        patch.setattr(TableWriter, "takes_columns", property(lambda self: False))
+        one_by_one = run("b")
+    assert at_once.partition_outcomes == one_by_one.partition_outcomes == {0: {"columns": 27, "columns+raw": 0, "raw": 0, "tombstone": 4, "malformed": 0}}
+    got = [(f.path.replace("/a/", "/").replace("a-", "-"), f.record_count, f.schema_id, f.offsets, f.outcomes) for f in at_once.files]
+    want = [(f.path.replace("/b/", "/").replace("b-", "-"), f.record_count, f.schema_id, f.offsets, f.outcomes) for f in one_by_one.files]
+    assert got == want and [f.schema_id for f in at_once.files] == [1, 2, None]
+    for a, b in zip(at_once.files, one_by_one.files, strict=True):
+        assert pq.read_table(a.path, partitioning=None).equals(pq.read_table(b.path, partitioning=None))
