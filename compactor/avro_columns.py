@@ -1,5 +1,5 @@
-"""Confluent-framed Avro values of one writer schema decoded straight into the table's `value` column
-(Arrow): each field a numpy step over many values at once, no Python object a value.
+"""Confluent-framed Avro values decoded straight into the table's `value` column (Arrow), a writer
+schema at a time: each field a numpy step over many values at once, no Python object a value.
 
 Read here: records of primitives, enums, fixed, unions of null and one type, dates, timestamps
 (local too), times of day, uuids, decimals (bytes, and fixed of up to 16), and arrays and maps of any
