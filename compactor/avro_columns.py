@@ -135,7 +135,8 @@ class ValueColumns:
             if record is None:
                 continue
             mine = ids == schema_id
-            chosen = None if mine.all() else np.flatnonzero(mine[batch_of])
+            rows_mine = mine[batch_of]  # (batches not taken hold no rows here)
+            chosen = None if rows_mine.all() else np.flatnonzero(rows_mine)
             subset = rows if chosen is None else rows.take(chosen)
             read = value_columns(subset, schema_id, record, self.value_type, spans if chosen is None else subset.values)
             if read is None:
