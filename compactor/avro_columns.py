@@ -125,8 +125,7 @@ class ValueColumns:
         # each batch's schema id: its first framed value's (-1: none framed, the chunk's first then)
         ids = np.full(len(counts), -1, dtype=np.int64)
         batches, first = np.unique(batch_of[framed], return_index=True)
-        head = sliding_window_view(spans.buf, _FRAME)[spans.at[framed[first]]]
-        ids[batches] = (head[:, 1:].astype(np.int64) << np.array([24, 16, 8, 0])).sum(axis=1)
+        ids[batches] = _framed_ids(spans.buf, spans.at[framed[first]])
         ids[ids < 0] = ids[batches[0]]
         ids[~np.array(taken, dtype=bool)] = -1
         parents: list[RawRows] = []
@@ -165,12 +164,9 @@ class ValueColumns:
         return self._plans[schema_id]
 
 
-def _first_schema_id(spans: ValueSpans) -> int | None:
-    """The schema id the first framed value (of the first 64) names (None: no value is framed)."""
-    for at, length in zip(spans.at[:64].tolist(), spans.length[:64].tolist(), strict=True):
-        if length >= _FRAME and spans.buf[at] == 0:
-            return int.from_bytes(spans.buf[at + 1 : at + _FRAME].tobytes(), "big")
-    return None
+def _framed_ids(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The schema id Confluent's framing at each of `at` names (its bytes 1-4, big-endian)."""
+    return (sliding_window_view(buf, _FRAME)[at][:, 1:].astype(np.int64) << np.array([24, 16, 8, 0])).sum(axis=1)
 
 
 def value_spans(rows: RawRows) -> ValueSpans:
@@ -266,18 +262,16 @@ def value_columns(rows: RawRows, schema_id: int, record: _Record, value_type: pa
     dead = length < 0  # tombstones: taken, their value columns all null
     end = start + np.maximum(length, 0)
     ok = length >= _FRAME
-    head = sliding_window_view(buf, _FRAME)[np.minimum(start, len(buf) - _FRAME)]
-    ok &= (head[:, 0] == 0) & ((head[:, 1:].astype(np.int64) << np.array([24, 16, 8, 0])).sum(axis=1) == schema_id)
+    at = np.minimum(start, len(buf) - _FRAME)
+    ok &= (buf[at] == 0) & (_framed_ids(buf, at) == schema_id)
     reader = _Reader(buf, np.where(ok, start + _FRAME, end), end, pa.py_buffer(buf), ~ok)
     value = reader.record(record, None, value_type)
     if value is None:
         return None
     ok &= ~reader.bad & (reader.at == end)
-    schema_ids = pa.array(np.full(n, schema_id, dtype=np.int32))
+    schema_ids = pa.array(np.full(n, schema_id, dtype=np.int32), mask=dead if dead.any() else None)
     if dead.any():
-        mask = pa.array(dead)
-        value = pa.StructArray.from_arrays([value.field(i) for i in range(value.type.num_fields)], fields=list(value.type), mask=mask)
-        schema_ids = pa.array(np.full(n, schema_id, dtype=np.int32), mask=dead)
+        value = pa.StructArray.from_arrays([value.field(i) for i in range(value.type.num_fields)], fields=list(value.type), mask=pa.array(dead))
     arrays = []
     for f in rows.rows.schema:
         if f.name == "value":

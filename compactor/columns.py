@@ -48,6 +48,10 @@ class ValueSpans:
     def rows(self, index: slice | np.ndarray) -> ValueSpans:
         return ValueSpans(self.buf, self.at[index], self.length[index])
 
+    @property
+    def nulls(self) -> int:
+        return int((self.length < 0).sum())
+
 
 @dataclass(slots=True)
 class RawRows:
@@ -85,15 +89,14 @@ class RawRows:
         if self.schema_id is None or not self.tombstones:
             return [self]
         dead = self.rows.column("value_schema_id").is_null().to_numpy(zero_copy_only=False)
-        if dead.all():
-            return [RawRows(self.rows, self.offsets, self.timestamps, len(self))]
-        tombstones = self.take(np.flatnonzero(dead))
-        return [self.take(np.flatnonzero(~dead)), RawRows(tombstones.rows, tombstones.offsets, tombstones.timestamps, len(tombstones))]
+        values = [] if dead.all() else [self.take(np.flatnonzero(~dead))]
+        tombstones = self if dead.all() else self.take(np.flatnonzero(dead))
+        return [*values, RawRows(tombstones.rows, tombstones.offsets, tombstones.timestamps, len(tombstones))]
 
     def _tombstones(self, rows: pa.RecordBatch, values: ValueSpans | None) -> int:
         if self.schema_id is not None:
             return rows.column("value_schema_id").null_count
-        return int((values.length < 0).sum()) if values is not None else rows.column("value_raw").null_count
+        return values.nulls if values is not None else rows.column("value_raw").null_count
 
 
 def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa.Schema) -> RawRows:
@@ -164,7 +167,7 @@ def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[
             break
         taken[failed] = False  # records.py's path names the batch
     counts = np.bincount(batch_of[keep], minlength=len(batches))
-    rows = _to_arrow(partition, batches, buffer, fields, keep, header_keep, names, counts, schema, buf if values_apart else None)
+    rows = _to_arrow(partition, batches, buffer, fields, keep, header_keep, names, counts, schema, values_apart)
     return rows, taken.tolist(), counts.tolist()
 
 
@@ -650,10 +653,10 @@ def _kafka_fields(batches: Sequence[Batch]) -> dict[str, Any]:
     return fields
 
 
-def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema, values_in: np.ndarray | None) -> RawRows:
+def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema, values_apart: bool) -> RawRows:
     """The kept records as rows of `schema` (`names`: the kept records' header names; `counts`:
-    the kept records of each batch, which come batch after batch); `values_in` (`buffer`'s bytes
-    as numpy): the values left there, value_raw not filled."""
+    the kept records of each batch, which come batch after batch); `values_apart`: the values left
+    in `buffer`, value_raw not filled."""
     if keep.all():
         kept = slice(None)
         n = len(keep)
@@ -698,12 +701,12 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
         "key_raw": _binary(buffer, fields.key_at[kept], fields.key_length[kept]).cast(schema.field("key_raw").type),
     }
     spans = None
-    if values_in is None:
+    if not values_apart:
         values = _binary(buffer, fields.value_at[kept], fields.value_length[kept])
         columns["value_raw"] = values.cast(schema.field("value_raw").type)
         tombstones = values.null_count
     else:  # the values stay where they are: a copy of them all saved, when they are read into columns
-        spans = ValueSpans(values_in, fields.value_at[kept], fields.value_length[kept])
-        tombstones = int((spans.length < 0).sum())
+        spans = ValueSpans(np.frombuffer(buffer, dtype=np.uint8), fields.value_at[kept], fields.value_length[kept])
+        tombstones = spans.nulls
     arrays = [columns[f.name] if f.name in columns else pa.nulls(n, type=f.type) for f in schema]
     return RawRows(pa.RecordBatch.from_arrays(arrays, schema=schema), offsets, timestamps, tombstones, values=spans)
