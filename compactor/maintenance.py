@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import gc
 import logging
 import math
 import time
-import warnings
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -48,7 +46,6 @@ from .rewrites import OFFSET_COLUMN, PARTITION_COLUMN, ManifestCache, bounds, li
 log = logging.getLogger("neve.compactor.maintenance")
 
 MAINTENANCE = "neve.maintenance"  # summary property of neve's own merge snapshots ("merge")
-SORT_ORDER = "kafka.partition ASC NULLS LAST, kafka.offset ASC NULLS LAST"
 
 
 @dataclass(slots=True)
@@ -178,8 +175,9 @@ class TableMaintenance:
             from .catalog import catalog_target
             from .spark import register_catalog
 
-            name = register_catalog(spark, catalog_target(self.config))
-            rewritten = await asyncio.to_thread(merge_on_spark, spark, name, identifier, target, min_files)
+            catalog = register_catalog(spark, catalog_target(self.config))
+            # the table as pyiceberg resolved it (namespace levels, name), never re-parsed from text
+            rewritten = await asyncio.to_thread(merge_on_spark, spark, catalog, table.name(), target, min_files)
         else:
             rewritten = await asyncio.to_thread(merge_in_process, table, target, min_files)
         if rewritten:
@@ -374,15 +372,31 @@ def rewrite_groups(table, groups: list[list], target: int, why: str) -> int:
     return len(old)
 
 
-def merge_on_spark(spark, catalog: str, identifier: str, target: int, min_files: int) -> int:
-    """Iceberg's own rewrite_data_files procedure, sorting by partition and offset: how many files it rewrote."""
-    sql = f"CALL {catalog}.system.rewrite_data_files(table => '{identifier}', strategy => 'sort', sort_order => '{SORT_ORDER}', options => map('target-file-size-bytes', '{target}', 'min-input-files', '{min_files}'))"
-    with warnings.catch_warnings():
-        # pyspark 3.5 leaves collect()'s local socket to the garbage collector (as job.run_tasks says)
-        warnings.simplefilter("ignore", ResourceWarning)
-        (row,) = spark.sql(sql).collect()
-        gc.collect()
-    return int(row["rewritten_data_files_count"])
+def merge_on_spark(spark, catalog: str, name: tuple[str, ...], target: int, min_files: int) -> int:
+    """Iceberg's own rewrite of data files on Spark (the action behind its `rewrite_data_files`
+    procedure), sorting by kafka.partition, kafka.offset: how many files it rewrote. The table is
+    handed to the action as values (the Spark catalog's name, the namespace levels, the table's
+    name: `name` as pyiceberg's `Table.name()` gives it), not as SQL text, which Spark would parse:
+    a table named by a topic or by `neve.iceberg.table` may hold quotes, backticks, dots or
+    semicolons, and its name then is a name, never another table (a text `neve.orders` is table
+    `orders` of catalog `neve` when the catalog and the namespace share a name, as in `neve dev`)
+    nor a statement."""
+    jvm = spark._jvm
+    iceberg = jvm.org.apache.iceberg
+    # Spark's own SQL runs with its session active; a py4j thread has none, and without it the
+    # action's reads of its file groups do not find the session's catalogs (CatalogNotFound)
+    jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+    *namespace, table_name = name
+    levels = spark.sparkContext._gateway.new_array(jvm.java.lang.String, len(namespace))
+    for i, level in enumerate(namespace):
+        levels[i] = level
+    identifier = iceberg.catalog.TableIdentifier.of(iceberg.catalog.Namespace.of(levels), table_name)
+    table = iceberg.spark.Spark3Util.loadIcebergCatalog(spark._jsparkSession, catalog).loadTable(identifier)
+    nulls_last = iceberg.NullOrder.NULLS_LAST
+    order = iceberg.SortOrder.builderFor(table.schema()).asc(PARTITION_COLUMN, nulls_last).asc(OFFSET_COLUMN, nulls_last).build()
+    action = iceberg.spark.actions.SparkActions.get(spark._jsparkSession).rewriteDataFiles(table).sort(order)
+    result = action.option("target-file-size-bytes", str(target)).option("min-input-files", str(min_files)).execute()
+    return int(result.rewrittenDataFilesCount())
 
 
 def snapshot_files(table, snapshots, manifests_seen: dict[str, set[str]]) -> set[str]:
