@@ -113,12 +113,15 @@ class WalConfig:
     read_grace_s: int = 60
     """How long a WAL object stays after its last index entry went (compaction replaced its
     entries, retention moved the log start past them) before it is deleted: a fetch that read
-    the index before goes on reading it meanwhile. Keep it well below orphan_grace_s: an object
-    committed and compacted between two sweeps is only ever seen as an orphan."""
+    the index before goes on reading it meanwhile. The sweeper watches the index (in memory)
+    every quarter of this, at least every second, so an object goes between this and 1.25 times
+    this after its entries (75 s at the default), with no extra listing. Keep it well below
+    orphan_grace_s."""
     sweep_interval_s: int = 300
-    """How often the WAL sweeper looks for objects to delete (unreferenced ones, orphans); one
-    broker of a cluster sweeps, the leader of "wal-sweeper" in the metadata store, and another
-    takes over within NEVE_METADATA_LEASE_TTL_S when it stops. 0 disables the sweeper."""
+    """How often the WAL sweeper lists the objects (a LIST request per thousand), for orphans
+    (uploaded, never committed) and what the index watch did not see; one broker of a cluster
+    sweeps, the leader of "wal-sweeper" in the metadata store, and another takes over within
+    NEVE_METADATA_LEASE_TTL_S when it stops. 0 disables the sweeper."""
 
 
 @dataclass

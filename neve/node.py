@@ -200,7 +200,7 @@ class Node:
             self._sweeper = asyncio.create_task(
                 run_sweeper(
                     self.objects, self._referenced_objects, self.metadata.fence_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s,
-                    read_grace_s=c.wal.read_grace_s, is_leader=sweeping.is_leader, committed=self._compacted_objects,
+                    read_grace_s=c.wal.read_grace_s, is_leader=sweeping.is_leader, committed=self._compacted_objects, superseded=self._superseded_objects,
                 )
             )
         if c.broker.retention_check_interval_ms > 0:
@@ -270,6 +270,15 @@ class Node:
         for key in [k for k in self.metadata.referenced_objects() if is_manifest(k)]:
             keys |= (await self.services.reader.manifest(key)).wal_objects()
         return keys
+
+    async def _superseded_objects(self, keys: set[str]) -> set[str]:
+        """The WAL objects that the cycle manifests among `keys` (named by entries a swap just
+        made) say compaction replaced: the sweeper starts their read grace at once."""
+        replaced: set[str] = set()
+        for key in keys:
+            if is_manifest(key):
+                replaced |= (await self.services.reader.manifest(key)).wal_objects()
+        return replaced
 
     @property
     def port(self) -> int:

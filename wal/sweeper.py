@@ -8,6 +8,16 @@ Those clocks are kept in memory: a sweeper that starts (a new leader) starts the
 treats every object it finds unreferenced on its first listing the same way, since it cannot tell
 how long ago that one lost its entries.
 
+Listings are the expensive part (a LIST request per thousand objects), so they are rare
+(`interval_s`, minutes). Between them the sweeper watches the index alone (`watch`, every
+`watch_interval(read_grace_s)`, in memory): an object it saw referenced that lost its last entry
+starts its clock there, and so does every object a swap's new entries say they replaced
+(`superseded`: the WAL objects of a new cycle manifest, which the sweeper may never have seen
+referenced, a cycle taking them seconds after their commit). Each is deleted as soon as its read
+grace has passed, with no listing: an object's index entries going is followed by its deletion
+within the read grace and one watch interval. Its size, for the metrics, comes from the last
+listing, or from one HEAD request when no listing saw it.
+
 Orphans: uploaded, never committed (a broker died between its PUT and its sequencer commit). An
 orphan is deleted once its modification time is older than the orphan grace. The grace keeps the
 sweeper from fencing objects whose commits are simply on their way (they would fail and be
@@ -29,7 +39,7 @@ from collections.abc import Awaitable, Callable, Collection
 
 from prometheus_client import Counter
 
-from .store import ObjectInfo, ObjectStore
+from .store import ObjectInfo, ObjectNotFound, ObjectStore
 
 log = logging.getLogger("neve.wal.sweeper")
 
@@ -50,6 +60,18 @@ Referenced = Callable[[], set[str] | Awaitable[set[str]]]
 # replaced): once unreferenced they wait the read grace, not the orphan grace, even if no round saw
 # them referenced (a compactor can replace an object's entries between two rounds).
 Committed = Callable[[], set[str] | Awaitable[set[str]]]
+# Given keys that index entries name now and did not at the sweeper's last look (a swap's new
+# entries name its cycle manifest), the objects those say they replaced: committed objects whose
+# entries just went, which the sweeper may never have seen referenced.
+Superseded = Callable[[set[str]], Awaitable[set[str]]]
+
+
+def watch_interval(read_grace_s: float) -> float:
+    """How often the sweeper looks at the index between listings: a quarter of the read grace (an
+    object then goes between the read grace and 1.25 times it after its entries), at least 1 s. A
+    look makes no request, but walks the whole in-memory index on the event loop, as a listing
+    round does: about 0.1 us an entry (0.1 s at a million entries, every 15 s at the default)."""
+    return max(1.0, read_grace_s / 4)
 
 
 class Sweeper:
@@ -57,22 +79,32 @@ class Sweeper:
     referenced, and since when each unreferenced one has been so. `forget` starts it afresh."""
 
     def __init__(
-        self, store: ObjectStore, referenced: Referenced, fence: Fence, orphan_grace_s: float, read_grace_s: float = 0.0, prefix: str = "wal/", committed: Committed | None = None
+        self,
+        store: ObjectStore,
+        referenced: Referenced,
+        fence: Fence,
+        orphan_grace_s: float,
+        read_grace_s: float = 0.0,
+        prefix: str = "wal/",
+        committed: Committed | None = None,
+        superseded: Superseded | None = None,
     ) -> None:
-        self.store, self.referenced, self.fence, self.prefix, self.committed = store, referenced, fence, prefix, committed
+        self.store, self.referenced, self.fence, self.prefix, self.committed, self.superseded = store, referenced, fence, prefix, committed, superseded
         self.orphan_grace_s, self.read_grace_s = orphan_grace_s, read_grace_s
         self.forget()
 
     def forget(self) -> None:
         self._rounds = 0
         self._leading = False
-        self._seen_referenced: set[str] = set()  # listed objects some round saw referenced
-        self._unreferenced_since: dict[str, float] = {}  # listed, unreferenced objects: when first seen so
+        self._seen_referenced: set[str] = set()  # objects some round or watch saw referenced (or known committed)
+        self._unreferenced_since: dict[str, float] = {}  # of those and the listed: when first seen unreferenced
         self._inherited: set[str] = set()  # unreferenced at the first listing: for how long, unknown
+        self._sizes: dict[str, int] = {}  # object sizes, as the last listing gave them
+        self._watched: set[str] | None = None  # the keys the index named at the last look (None: no look yet)
 
-    async def tick(self, leading: bool, current: bool, now: float | None = None) -> list[str]:
-        """A round of `run_sweeper`: a sweep if this node leads (`leading`) and its index view is
-        `current`; nothing, and the memory forgotten, if it does not lead."""
+    async def tick(self, leading: bool, current: bool, now: float | None = None, listing: bool = True) -> list[str]:
+        """A round of `run_sweeper`: a sweep (`listing`) or a watch if this node leads (`leading`)
+        and its index view is `current`; nothing, and the memory forgotten, if it does not lead."""
         if not leading:
             if self._leading:
                 log.info("wal_sweeper_stopped", extra={"reason": "not the leader"})
@@ -82,17 +114,45 @@ class Sweeper:
             log.info("wal_sweeper_leading", extra={"read_grace_s": self.read_grace_s, "orphan_grace_s": self.orphan_grace_s})
             self._leading = True
         if not current:
-            log.info("wal_sweep_skipped", extra={"reason": "index view not current"})
+            if listing:
+                log.info("wal_sweep_skipped", extra={"reason": "index view not current"})
             return []
-        return await self.sweep(now)
+        return await (self.sweep(now) if listing else self.watch(now))
+
+    async def _referenced(self) -> set[str]:
+        refs = self.referenced()
+        return await refs if inspect.isawaitable(refs) else refs
+
+    async def watch(self, now: float | None = None) -> list[str]:
+        """Between listings, from the index alone (no listing): start the clock of each object that
+        lost its last entry since the last look (seen referenced then, or named by what a swap's
+        new entries replaced), and delete those whose read grace has passed; returns the keys
+        deleted. The first look only learns what is referenced."""
+        now = time.time() if now is None else now
+        refs = await self._referenced()
+        replaced: set[str] = set()
+        if self._watched is not None and self.superseded is not None and (new := refs - self._watched):
+            replaced = await self.superseded(new)
+        self._watched = refs
+        self._seen_referenced.update(key for key in (*refs, *replaced) if key.startswith(self.prefix))
+        # a clock stops when its object is referenced again (a commit that landed before a fence)
+        self._unreferenced_since = {key: since for key, since in self._unreferenced_since.items() if key not in refs}
+        for key in self._seen_referenced:
+            if key not in refs:
+                self._unreferenced_since.setdefault(key, now)
+        due = {key: "unreferenced" for key in self._seen_referenced if key not in refs and now - self._unreferenced_since[key] >= self.read_grace_s}
+        return await self._delete(due, {})
+
+    def next_due(self) -> float | None:
+        """When the next object a watch or a round saw referenced has had its read grace (wall clock), if any waits."""
+        waiting = [since for key, since in self._unreferenced_since.items() if key in self._seen_referenced]
+        return min(waiting) + self.read_grace_s if waiting else None
 
     async def sweep(self, now: float | None = None) -> list[str]:
         """One round: delete what is due now; returns the keys deleted."""
         now = time.time() if now is None else now
         listed = {info.key: info async for info in self.store.list(self.prefix)}
-        refs = self.referenced()  # read after listing: anything committed before the listing is in it
-        if inspect.isawaitable(refs):
-            refs = await refs
+        refs = await self._referenced()  # read after listing: anything committed before the listing is in it
         known: set[str] = set()
         if self.committed is not None:
             known = self.committed()
@@ -104,15 +164,28 @@ class Sweeper:
         since = {key: self._unreferenced_since.get(key, now) for key in listed if key not in refs}
         self._seen_referenced, self._unreferenced_since = seen, since
         self._inherited = set(since) if first else self._inherited & since.keys()
+        self._sizes = {key: info.size for key, info in listed.items()}
         due = {key: reason for key in since if (reason := self._due(listed[key], now)) is not None}
+        return await self._delete(due, listed)
+
+    async def _delete(self, due: dict[str, str], listed: dict[str, ObjectInfo]) -> list[str]:
+        """Fence `due` (key -> reason) off, delete what the fence allows and count it; returns the keys deleted."""
         if not due:
             return []
         deletable = await self.fence(list(due))  # from here on, none of them can become referenced
         deleted: dict[str, list[ObjectInfo]] = {"orphan": [], "unreferenced": []}
         for key, reason in due.items():
             if key in deletable:
+                info = listed.get(key)
+                if info is None:  # no listing saw it (a watch's): its size from the last listing, or a HEAD
+                    try:
+                        size = self._sizes[key] if key in self._sizes else await self.store.size(key)
+                    except ObjectNotFound:  # gone already
+                        self._forget_object(key)
+                        continue
+                    info = ObjectInfo(key, size, 0.0)
                 await self.store.delete(key)
-                deleted[reason].append(listed[key])
+                deleted[reason].append(info)
                 self._forget_object(key)
         for reason, infos in deleted.items():
             if infos:
@@ -140,6 +213,7 @@ class Sweeper:
         self._seen_referenced.discard(key)
         self._unreferenced_since.pop(key, None)
         self._inherited.discard(key)
+        self._sizes.pop(key, None)
 
 
 async def sweep_once(store: ObjectStore, referenced: Referenced, fence: Fence, grace_s: float, prefix: str = "wal/", now: float | None = None) -> list[str]:
@@ -157,16 +231,26 @@ async def run_sweeper(
     read_grace_s: float = 0.0,
     is_leader: Callable[[], bool] = lambda: True,
     committed: Committed | None = None,
+    superseded: Superseded | None = None,
 ) -> None:
-    """Sweep every `interval_s` for as long as the task runs, while `is_leader` says so (its
-    memory forgotten whenever it does not), skipping rounds where the index view may be stale
-    (e.g. the metadata store is unreachable)."""
-    sweeper = Sweeper(store, referenced, fence, grace_s, read_grace_s, committed=committed)
+    """List and sweep every `interval_s`, and watch the index in between (`Sweeper.watch`, every
+    `watch_interval(read_grace_s)` and when an object's read grace ends), for as long as the task
+    runs, while `is_leader` says so (its memory forgotten whenever it does not), skipping rounds
+    where the index view may be stale (e.g. the metadata store is unreachable)."""
+    sweeper = Sweeper(store, referenced, fence, grace_s, read_grace_s, committed=committed, superseded=superseded)
+    watch_s = min(watch_interval(read_grace_s), interval_s)
+    next_listing = time.monotonic() + interval_s
     while True:
-        await asyncio.sleep(interval_s)
+        wait = min(watch_s, next_listing - time.monotonic())
+        if (due := sweeper.next_due()) is not None:
+            wait = min(wait, due - time.time())
+        await asyncio.sleep(max(wait, 0.0 if time.monotonic() >= next_listing else min(watch_s, 1.0)))
+        listing = time.monotonic() >= next_listing
+        if listing:
+            next_listing = time.monotonic() + interval_s
         try:
-            await sweeper.tick(is_leader(), is_current())
+            await sweeper.tick(is_leader(), is_current(), listing=listing)
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.warning("wal_sweep_failed", extra={"error": repr(e)})
+            log.warning("wal_sweep_failed", extra={"error": repr(e), "listing": listing})

@@ -18,7 +18,7 @@ from metadata.store import MetadataStore, load_metadata_store
 from tests.metadata.helpers import append, commit
 from wal.s3 import from_url
 from wal.store import MemoryObjectStore
-from wal.sweeper import Sweeper, sweep_once
+from wal.sweeper import Sweeper, run_sweeper, sweep_once, watch_interval
 
 
 async def aged(store: MemoryObjectStore, keys: list[str], young: list[str]) -> float:
@@ -192,6 +192,133 @@ async def test_a_sweeper_that_stops_leading_deletes_nothing_and_forgets():
     assert await sweeper.tick(leading=True, current=False, now=now + READ_GRACE_S) == []  # a stale view: no round
     assert await sweeper.tick(leading=True, current=True, now=now + READ_GRACE_S) == []  # leading again: clocks afresh
     assert await sweeper.tick(leading=True, current=True, now=now + 2 * READ_GRACE_S) == ["wal/orphan"]
+
+
+# -- the index watch between listings: an object goes within its read grace of its swap ------------
+
+
+class CountedStore(MemoryObjectStore):
+    """A memory store that counts full listings of the WAL prefix and notes each deletion's time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listings = 0
+        self.deleted: dict[str, float] = {}
+        self.deletion = asyncio.Event()
+
+    def list(self, prefix: str = ""):
+        self.listings += prefix == "wal/"
+        return super().list(prefix)
+
+    async def delete(self, key: str) -> None:
+        await super().delete(key)
+        self.deleted[key] = time.monotonic()
+        self.deletion.set()
+
+
+def held(objects: MemoryObjectStore) -> list[str]:
+    """The WAL objects in the store, not by a listing (which the tests count)."""
+    return sorted(k for k in objects._objects if k.startswith("wal/"))
+
+
+async def committed_store(*sizes: tuple[str, int]):
+    """An embedded store with topic `t` (1 partition) and a CountedStore holding a committed
+    object of each (key, size)."""
+    meta = EmbeddedMetadataStore(None)
+    await meta.start()
+    objects = CountedStore()
+    topic = await meta.create_topic("t", 1)
+    for key, size in sizes:
+        await objects.put(key, b"x" * size)
+        await meta.commit(commit(append(topic.topic_id, 0, 0, size, 1), key=key))
+    return meta, objects, topic
+
+
+async def test_the_watch_deletes_an_object_the_read_grace_after_its_entries_went_without_listing():
+    meta, objects, topic = await committed_store(("wal/a", 700), ("wal/b", 300))
+    try:
+        sweeper = Sweeper(objects, meta.referenced_objects, meta.fence_objects, ORPHAN_GRACE_S, READ_GRACE_S)
+        counted = Deletions()
+        t0 = time.time()
+        assert await sweeper.watch(now=t0) == []  # the first look learns what is referenced
+        await replace_by_another_object(meta, topic.topic_id, "wal/a", "table/data/a.parquet")
+        assert await sweeper.watch(now=t0 + 1) == []  # its clock starts
+        assert sweeper.next_due() == t0 + 1 + READ_GRACE_S
+        assert await sweeper.watch(now=t0 + READ_GRACE_S) == []  # a fetch that read the entry may read on
+        assert held(objects) == ["wal/a", "wal/b"]
+        assert await sweeper.watch(now=t0 + 1 + READ_GRACE_S) == ["wal/a"]
+        assert held(objects) == ["wal/b"]
+        assert objects.listings == 0
+        assert counted("unreferenced") == (1, 700)  # its size by a HEAD, no listing having seen it
+        assert sweeper.next_due() is None
+        # a listing round afterwards finds nothing more to do, and wal/b stays
+        assert await sweeper.sweep(now=t0 + 2 + READ_GRACE_S) == []
+        assert held(objects) == ["wal/b"]
+    finally:
+        await meta.close()
+
+
+async def test_an_object_a_swap_replaced_between_two_looks_is_learnt_from_the_swap():
+    """A cycle takes an object seconds after its commit, between two looks: the watch never sees
+    it referenced, but the swap's new entry names a manifest that says it replaced it."""
+    meta, objects, topic = await committed_store(("wal/old", 10))
+    replaced_by = {"compacted/cycle-1.json": {"wal/c"}}
+    asked = []
+
+    async def superseded(keys: set[str]) -> set[str]:
+        asked.append(sorted(keys))
+        return set().union(*(replaced_by.get(k, set()) for k in keys))
+
+    try:
+        sweeper = Sweeper(objects, meta.referenced_objects, meta.fence_objects, ORPHAN_GRACE_S, READ_GRACE_S, superseded=superseded)
+        t0 = time.time()
+        assert await sweeper.watch(now=t0) == []
+        await objects.put("wal/c", b"c" * 40)
+        await meta.commit(commit(append(topic.topic_id, 0, 0, 40, 1), key="wal/c"))
+        await replace_by_another_object(meta, topic.topic_id, "wal/c", "compacted/cycle-1.json")
+        assert await sweeper.watch(now=t0 + 2) == []
+        assert asked == [["compacted/cycle-1.json"]]  # only what the index names anew since the last look
+        assert await sweeper.watch(now=t0 + 2 + READ_GRACE_S - 0.5) == []
+        assert await sweeper.watch(now=t0 + 2 + READ_GRACE_S) == ["wal/c"]
+        assert asked == [["compacted/cycle-1.json"]]
+        assert held(objects) == ["wal/old"]
+    finally:
+        await meta.close()
+
+
+async def test_without_the_swap_the_watch_leaves_an_object_it_never_saw_to_the_listing():
+    meta, objects, topic = await committed_store(("wal/old", 10))
+    try:
+        sweeper = Sweeper(objects, meta.referenced_objects, meta.fence_objects, ORPHAN_GRACE_S, READ_GRACE_S)
+        t0 = time.time()
+        assert await sweeper.watch(now=t0) == []
+        await objects.put("wal/c", b"c" * 40)
+        await meta.commit(commit(append(topic.topic_id, 0, 0, 40, 1), key="wal/c"))
+        await replace_by_another_object(meta, topic.topic_id, "wal/c", "compacted/cycle-1.json")
+        assert await sweeper.watch(now=t0 + 2 * ORPHAN_GRACE_S) == []  # never seen referenced: not the watch's to judge
+        assert held(objects) == ["wal/c", "wal/old"]
+    finally:
+        await meta.close()
+
+
+async def test_a_running_sweeper_deletes_a_compacted_object_within_its_read_grace_and_a_watch_interval():
+    """run_sweeper with a listing an hour away: the swap is followed by the deletion after the
+    read grace, and before the read grace plus a watch interval (and a second for a busy loop)."""
+    read_grace_s = 1.5
+    meta, objects, topic = await committed_store(("wal/a", 70), ("wal/b", 30))
+    task = asyncio.create_task(run_sweeper(objects, meta.referenced_objects, meta.fence_objects, meta.is_current, ORPHAN_GRACE_S, 3600, read_grace_s=read_grace_s))
+    try:
+        await asyncio.sleep(watch_interval(read_grace_s) * 1.5)  # the first look has happened
+        swapped = time.monotonic()
+        await replace_by_another_object(meta, topic.topic_id, "wal/a", "table/data/a.parquet")
+        await asyncio.wait_for(objects.deletion.wait(), 60)
+        assert list(objects.deleted) == ["wal/a"]
+        took = objects.deleted["wal/a"] - swapped
+        assert read_grace_s <= took <= read_grace_s + watch_interval(read_grace_s) + 1.0, took
+        assert objects.listings == 0
+    finally:
+        task.cancel()
+        await meta.close()
 
 
 # -- two nodes over a real etcd and SeaweedFS --------------------------------------------------------
