@@ -1,8 +1,8 @@
 """Table maintenance that keeps the Kafka view right (issue 22): after every cycle of a topic, the
 index is checked against the table's snapshots and re-indexed when a rewrite moved rows it names
 (rewrites.py); every `maintenance_interval_ms`, a table partition's small files are merged into
-files of the target size sorted by kafka.partition, kafka.offset (Spark's `rewrite_data_files`
-when the compactor runs on Spark, pyarrow and pyiceberg's overwrite in-process), then re-indexed,
+files of the target size sorted by kafka.partition, kafka.offset (on Spark, Iceberg's action behind
+`rewrite_data_files`; in-process, pyarrow and pyiceberg's overwrite), then re-indexed,
 and snapshots older than `snapshot_max_age_ms` are expired, the data files only they held being
 deleted once no index entry's manifest names them and `file_delete_grace_ms` has passed; files in
 the data directory that nothing holds (a crashed cycle's or Spark job's), and the metadata
