@@ -142,6 +142,21 @@ def last_cycle(table) -> CommittedCycle | None:
     return committed_cycle(table, last["cycle"])
 
 
+NO_RETRIES = {"commit.retry.num-retries": "0"}
+
+
+def _without_blind_retries(table):
+    """`table`, set (once, by a commit of its own) to have pyiceberg give up on a conflicted commit.
+    pyiceberg's own retry re-applies an append to the refreshed table without the checks above,
+    which would append a cycle whose offsets another compactor committed meanwhile; the
+    committer retries itself, after the checks."""
+    if all(table.metadata.properties.get(k) == v for k, v in NO_RETRIES.items()):
+        return table
+    with table.transaction() as txn:
+        txn.set_properties(NO_RETRIES)
+    return table.refresh()
+
+
 def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10) -> CommittedCycle:
     """Append `data_files` (pyiceberg DataFiles) in one snapshot recording `manifest`, unless the
     table already holds the cycle. Returns the snapshot that holds it. Another writer's commit in
@@ -154,6 +169,11 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
     for attempt in range(attempts):
         if attempt:
             table = table.refresh()
+        try:
+            table = _without_blind_retries(table)
+        except (CommitFailedException, CommitStateUnknownException, OSError) as e:
+            error = e
+            continue
         if (done := committed_cycle(table, manifest.cycle_id)) is not None:
             if attempt:
                 log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})

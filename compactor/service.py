@@ -209,6 +209,7 @@ class CompactionService:
     async def _maintain(self, info: TopicInfo, committed: bool) -> None:
         """maintain_topic, whose failure is reported as a maintenance failure (retried at its next
         round) and never as the topic's compaction failing."""
+        self._check_lead()
         try:
             await self.maintain_topic(info, committed=committed)
         except Fenced:
