@@ -336,11 +336,11 @@ class CompactionService:
         except Exception:
             log.exception("dropping deleted topics' tables failed; retried next cycle")
             return []
-        if dropped:
-            self._fault("dropped")
         for identifier in dropped:
             self._recovered.discard(identifier)
             self.maintenance.forget(identifier)
+        if dropped:
+            self._fault("dropped")
         return dropped
 
     def _wal_entries(self, info: TopicInfo) -> dict[int, list[IndexEntry]]:
