@@ -1,7 +1,7 @@
 """A topic whose cycle fails recovers without a restart, and a failing topic is reported: records
 confluent-kafka produced to `neve dev` (its compactor off) are compacted by a compaction service in
 this process over the stopped node's data dir, one WAL entry of a partition a cycle, while the
-service's metadata store, tasks or maintenance fail as a test makes them."""
+service's metadata store, tasks or maintenance fail, or its lead is lost, as a test makes them."""
 
 from __future__ import annotations
 
@@ -162,3 +162,30 @@ def test_a_topic_failing_in_a_row_is_reported_and_a_failed_maintenance_apart(pro
     assert [r.levelno for r in failed] == [logging.WARNING, logging.WARNING, logging.ERROR]
     assert [r.topic for r in caplog.records if r.getMessage() == "topic's compaction recovered"] == [p.topic]
     assert [r.reason for r in caplog.records if r.getMessage() == "table maintenance failed; retried at its next round"] == ["RuntimeError"]
+
+
+def test_a_compactor_that_loses_its_lead_mid_cycle_stops_before_its_commit_and_the_next_leader_compacts_all(produced, tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="neve")
+    data_dir, config = copy_of(produced, tmp_path)
+    p = produced[1]
+
+    async def work(service, metadata):
+        service.leadership = await metadata.campaign("compactor", "first")
+        successor = await metadata.campaign("compactor", "second")
+        run_tasks = service._run_tasks
+
+        async def deposed_meanwhile(context, tasks):
+            await service.leadership.resign()  # as a lease lapsing would: the other holder leads
+            return await run_tasks(context, tasks)
+
+        service._run_tasks = deposed_meanwhile
+        assert await service.run_once() == []
+        nothing = table_offsets(data_dir, p.topic)
+        service._run_tasks, service.leadership = run_tasks, successor
+        assert successor.is_leader()
+        await run_until_compacted(service, metadata, p.topic)
+        return nothing
+
+    assert asyncio.run(with_service(data_dir, config, work)) == []  # no commit after the lead was lost
+    assert table_offsets(data_dir, p.topic) == sorted(p.want)
+    assert [r.getMessage() for r in caplog.records if "leadership lost" in r.getMessage()] == ["compactor leadership lost; this run stops"]
