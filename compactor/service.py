@@ -9,7 +9,10 @@ committer appends the files in one snapshot naming the manifest (committer.py); 
 replaces the WAL entries by one PARQUET entry per partition. A crash or a failure anywhere is
 finished or redone by the next cycle: files written but not committed are orphans (never in the
 table), a commit without its swap is swapped (reindex.finish_last_cycle, run again after any
-failure past a commit), a swap is idempotent.
+failure past a commit), a swap is idempotent. After each topic's cycle its table is maintained
+(maintenance.py: expired rows deleted, small files merged, old snapshots expired, the index
+re-pointed at the files any rewrite made); a deleted topic's table is dropped when its topic asked
+(retention.py). Blocking work (pyiceberg, Spark, Parquet) runs in threads, off the event loop.
 
 Fenced: the service cycles as the holder of the "compactor" leadership (`leadership`), checks it
 before each step of a cycle and stops the run once it is lost; its index swaps carry the lead's
@@ -21,10 +24,7 @@ table once.
 
 A topic whose cycles keep failing is reported (`neve_compactor_topic_failing`, by reason, and a
 log line per failure, its traceback the first time); a failed table maintenance is reported apart
-(`neve_compactor_maintenance_failures`) and does not count as the topic's compaction failing. After each topic's cycle its table is maintained
-(maintenance.py: expired rows deleted, small files merged, old snapshots expired, the index
-re-pointed at the files any rewrite made); a deleted topic's table is dropped when its topic asked
-(retention.py). Blocking work (pyiceberg, Spark, Parquet) runs in threads, off the event loop.
+(`neve_compactor_maintenance_failures`) and does not count as the topic's compaction failing.
 """
 
 from __future__ import annotations
@@ -257,7 +257,6 @@ class CompactionService:
             subject=tables.value_subject(info.name),
         )
         self._check_lead()
-        self._fault("task")
         results = await self._run_tasks(context, plan.tasks)
         written = [f for r in results for f in r.files]
         self._fault("written")
