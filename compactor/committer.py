@@ -1,12 +1,17 @@
 """The one committer: a cycle's Parquet files become one Iceberg snapshot (a fast append through
 pyiceberg) whose summary names the cycle, its manifest and the Kafka offsets it covers.
 
-Exactly once (seed 002): before every attempt the committer reads the table's history back, and a
-cycle already in the current snapshot's ancestry is not appended again, so an attempt whose answer
-was lost (a timeout, a crash, CommitStateUnknown) is never doubled; nor is a cycle whose offsets
-another cycle already holds (two compactors planning the same entries: the second to commit
-finds the first's offsets in the refreshed table and appends nothing). The summary is also how a
-restarted compactor finds the last cycle whose index swap may not have happened (`last_cycle`).
+Exactly once (seed 002): before every attempt the committer reads the table back, and a cycle the
+table already holds is not appended again, so an attempt whose answer was lost (a timeout, a
+crash, CommitStateUnknown) is never doubled; nor is a cycle whose offsets another cycle already
+holds (two compactors planning the same entries, or a deposed one committing late: the second to
+commit finds the first's offsets in the refreshed table and appends nothing). What the table holds
+is kept in its properties, written in the same transaction as the append and so never apart from
+it: per topic id and partition the last offset committed and the manifest of the cycle that
+committed it (`neve.committed.<topic id>`), and the last cycle (`neve.last-cycle`). Snapshot
+expiry does not touch them, as it does the summaries; the summaries are still read for the cycles
+of tables made before the properties were. The properties are also how a compactor finds cycles
+whose index swap may not have happened (`last_cycle`, `unswapped`).
 
 Synchronous (pyiceberg is): the service runs it off the event loop.
 """
@@ -26,6 +31,8 @@ CYCLE = "neve.cycle"
 MANIFEST = "neve.manifest"
 TOPIC_ID = "neve.topic-id"
 OFFSETS = "neve.offsets"  # {"<partition>": [first, last], ...}: the Kafka offsets this snapshot added
+COMMITTED = "neve.committed."  # + topic id: {"<partition>": [last offset, manifest key], ...}, a table property
+LAST_CYCLE = "neve.last-cycle"  # {"cycle": id, "manifest": key, "topic-id": id}, a table property
 
 
 class CycleOverlap(Exception):
@@ -37,7 +44,7 @@ class CycleOverlap(Exception):
 class CommittedCycle:
     cycle_id: str
     manifest_key: str
-    snapshot_id: int
+    snapshot_id: int | None  # None (and no offsets): its snapshot expired, the table's properties know the cycle
     offsets: dict[int, tuple[int, int]]
     topic_id: str = ""
 
@@ -64,15 +71,59 @@ def _cycles(table) -> Iterable[CommittedCycle]:
             yield CommittedCycle(props[CYCLE], props.get(MANIFEST, ""), snapshot.snapshot_id, offsets, props.get(TOPIC_ID, ""))
 
 
+def committed_offsets(table, topic_id: str) -> dict[int, tuple[int, str]]:
+    """Per partition of topic `topic_id`, the last offset a cycle committed to the table and that
+    cycle's manifest key (the table's property; empty for a table made before it was kept)."""
+    raw = table.metadata.properties.get(COMMITTED + topic_id)
+    return {int(p): (last, key) for p, (last, key) in json.loads(raw).items()} if raw else {}
+
+
+def _last_cycle_property(table) -> dict | None:
+    raw = table.metadata.properties.get(LAST_CYCLE)
+    return json.loads(raw) if raw else None
+
+
+def commit_properties(table, manifest: CycleManifest) -> dict[str, str]:
+    """The table properties the cycle's append sets: its offsets added to the topic's committed
+    offsets, and the cycle as the last one."""
+    topic_id = str(manifest.topic_id)
+    committed = committed_offsets(table, topic_id)
+    for p, (_first, last) in manifest.offsets().items():
+        committed[p] = (last, manifest.key)
+    return {
+        COMMITTED + topic_id: json.dumps({str(p): [last, key] for p, (last, key) in sorted(committed.items())}, separators=(",", ":")),
+        LAST_CYCLE: json.dumps({"cycle": manifest.cycle_id, "manifest": manifest.key, "topic-id": topic_id}, separators=(",", ":")),
+    }
+
+
 def committed_cycle(table, cycle_id: str) -> CommittedCycle | None:
-    """The snapshot that committed `cycle_id`, if the table's current history holds it."""
-    return next((c for c in _cycles(table) if c.cycle_id == cycle_id), None)
+    """The cycle `cycle_id` if the table holds it: its snapshot in the current history, or (its
+    snapshot expired) the table's last cycle."""
+    if (found := next((c for c in _cycles(table) if c.cycle_id == cycle_id), None)) is not None:
+        return found
+    last = _last_cycle_property(table)
+    if last is not None and last["cycle"] == cycle_id:
+        return CommittedCycle(cycle_id, last["manifest"], None, {}, last["topic-id"])
+    return None
+
+
+def overlap(table, topic_id: str, offsets: dict[int, tuple[int, int]]) -> str | None:
+    """Why `offsets` (partition -> first, last) of topic `topic_id` are already in the table, or
+    None. Cycles commit each partition's offsets in order, so an offset at or below the last one
+    committed is held. A topic deleted and made again under the same name is another topic id:
+    its offsets start over in the same table."""
+    committed = committed_offsets(table, topic_id)
+    for p, (first, _last) in sorted(offsets.items()):
+        if p in committed and first <= committed[p][0]:
+            return f"partition {p} holds offsets up to {committed[p][0]} (manifest {committed[p][1]})"
+    if (other := overlapping_cycle(table, topic_id, offsets)) is not None:
+        return f"cycle {other.cycle_id} (snapshot {other.snapshot_id}) holds some of them"
+    return None
 
 
 def overlapping_cycle(table, topic_id: str, offsets: dict[int, tuple[int, int]]) -> CommittedCycle | None:
-    """A cycle of topic `topic_id` in the table's history holding some of `offsets` (partition ->
-    first, last). A topic deleted and made again under the same name is another topic id: its
-    offsets start over in the same table."""
+    """A cycle of topic `topic_id` in the table's snapshot history holding some of `offsets`
+    (what tables made before the committed-offsets property tell)."""
     for cycle in _cycles(table):
         if cycle.topic_id != topic_id:
             continue
@@ -84,8 +135,26 @@ def overlapping_cycle(table, topic_id: str, offsets: dict[int, tuple[int, int]])
 
 
 def last_cycle(table) -> CommittedCycle | None:
-    """The newest neve cycle in the table's current history."""
-    return next(iter(_cycles(table)), None)
+    """The table's newest neve cycle (its snapshot_id None when only the properties still know it)."""
+    last = _last_cycle_property(table)
+    if last is None:
+        return next(iter(_cycles(table)), None)
+    return committed_cycle(table, last["cycle"])
+
+
+NO_RETRIES = {"commit.retry.num-retries": "0"}
+
+
+def _without_blind_retries(table):
+    """`table`, set (once, by a commit of its own) to have pyiceberg give up on a conflicted commit.
+    pyiceberg's own retry re-applies an append to the refreshed table without the checks above,
+    which would append a cycle whose offsets another compactor committed meanwhile; the
+    committer retries itself, after the checks."""
+    if all(table.metadata.properties.get(k) == v for k, v in NO_RETRIES.items()):
+        return table
+    with table.transaction() as txn:
+        txn.set_properties(NO_RETRIES)
+    return table.refresh()
 
 
 def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10) -> CommittedCycle:
@@ -100,16 +169,23 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
     for attempt in range(attempts):
         if attempt:
             table = table.refresh()
+        try:
+            table = _without_blind_retries(table)
+        except (CommitFailedException, CommitStateUnknownException, OSError) as e:
+            error = e
+            continue
         if (done := committed_cycle(table, manifest.cycle_id)) is not None:
             if attempt:
                 log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})
             return done
-        if (other := overlapping_cycle(table, str(manifest.topic_id), manifest.offsets())) is not None:
-            raise CycleOverlap(f"cycle {other.cycle_id} (snapshot {other.snapshot_id}) already holds offsets of cycle {manifest.cycle_id}")
+        if (held := overlap(table, str(manifest.topic_id), manifest.offsets())) is not None:
+            raise CycleOverlap(f"offsets of cycle {manifest.cycle_id} are in the table already: {held}")
         try:
-            with table.transaction() as txn, txn.update_snapshot(snapshot_properties=props).fast_append() as append:
-                for data_file in data_files:
-                    append.append_data_file(data_file)
+            with table.transaction() as txn:
+                txn.set_properties(commit_properties(table, manifest))
+                with txn.update_snapshot(snapshot_properties=props).fast_append() as append:
+                    for data_file in data_files:
+                        append.append_data_file(data_file)
         except (CommitFailedException, CommitStateUnknownException, OSError) as e:
             error = e
             log.warning("iceberg commit failed; reading the table back before retrying", extra={"cycle": manifest.cycle_id, "attempt": attempt + 1, "error": repr(e)})

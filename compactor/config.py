@@ -91,6 +91,10 @@ class CompactorConfig:
     (a file being written is such a file until its commit); Iceberg's own remove_orphan_files
     uses 3 days. 0: never."""
     fault_kill_after: str = ""
-    """Test-only fault injection: kill this process (SIGKILL) right after a cycle's Parquet files are
-    `written`, its snapshot `committed`, or its index `swapped`, or after maintenance `merged` a
-    table's files (its snapshot committed, the index not yet re-indexed). Empty: off."""
+    """Test-only fault injection: kill this process (SIGKILL) at a step: right after a cycle's
+    Parquet files are `written`, its snapshot `committed`, or its index `swapped`; after maintenance `merged` a table's files (its snapshot committed, the index not
+    yet re-indexed); after retention's `overwrite` of a table's expired rows; after a deleted
+    topic's table is `dropped`. Empty: off."""
+    fault_raise_at: str = ""
+    """Test-only fault injection: the steps (as in `fault_kill_after`, comma-separated) at which
+    the compactor raises an error, once each. Empty: off."""

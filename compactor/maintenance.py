@@ -109,6 +109,8 @@ class TableMaintenance:
             self._last_run[identifier] = now
             # table retention first: its log starts move before its rows go, the re-index below follows
             outcome.rows_expired = (await self.retention.expire(table, info, {MAINTENANCE: "retention"})).rows_deleted
+            if outcome.rows_expired:
+                self._fault("overwrite")
             table = await asyncio.to_thread(table.refresh)
             outcome.files_rewritten = await self.merge(table, identifier)
             if outcome.files_rewritten:

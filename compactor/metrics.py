@@ -6,6 +6,8 @@ from prometheus_client import Counter, Gauge, Histogram
 
 CYCLES = Counter("neve_compactor_cycles", "Compaction cycles committed (one Iceberg snapshot each)", ["topic"])
 CYCLE_FAILURES = Counter("neve_compactor_cycle_failures", "Compaction cycles of a topic that failed and are retried")
+TOPIC_FAILING = Gauge("neve_compactor_topic_failing", "Cycles of a topic failed in a row, once they are 3 or more (0 once a cycle succeeds), by the kind of the last failure", ["topic", "reason"])
+MAINTENANCE_FAILURES = Counter("neve_compactor_maintenance_failures", "Table maintenance rounds of a topic that failed (retried at the next round; the topic's compaction goes on)", ["topic", "reason"])
 CYCLE_SECONDS = Histogram("neve_compactor_cycle_seconds", "Time of a committed cycle, plan to index swap", buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300))
 TASK_SECONDS = Histogram("neve_compactor_task_seconds", "Time of one compaction task (a Spark task, or a task run in the compactor's process)", buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
 ROWS = Counter("neve_compactor_rows", "Rows committed to tables, by how the value was kept (columns, columns+raw, raw, tombstone, malformed)", ["topic", "outcome"])

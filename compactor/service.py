@@ -6,17 +6,31 @@ schemas; the last cycle's index swap is finished if a crash cut it short (reinde
 entries older than the freshness setting are planned into tasks (planner.py); the job turns them
 into Parquet files (job.py, on Spark or in this process); the cycle's manifest is written; the
 committer appends the files in one snapshot naming the manifest (committer.py); the index swap
-replaces the WAL entries by one PARQUET entry per partition. A crash anywhere is finished or redone
-by the next cycle: files written but not committed are orphans (never in the table), a commit
-without its swap is swapped, a swap is idempotent. After each topic's cycle its table is maintained
+replaces the WAL entries by one PARQUET entry per partition. A crash or a failure anywhere is
+finished or redone by the next cycle: files written but not committed are orphans (never in the
+table), a commit without its swap is swapped (reindex.finish_last_cycle, run again after any
+failure past a commit), a swap is idempotent. After each topic's cycle its table is maintained
 (maintenance.py: expired rows deleted, small files merged, old snapshots expired, the index
 re-pointed at the files any rewrite made); a deleted topic's table is dropped when its topic asked
 (retention.py). Blocking work (pyiceberg, Spark, Parquet) runs in threads, off the event loop.
+
+Fenced: the service cycles as the holder of the "compactor" leadership (`leadership`), checks it
+before each step of a cycle and stops the run once it is lost; its index swaps carry the lead's
+fence, so a swap after the lead changed hands changes nothing. Its Iceberg commit cannot carry the
+fence; a deposed compactor's commit is harmless because the table keeps the offsets each topic's
+cycles committed (committer.py): the new leader's commit over the same offsets is refused and the
+new leader swaps the deposed one's cycle instead (finish_last_cycle), so every offset is in the
+table once.
+
+A topic whose cycles keep failing is reported (`neve_compactor_topic_failing`, by reason, and a
+log line per failure, its traceback the first time); a failed table maintenance is reported apart
+(`neve_compactor_maintenance_failures`) and does not count as the topic's compaction failing.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import os
@@ -26,7 +40,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from metadata.model import IndexEntry, ObjectType, TopicInfo
-from metadata.store import MetadataError, MetadataStore
+from metadata.store import Fenced, MetadataError, MetadataStore
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
 from wal.store import ObjectStore
 
@@ -40,6 +54,16 @@ from .retention import TopicDrops
 log = logging.getLogger("neve.compactor")
 
 MAX_ENTRIES_PER_PARTITION = 4096  # a cycle plans at most this many WAL entries of a partition
+FAILING_AFTER = 3  # cycles of a topic failing in a row before it is reported as failing
+
+
+@dataclass(slots=True)
+class Failing:
+    """A topic's cycles failing in a row, and the kind of the last failure."""
+
+    reason: str
+    count: int = 0
+    reasons: set[str] = field(default_factory=set)  # kinds logged with their traceback already
 
 
 @dataclass(slots=True)
@@ -56,6 +80,10 @@ class TopicCycle:
     bytes_written: int = 0
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     outcomes: dict[str, int] = field(default_factory=dict)
+
+
+class InjectedFault(Exception):
+    """A test's fault raised at a step of a cycle (`CompactorConfig.fault_raise_at`)."""
 
 
 class CompactionService:
@@ -87,7 +115,12 @@ class CompactionService:
         self.failed: list[str] = []  # topics whose compaction failed in the last run_once
         # per (topic id, partition): the next offset not yet in the table, once known
         self._checkpoints: dict[tuple, int] = {}
-        self._recovered: set[str] = set()  # tables whose last cycle was checked since start
+        self._recovered: set[str] = set()  # tables with no cycle committed and not swapped (as far as this process knows)
+        self.leadership = None  # metadata.store.Leadership this service cycles under; None: it cycles regardless
+        self._fence = None  # the lead's fence this run's swaps carry
+        self._failing: dict[str, Failing] = {}  # by topic name
+        self._maintenance_failing: dict[str, Failing] = {}
+        self._faults_to_raise = set(filter(None, config.fault_raise_at.split(",")))
         self.maintenance = TableMaintenance(config, metadata, objects, spark=self._maintenance_spark, fault=self._fault, clock=clock)
         self.drops = TopicDrops(metadata, config.namespace, lambda info: tables.table_identifier(config.namespace, info.name, info.configs))
 
@@ -116,21 +149,80 @@ class CompactionService:
         A topic without a table has what retention hid let go (wal_expiry.py)."""
         done = []
         self.failed = []
-        await self.drop_deleted_tables()
-        for info in sorted(self.metadata.topics().values(), key=lambda t: t.name):
-            if not tables.is_enabled(info.configs, self.config.tables_by_default):
-                await self._expire_wal(info)
-                continue
-            try:
-                done.append(await self.compact_topic(info))
-                await self.maintain_topic(info, committed=done[-1].cycle_id is not None)
-            except MetadataError as e:
-                log.warning("topic skipped this cycle", extra={"topic": info.name, "reason": repr(e)})
-            except Exception:
-                metrics.CYCLE_FAILURES.inc()
-                self.failed.append(info.name)
-                log.exception("topic's compaction failed; it is retried next cycle", extra={"topic": info.name})
+        if self.leadership is not None:
+            fence = self.leadership.fence()
+            if self._fence is None or fence.epoch != self._fence.epoch:
+                # A new lead: a compactor that led in between may have left a cycle unswapped.
+                self._recovered.clear()
+            self._fence = fence
+        try:
+            await self.drop_deleted_tables()
+            for info in sorted(self.metadata.topics().values(), key=lambda t: t.name):
+                if not tables.is_enabled(info.configs, self.config.tables_by_default):
+                    await self._expire_wal(info)
+                    continue
+                try:
+                    done.append(await self.compact_topic(info))
+                except Fenced:
+                    raise
+                except Exception as e:
+                    self._topic_failed(info, e)
+                    continue
+                self._topic_recovered(info)
+                await self._maintain(info, committed=done[-1].cycle_id is not None)
+        except Fenced as e:  # another compactor leads now: what this one had not done is its to do
+            log.warning("compactor leadership lost; this run stops", extra={"reason": str(e)})
         return done
+
+    def _check_lead(self) -> None:
+        """Fenced once this service's lead is lost (or taken again: another lead in between)."""
+        if self.leadership is not None and (not self.leadership.is_leader() or self.leadership.epoch != self._fence.epoch):
+            raise Fenced(f"compactor leadership lost (epoch {self._fence.epoch})")
+
+    def _topic_failed(self, info: TopicInfo, e: Exception) -> None:
+        """A topic's cycle failed: retried next cycle, counted, logged (its traceback the first time
+        for each kind of failure), and once FAILING_AFTER in a row, reported by the gauge."""
+        reason = type(e).__name__
+        failing = self._failing.setdefault(info.name, Failing(reason))
+        if failing.reason != reason:
+            metrics.TOPIC_FAILING.labels(info.name, failing.reason).set(0)
+            failing.reason = reason
+        failing.count += 1
+        if not isinstance(e, MetadataError):  # the metadata store away is no failure of the topic's
+            metrics.CYCLE_FAILURES.inc()
+            self.failed.append(info.name)
+        first = reason not in failing.reasons and not isinstance(e, MetadataError)
+        failing.reasons.add(reason)
+        extra = {"topic": info.name, "reason": reason, "error": str(e), "failures": failing.count}
+        log.log(logging.ERROR if failing.count >= FAILING_AFTER else logging.WARNING, "topic's compaction failed; it is retried next cycle", extra=extra, exc_info=e if first else None)
+        if failing.count >= FAILING_AFTER:
+            metrics.TOPIC_FAILING.labels(info.name, reason).set(failing.count)
+        with contextlib.suppress(Exception):  # its lag grows visibly while it fails, wherever the cycle stopped
+            self._export_lag(info, self._wal_entries(info))
+
+    def _topic_recovered(self, info: TopicInfo) -> None:
+        failing = self._failing.pop(info.name, None)
+        if failing is not None:
+            metrics.TOPIC_FAILING.labels(info.name, failing.reason).set(0)
+            log.info("topic's compaction recovered", extra={"topic": info.name, "failures": failing.count})
+
+    async def _maintain(self, info: TopicInfo, committed: bool) -> None:
+        """maintain_topic, whose failure is reported as a maintenance failure (retried at its next
+        round) and never as the topic's compaction failing."""
+        self._check_lead()
+        try:
+            await self.maintain_topic(info, committed=committed)
+        except Fenced:
+            raise
+        except Exception as e:
+            reason = type(e).__name__
+            failing = self._maintenance_failing.setdefault(info.name, Failing(reason))
+            failing.count += 1
+            metrics.MAINTENANCE_FAILURES.labels(info.name, reason).inc()
+            log.warning("table maintenance failed; retried at its next round", extra={"topic": info.name, "reason": reason, "error": str(e)}, exc_info=e if reason not in failing.reasons else None)
+            failing.reasons.add(reason)
+        else:
+            self._maintenance_failing.pop(info.name, None)
 
     # -- one topic ------------------------------------------------------------------------------
 
@@ -143,8 +235,9 @@ class CompactionService:
         cycle = TopicCycle(info.name, identifier)
         table = None
         if identifier not in self._recovered:  # the table first: its last cycle may move index entries
+            self._check_lead()
             table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY))
-            await finish_last_cycle(self.metadata, self.objects, table)
+            await finish_last_cycle(self.metadata, self.objects, table, self._fence)
             self._recovered.add(identifier)
         plan = await self._plan(info)
         if not plan.tasks:  # a topic with nothing due costs no catalog, table metadata or registry read
@@ -163,6 +256,7 @@ class CompactionService:
             schemas={sid: (r.text, r.raw_reason) for sid, r in resolved.items()},
             subject=tables.value_subject(info.name),
         )
+        self._check_lead()
         results = await self._run_tasks(context, plan.tasks)
         written = [f for r in results for f in r.files]
         self._fault("written")
@@ -171,14 +265,19 @@ class CompactionService:
         await self.objects.put(manifest.key, data)
         spec = table.spec()
         data_files = [f.data_file(spec, table.format_version) for f in written]
+        self._check_lead()
+        # Until this cycle is swapped, the next one finishes it first (a failure may come between).
+        self._recovered.discard(identifier)
         try:
             committed = await asyncio.to_thread(commit_cycle, table, manifest, data_files)
-        except CycleOverlap as e:  # another compactor committed these offsets first: ours are not needed
-            log.warning("cycle not committed: another compactor's cycle holds its offsets", extra={"topic": info.name, "cycle": cycle.cycle_id, "reason": str(e)})
+        except CycleOverlap as e:  # another cycle committed these offsets first (the next cycle swaps it): ours are not needed
+            log.warning("cycle not committed: another cycle holds its offsets", extra={"topic": info.name, "cycle": cycle.cycle_id, "reason": str(e)})
             await asyncio.to_thread(_delete_files, table.io, [f.path for f in written])
             return TopicCycle(info.name, identifier)
         self._fault("committed")
-        outcome = await swap(self.metadata, manifest)
+        self._check_lead()
+        outcome = await swap(self.metadata, manifest, self._fence)
+        self._recovered.add(identifier)
         self._fault("swapped")
         for part in manifest.partitions:
             if part.partition in outcome.swapped or part.partition in outcome.already:
@@ -230,6 +329,7 @@ class CompactionService:
 
     async def drop_deleted_tables(self) -> list[str]:
         """Drop the tables of topics deleted with `neve.iceberg.drop.on.delete` (retention.py)."""
+        self._check_lead()
         try:
             dropped = await self.drops.check(await self._load_catalog())
         except Exception:
@@ -238,6 +338,8 @@ class CompactionService:
         for identifier in dropped:
             self._recovered.discard(identifier)
             self.maintenance.forget(identifier)
+        if dropped:
+            self._fault("dropped")
         return dropped
 
     def _wal_entries(self, info: TopicInfo) -> dict[int, list[IndexEntry]]:
@@ -275,9 +377,13 @@ class CompactionService:
             metrics.set_lag(info.name, p, lag, 0.0 if oldest is None else max(0.0, (now_ms - oldest) / 1000))
 
     def _fault(self, point: str) -> None:
+        """Test-only (config.fault_kill_after, fault_raise_at): kill this process, or raise once."""
         if self.config.fault_kill_after == point:
             log.warning("fault injection: killing this process", extra={"after": point})
             os.kill(os.getpid(), signal.SIGKILL)
+        if point in self._faults_to_raise:
+            self._faults_to_raise.discard(point)
+            raise InjectedFault(point)
 
     # -- resources ------------------------------------------------------------------------------
 

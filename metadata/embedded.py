@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 from .model import AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .rules import bumped_epoch, clamped_log_start, merged_configs, partition_count
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
-from .store import PRODUCER_EXPIRY_MS, InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, RegistryItem, TopicAlreadyExists, UnknownTopic, check_replacement
+from .store import PRODUCER_EXPIRY_MS, Fence, InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, RegistryItem, TopicAlreadyExists, UnknownTopic, check_replacement
 from .view import IndexReads, PartitionView
 
 T = TypeVar("T")
@@ -316,11 +316,12 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         self._producers.update(seq.producers)
         self._producer_used.update(dict.fromkeys(seq.producers, now))
 
-    async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry) -> bool:
+    async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry, fence: Fence | None = None) -> bool:
         check_replacement(replaced, replacement)
-        return await self._exclusive(self._replace_entries, topic_id, partition, list(replaced), replacement)
+        return await self._exclusive(self._replace_entries, topic_id, partition, list(replaced), replacement, fence)
 
-    async def _replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: list[IndexEntry], replacement: IndexEntry) -> bool:
+    async def _replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: list[IndexEntry], replacement: IndexEntry, fence: Fence | None) -> bool:
+        self._check_fence(fence)  # one process: a lead changes hands only by a resign in it, never behind its back
         part = self._partitions.get((topic_id, partition))
         if part is None:
             raise UnknownTopic(f"{topic_id}/{partition}")

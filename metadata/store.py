@@ -46,6 +46,11 @@ class MetadataUnavailable(MetadataError):
     error_code = 7  # REQUEST_TIMED_OUT
 
 
+class Fenced(MetadataError):
+    """The write carried a leadership's fence (`Fence`) and that leadership has changed hands (or
+    lapsed) since: nothing was written. The writer is no longer the leader and must stop."""
+
+
 class ObjectFenced(MetadataUnavailable):
     """The commit names an object the orphan sweeper has fenced off (it may be deleted already):
     nothing of it was committed; the producers retry into a new object."""
@@ -130,6 +135,14 @@ class CommitNotifier:
                         del self._waiters[topic_id]
 
 
+class Fence(NamedTuple):
+    """A leader's proof on a write (`MetadataStore.replace_entries`): the write happens only while
+    the leadership `name` is still held by the lead that `epoch` numbers (`Leadership.fence`)."""
+
+    name: str
+    epoch: int
+
+
 class Leadership:
     """A holder's claim on a named leadership (`MetadataStore.campaign`): of every holder
     campaigning for one name, through the stores on one storage, at most one leads at a time. The
@@ -141,12 +154,18 @@ class Leadership:
     def __init__(self, name: str, holder: str) -> None:
         self.name, self.holder = name, holder
         self._until = 0.0  # time.monotonic() until which the lead is assured
+        self.epoch = 0  # which lead this is: another lead of the name (even this holder's next) has another
         self._leading = asyncio.Event()
         self.resigned = False
         self._resign: Callable[[], Awaitable[None]] | None = None  # the store's part of stepping down
 
     def is_leader(self) -> bool:
         return time.monotonic() < self._until
+
+    def fence(self) -> Fence:
+        """The fence of the current lead: writes carrying it fail (Fenced) once the lead is lost,
+        even when this holder's clock has not noticed yet."""
+        return Fence(self.name, self.epoch)
 
     async def wait_leading(self, timeout: float) -> bool:
         """True once this holder leads, False if it does not within `timeout` seconds."""
@@ -165,8 +184,10 @@ class Leadership:
         if self._resign is not None:
             await self._resign()
 
-    def _lead(self, until: float = math.inf) -> None:
+    def _lead(self, until: float = math.inf, epoch: int | None = None) -> None:
         self._until = until
+        if epoch is not None:
+            self.epoch = epoch
         self._leading.set()
 
     def _lose(self) -> None:
@@ -179,6 +200,7 @@ class MetadataStore(abc.ABC):
         self.notifier = CommitNotifier()
         self._brokers: dict[int, BrokerRegistration] = {}
         self._campaigns: dict[str, list[Leadership]] = {}  # by name, the first leads (`campaign`, one process)
+        self._epochs = 0  # the last lead's epoch, of any name (`campaign`, one process)
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect / load state. Called once before use."""
@@ -259,15 +281,17 @@ class MetadataStore(abc.ABC):
         """The first entry whose max_timestamp >= timestamp, or None."""
 
     @abc.abstractmethod
-    async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry) -> bool:
+    async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry, fence: Fence | None = None) -> bool:
         """Compaction's index swap: the consecutive entries `replaced`, as the caller read them
         from this store, become the one entry `replacement` (a PARQUET object's row range, or a
         merged object), which must cover exactly their offsets. Atomic for the partition, and
         however many entries it replaces, within etcd's limits per transaction. True once
         durable; False, changing nothing, if the partition's entries over that range are no
         longer exactly `replaced` (another replace won). An object no entry refers to any more
-        drops out of `referenced_objects`. Raises ValueError for a replacement that does not fit
-        `replaced`, UnknownTopic, MetadataUnavailable."""
+        drops out of `referenced_objects`. With a `fence`, the replace happens in the same atomic
+        step as a check that its leadership is still held by that lead (a deposed compactor's swap
+        changes nothing). Raises ValueError for a replacement that does not fit `replaced`,
+        UnknownTopic, Fenced, MetadataUnavailable."""
 
     def referenced_objects(self) -> set[str]:
         """Keys of every object some index entry points at (the orphan sweeper keeps these)."""
@@ -382,16 +406,28 @@ class MetadataStore(abc.ABC):
         holders = self._campaigns.setdefault(name, [])
         holders.append(leadership)
         if len(holders) == 1:
-            leadership._lead()
+            leadership._lead(epoch=self._next_epoch())
 
         async def resign() -> None:
             was_first = holders[0] is leadership
             holders.remove(leadership)
             if was_first and holders:
-                holders[0]._lead()
+                holders[0]._lead(epoch=self._next_epoch())
 
         leadership._resign = resign
         return leadership
+
+    def _next_epoch(self) -> int:
+        self._epochs += 1
+        return self._epochs
+
+    def _check_fence(self, fence: Fence | None) -> None:
+        """Fenced unless `fence` is None or its lead still holds its name (one process's campaigns)."""
+        if fence is None:
+            return
+        holders = self._campaigns.get(fence.name)
+        if not holders or holders[0].epoch != fence.epoch:
+            raise Fenced(f"leadership {fence.name!r} epoch {fence.epoch} is no longer held")
 
 
 def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 5, compact_interval_s: int = 300, producer_expiry_ms: int = PRODUCER_EXPIRY_MS) -> MetadataStore:

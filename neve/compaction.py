@@ -76,11 +76,12 @@ LEADERSHIP = "compactor"
 
 class CompactionLoop(CompactionService):
     """The service with a word on each committed cycle (`on_cycle`), for what a node prints, that
-    cycles only while it leads "compactor" in the metadata store (`leadership`): a second compactor
-    on a cluster stands by, and takes over when the first stops or dies (its lease expires)."""
+    cycles only while it leads "compactor" in the metadata store (`leadership`; None: cycle
+    regardless, `neve compactor --once`): a second compactor on a cluster stands by, and takes over
+    when the first stops or dies (its lease expires). The service checks the lead between the
+    steps of a cycle and fences its index swaps with it (service.py)."""
 
     on_cycle: Callable[[TopicCycle], None] | None = None
-    leadership = None  # metadata.store.Leadership; None: cycle regardless (`neve compactor --once`)
     _standing_by = False
 
     async def run_once(self) -> list[TopicCycle]:

@@ -21,7 +21,8 @@ Key layout (all under `/<root>/`, root "neve" by default; values are compact JSO
     producer-epochs/<producer id>             current epoch, on the expiring lease
     swept/<object key>                        the orphan sweeper's fence on an object, on the expiring lease
     brokers/<node id>                         {"host", "port", "zone", "cache_port"?}, attached to the broker's lease
-    leaders/<name, url-quoted>                a named leadership's holder, on the holder's own lease (`campaign`)
+    leaders/<name, url-quoted>                a named leadership's holder, on the holder's own lease (`campaign`); its create
+                                              revision numbers the lead (its epoch: fenced writes compare it)
     groups/<group, url-quoted>                the group coordinator's state (opaque to this store)
     offsets/<group, url-quoted>/<topic id hex>/<partition:06d>
                                               [offset, leader epoch, metadata, commit timestamp]

@@ -7,7 +7,9 @@ replaces within its range) with one range deletion: two operations however many 
 replaces. The
 wal-index records holding the superseded WAL entries are shared with other partitions and are not
 touched by it. Its compare: no per-entry key of the partition changed since the revision the
-caller's view reflected (a compare over the partition's key range), and the topic still exists.
+caller's view reflected (a compare over the partition's key range), the topic still exists, and
+with a fence, the leadership's key is still the one its lead created (a deposed compactor's swap
+fails, Fenced).
 Another replace of the partition in between fails it; the store then waits for its view to see
 that replace and answers False if the entries are no longer the ones to replace.
 
@@ -25,7 +27,7 @@ import uuid
 from collections.abc import Sequence
 
 from ..model import IndexEntry, ObjectType
-from ..store import MetadataUnavailable, UnknownTopic, check_replacement
+from ..store import Fence, Fenced, MetadataUnavailable, UnknownTopic, check_replacement
 from .keys import _prefix_end, decode_wal_index, encode_entry
 
 log = logging.getLogger("neve.metadata.etcd")
@@ -36,7 +38,7 @@ class _Index:
     `_client`, `ops`, `_commit_txn`, the view (`_partitions`, `_by_path`, `_topics_by_id`,
     `_topic_created`, `_revision`) and the follower's `_view_reaches`."""
 
-    async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry) -> bool:
+    async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry, fence: Fence | None = None) -> bool:
         from aetcd import rpc
 
         check_replacement(replaced, replacement)
@@ -55,6 +57,10 @@ class _Index:
             request.compare.add(result=rpc.Compare.LESS, target=rpc.Compare.MOD, key=prefix, range_end=_prefix_end(prefix), mod_revision=seen + 1)
             topic_key = self.keys.topic(self._topics_by_id[topic_id].name)
             request.compare.add(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=topic_key, create_revision=self._topic_created[topic_id])
+            if fence is not None:  # the lead's key is the one its campaign created (leaders.py)
+                leader_key = self.keys.leader(fence.name)
+                request.compare.add(result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, key=leader_key, create_revision=fence.epoch)
+                request.failure.add().request_range.key = leader_key
             # the keys after the first within the range go (etcd refuses a put inside a range the
             # same transaction deletes); the first is put, over an earlier replace's if there is one
             key = self.keys.index(topic_id, partition, first)
@@ -72,6 +78,8 @@ class _Index:
                 log.info("etcd_entries_replaced", extra={"topic_id": topic_id.hex, "partition": partition, "first": first, "last": last, "entries": len(replaced), "object": replacement.object_key})
                 await self._drop_superseded_records({e.object_key for e in replaced if e.object_type is ObjectType.WAL})
                 return True
+            if fence is not None and not any(kv.create_revision == fence.epoch for kv in response.responses[0].response_range.kvs):
+                raise Fenced(f"leadership {fence.name!r} epoch {fence.epoch} is no longer held")
             # Another replace of this partition (or the topic's deletion) came after the view's
             # revision: wait until the view has it, then look again.
             if not await self._view_reaches(response.header.revision, self.settings.timeout):

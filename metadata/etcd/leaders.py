@@ -56,10 +56,13 @@ class _Leaders:
                     if leadership.is_leader():
                         leadership._lead(sent + ttl)
                     else:
-                        ok, responses = await self._txn([tx.create(key) == 0], [tx.put(key, holder, lease=lease)], [tx.get(key)])
-                        if ok or any(kv.lease == lease.id for _value, kv in responses[0]):
-                            leadership._lead(sent + ttl)
-                            log.info("leadership_taken", extra={"leadership": leadership.name, "holder": leadership.holder})
+                        # The key's create revision numbers this lead (its epoch, `Leadership.fence`):
+                        # a lead taken again, by anyone, is a new key with a higher one.
+                        ok, responses = await self._txn([tx.create(key) == 0], [tx.put(key, holder, lease=lease), tx.get(key)], [tx.get(key)])
+                        mine = [kv for _value, kv in responses[-1] if kv.lease == lease.id]
+                        if mine:
+                            leadership._lead(sent + ttl, epoch=mine[0].create_revision)
+                            log.info("leadership_taken", extra={"leadership": leadership.name, "holder": leadership.holder, "epoch": mine[0].create_revision})
                     failing = None
                 except asyncio.CancelledError:
                     raise

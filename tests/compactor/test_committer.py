@@ -4,6 +4,7 @@ between the Iceberg commit and the swap is finished on restart, and the swap is 
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pyarrow as pa
@@ -211,3 +212,47 @@ async def test_neve_tables_keep_the_metadata_files_of_the_last_commits_only_and_
     table = table.refresh()
     assert [s.snapshot_id for s in table.metadata.snapshots] == [c.snapshot_id for c in cycles]
     assert sorted(r["value_raw"] for r in table.scan(snapshot_id=cycles[2].snapshot_id).to_arrow().to_pylist()) == [b"v0", b"v1", b"v2"]
+
+
+async def test_offsets_committed_are_refused_again_after_snapshot_expiry_took_their_cycles(table, tmp_path, store):
+    from compactor.committer import CycleOverlap
+    from compactor.maintenance import expire_snapshots
+
+    info = await store.create_topic("t", 1)
+    entries = await commit_wal(store, info.topic_id, 0, [2, 2, 2])
+    old = manifest_for(info.topic_id, 0, entries[:1], f"{tmp_path}/a.parquet")
+    commit_cycle(table, old, [write_rows(table, tmp_path, "a", [(0, 0, None), (0, 1, None)])])
+    for i, entry in enumerate(entries[1:]):
+        rows = [(0, o, None) for o in range(entry.base_offset, entry.last_offset + 1)]
+        newest = manifest_for(info.topic_id, 0, [entry], f"{tmp_path}/b{i}.parquet")
+        commit_cycle(table.refresh(), newest, [write_rows(table, tmp_path, f"b{i}", rows)])
+    expire_snapshots(table.refresh(), int(time.time() * 1000) + 60_000)  # every snapshot but the current one: the first two cycles' summaries are gone
+    table = table.refresh()
+    assert len(table.metadata.snapshots) == 1
+    # A deposed compactor that had planned the first entries again commits late: refused, and a
+    # retry of the last cycle's commit (its answer lost) is found committed, not appended again.
+    late = manifest_for(info.topic_id, 0, entries[:1], f"{tmp_path}/late.parquet")
+    with pytest.raises(CycleOverlap):
+        commit_cycle(table, late, [write_rows(table, tmp_path, "late", [(0, 0, None), (0, 1, None)])])
+    assert commit_cycle(table, newest, []).cycle_id == newest.cycle_id
+    assert last_cycle(table).manifest_key == newest.key
+    assert rows_of(table) == [(0, o) for o in range(6)]
+
+
+async def test_a_cycle_committed_by_a_deposed_compactor_and_never_swapped_is_swapped_by_the_next_leader(table, tmp_path, store):
+    """The deposed compactor's cycle over partition 0 is committed but its swap refused; the new
+    leader's cycle over partition 1 commits after it (the last cycle): the deposed cycle's
+    partition is still swapped when the table's cycles are finished."""
+    info = await store.create_topic("t", 2)
+    objects = MemoryObjectStore()
+    deposed = manifest_for(info.topic_id, 0, await commit_wal(store, info.topic_id, 0, [2]), f"{tmp_path}/a.parquet")
+    leader = manifest_for(info.topic_id, 1, await commit_wal(store, info.topic_id, 1, [3]), f"{tmp_path}/b.parquet")
+    for m in (deposed, leader):
+        await objects.put(m.key, m.encode())
+    commit_cycle(table, deposed, [write_rows(table, tmp_path, "a", [(0, o, None) for o in range(2)])])
+    commit_cycle(table.refresh(), leader, [write_rows(table, tmp_path, "b", [(1, o, None) for o in range(3)])])
+    await swap(store, leader)
+
+    outcome = await finish_last_cycle(store, objects, table.refresh())
+    assert (outcome.swapped, outcome.already) == ([0], [1])
+    assert [(e.object_key, e.object_type) for p in (0, 1) for e in store.entries(info.topic_id, p, 0)] == [(deposed.key, ObjectType.PARQUET), (leader.key, ObjectType.PARQUET)]

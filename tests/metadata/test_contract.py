@@ -16,7 +16,7 @@ from metadata.model import (
     ObjectType,
     TopicInfo,
 )
-from metadata.store import InvalidPartitions, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic
+from metadata.store import Fence, Fenced, InvalidPartitions, MetadataUnavailable, ObjectFenced, TopicAlreadyExists, UnknownTopic
 
 from .helpers import append, commit
 
@@ -589,6 +589,29 @@ async def test_a_replace_of_entries_no_longer_there_changes_nothing(store):
     assert await store.replace_entries(t, 0, [a, b], IndexEntry(0, 9, "f1-again", PARQUET, 0, 10, 40)) is False
     assert await store.replace_entries(t, 0, [b, c], IndexEntry(5, 14, "f2", PARQUET, 0, 10, 60)) is False
     assert [e.object_key for e in store.entries(t, 0, 0)] == ["f1", "wal/C"]
+
+
+async def test_a_fenced_replace_happens_only_while_its_lead_holds(store):
+    t = await _three_objects(store)
+    a, b, c = store.entries(t, 0, 0)
+    first = await store.campaign("compactor", "one")
+    assert await first.wait_leading(60.0)
+    second = await store.campaign("compactor", "two")
+    deposed = first.fence()
+    parquet = IndexEntry(0, 4, "f1", PARQUET, 0, 5, 40)
+    assert await store.replace_entries(t, 0, [a], parquet, fence=deposed) is True
+    await first.resign()
+    assert await second.wait_leading(60.0)
+    assert second.fence() != deposed
+    # The deposed lead's swap changes nothing, even though its entries are still the ones to replace.
+    with pytest.raises(Fenced):
+        await store.replace_entries(t, 0, [b], IndexEntry(5, 9, "f2-deposed", PARQUET, 0, 5, 20), fence=deposed)
+    with pytest.raises(Fenced):  # a name nobody holds fences every write
+        await store.replace_entries(t, 0, [b], IndexEntry(5, 9, "f2-nobody", PARQUET, 0, 5, 20), fence=Fence("nobody", deposed.epoch))
+    assert store.entries(t, 0, 0) == [parquet, b, c]
+    assert await store.replace_entries(t, 0, [b], IndexEntry(5, 9, "f2", PARQUET, 0, 5, 20), fence=second.fence()) is True
+    assert [e.object_key for e in store.entries(t, 0, 0)] == ["f1", "f2", "wal/C"]
+    await second.resign()
 
 
 async def test_concurrent_replaces_of_one_range_one_wins(store):
