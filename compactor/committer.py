@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from wal.manifest import CycleManifest
 
+from . import binding
+
 log = logging.getLogger("neve.compactor.committer")
 
 CYCLE = "neve.cycle"
@@ -100,6 +102,7 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
     for attempt in range(attempts):
         if attempt:
             table = table.refresh()
+        binding.require(table, manifest.topic_id, manifest.topic)
         if (done := committed_cycle(table, manifest.cycle_id)) is not None:
             if attempt:
                 log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})
