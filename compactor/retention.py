@@ -1,4 +1,4 @@
-"""Table retention and topic deletion (issue 22): the two topic configs that let the compactor
+"""Table retention and topic deletion: the two topic configs that let the compactor
 delete table rows, which nothing else in neve does.
 
 `neve.iceberg.retention.ms` (default -1, keep forever): every maintenance round (maintenance.py, at
@@ -18,8 +18,8 @@ and its files purged (the catalog's purge_table). The compactor remembers the co
 topics it has seen and drops the table of one that disappears. For a topic deleted while no
 compactor ran, it also marks each table whose topic asks for this with table properties
 (`neve.drop-on-delete`, `neve.topic-id`): at its start a compactor drops every table of its
-namespace so marked whose topic id no longer exists. A table outside the compactor's namespace
-(`neve.iceberg.table` naming another) is dropped only by a compactor that saw the deletion.
+namespace so marked whose topic id no longer exists. A table is purged only when it is bound to
+the deleted topic's id (binding.py): never another topic's table under the name, nor one set aside.
 """
 
 from __future__ import annotations
