@@ -107,7 +107,7 @@ class TopicConfig:
             try:
                 self.syntax(v)
             except ValueError as e:
-                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: {e}") from None
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: {str(e).removeprefix(f'{self.name}: ')}") from None
         return v
 
 
