@@ -63,10 +63,17 @@ def value_subject(topic: str) -> str:
     return f"{topic}-value"
 
 
-def load_or_create(catalog, identifier: str, partition_by: str | None, topic_id: uuid.UUID | str, live: Collection[str] = ()):
+def live_topic_ids(metadata) -> frozenset[str] | None:
+    """The ids of the topics that exist, None while the metadata view may be stale (a topic
+    missing from it need not be deleted, so no table may be set aside on its account)."""
+    return frozenset(str(t.topic_id) for t in metadata.topics().values()) if metadata.is_current() else None
+
+
+def load_or_create(catalog, identifier: str, partition_by: str | None, topic_id: uuid.UUID | str, live: Collection[str] | None = ()):
     """The table of topic `topic_id`, created with the raw columns when it does not exist yet (the
     value column comes with the first schema, by union, which keeps the raw columns' field ids),
-    bound to the topic (compactor/binding.py). `live` holds the ids of the topics that exist.
+    bound to the topic (compactor/binding.py). `live` holds the ids of the topics that exist (None:
+    not known, and no table is set aside).
 
     A table under the name bound to another topic: when that topic is live, TableNotBound (two
     topics never share a table); when it was deleted, its table is set aside (renamed
@@ -88,6 +95,8 @@ def load_or_create(catalog, identifier: str, partition_by: str | None, topic_id:
         owners = {owner} if owner is not None else _cycle_topic_ids(table)
         if owners <= {topic_id}:
             return _adopt(table, topic_id)
+        if live is None:
+            raise binding.TableNotBound(f"table {identifier} is bound to topic id(s) {', '.join(sorted(owners))}, not {topic_id}, and which topics exist is not known yet: set aside later")
         if owners & set(live):
             raise binding.TableNotBound(f"table {identifier} holds the rows of live topic id(s) {', '.join(sorted(owners & set(live)))}, not of topic id {topic_id}: a table belongs to one topic")
         _set_aside(catalog, table, identifier, sorted(owners)[0])
