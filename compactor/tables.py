@@ -23,7 +23,7 @@ from .writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS, ROW_GROUP_B
 log = logging.getLogger("neve.compactor.tables")
 
 # Topic configs the compactor reads (declared, with their documentation, in broker/topic_configs.py,
-# which the compactor may not import; tests/compactor/test_tables.py checks the names agree).
+# which the compactor may not import; tests/compactor/test_table_binding.py checks the names agree).
 ENABLED = "neve.iceberg.enabled"
 TABLE = names.TABLE_CONFIG
 PARTITION_BY = layout.PARTITION_BY_CONFIG  # "neve.iceberg.partition.by"

@@ -143,3 +143,11 @@ async def test_maintenance_retention_reindex_and_purge_refuse_a_table_bound_to_a
     assert after.metadata_location == table.metadata_location and after.properties.get(DROP_PROPERTY) is None
     assert purge(catalog, "neve.t", theirs) is True
     assert catalog.list_tables("neve") == []
+
+
+def test_the_topic_configs_the_compactor_reads_are_the_ones_the_broker_declares():
+    from broker.topic_configs import TOPIC_CONFIGS
+    from compactor import retention
+
+    for name in (tables.ENABLED, tables.TABLE, tables.PARTITION_BY, retention.RETENTION_MS, retention.DROP_ON_DELETE):
+        assert name in TOPIC_CONFIGS
