@@ -1,6 +1,7 @@
 """The topic configs neve knows, declared once: name, type, default, validation, documentation and
 whether neve honours them. CreateTopics, AlterConfigs and IncrementalAlterConfigs validate with
-`check`; DescribeConfigs and CreateTopics (v5+) describe with `describe`; retention reads
+`check` (the two that name a table or its partitions with table/names.py's rules, and a table
+that is another topic's is refused); DescribeConfigs and CreateTopics (v5+) describe with `describe`; retention reads
 `retention_policy`.
 
 Names and defaults are Kafka's (3.9), so stock tools and frameworks (Kafka Streams, Connect) that
@@ -13,10 +14,11 @@ Unknown names are INVALID_CONFIG, as in Kafka."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from metadata.store import MetadataError
+from table import names
 from wal.batch_builder import COMPRESSION_TYPES
 
 from .config import BrokerSettings
@@ -62,6 +64,7 @@ class TopicConfig:
     minimum: int | None = None
     choices: tuple[str, ...] | None = None  # allowed values (each item, for lists)
     read_only: bool = False
+    syntax: Callable[[str], object] | None = None  # raises ValueError saying what is wrong with a value
 
     def parse(self, value: str | None) -> str:
         """The value as stored, or InvalidConfig naming what is wrong."""
@@ -100,6 +103,11 @@ class TopicConfig:
         if self.type != ConfigType.LIST and self.choices is not None and v not in self.choices:
             why = " (the only value neve supports)" if self.read_only else ""
             raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: String must be one of: {', '.join(self.choices)}{why}")
+        if self.syntax is not None and v:
+            try:
+                self.syntax(v)
+            except ValueError as e:
+                raise InvalidConfig(f"Invalid value {value} for configuration {self.name}: {str(e).removeprefix(f'{self.name}: ')}") from None
         return v
 
 
@@ -122,8 +130,8 @@ TOPIC_CONFIGS: dict[str, TopicConfig] = {
         _c("compression.type", T.STRING, "producer", "The codec of batches rebuilt from the topic's Iceberg table (its Parquet files) for a fetch: 'producer' keeps the codec each batch was produced with. Batches still in the WAL are served as produced, with the producer's codec: neve never recompresses on produce.", broker_synonym="compression.type", choices=COMPRESSION_TYPES),
         # neve's own
         _c("neve.iceberg.enabled", T.BOOLEAN, "true", "Whether the compactor maintains an Apache Iceberg table for this topic (every topic is one unless this is false)."),
-        _c("neve.iceberg.table", T.STRING, "", "The Iceberg table (namespace.table) of this topic; empty: the topic's name (with . and - made _) in the compactor's namespace."),
-        _c("neve.iceberg.partition.by", T.STRING, "day(timestamp)", "How the topic's table is partitioned, set when the compactor creates it: day(timestamp), hour(timestamp), month(timestamp), year(timestamp) of the Kafka timestamp, identity(partition), bucket[N](partition), several separated by commas, or none."),
+        _c(names.TABLE_CONFIG, T.STRING, "", "The Iceberg table of this topic: an identifier ([A-Za-z_][A-Za-z0-9_]*), optionally after the compactor's namespace and a dot (a compactor refuses any other namespace); empty: the topic's name (with . and - made _). Refused when it is another topic's table.", syntax=names.parse_table_config),
+        _c(names.PARTITION_BY_CONFIG, T.STRING, names.DEFAULT_PARTITION_BY, "How the topic's table is partitioned, set when the compactor creates it: day(timestamp), hour(timestamp), month(timestamp), year(timestamp) of the Kafka timestamp, identity(partition), bucket[N](partition), truncate[W](column), several separated by commas, or none.", syntax=names.parse_partition_by),
         _c("neve.iceberg.retention.ms", T.LONG, "-1", "How long rows are kept in the topic's Iceberg table (-1: forever, the default: retention.ms and DeleteRecords never delete table rows). Each table maintenance round (the compactor's maintenance interval) expires the rows of each partition up to its first record not older than this: the partition's log start moves there first, then the rows are deleted in one Iceberg snapshot (files holding only expired rows dropped whole, others rewritten) and their files deleted when the snapshots holding them expire. Like Kafka's segments, a record with an older timestamp after the first one kept stays. Only compacted records are expired.", minimum=-1),
         _c("neve.iceberg.drop.on.delete", T.BOOLEAN, "false", "Whether deleting the topic also drops its Iceberg table and purges the table's files (false: the table stays, with every row). The compactor drops the table when it sees the topic gone; a compactor that was not running then drops it at its next start only when the table is in its namespace: each such table is marked with the table properties neve.drop-on-delete and neve.topic-id while the topic lives."),
         # Kafka's, with no meaning for neve
@@ -277,6 +285,10 @@ async def replace_configs(metadata, name: str, old: Mapping[str, str], new: Mapp
         stored = check(new)
     except InvalidConfig as e:
         return INVALID_CONFIG, str(e)
+    changed_table = stored.get(names.TABLE_CONFIG, "") != old.get(names.TABLE_CONFIG, "")
+    other = names.table_collision(name, stored, (names.Topic(n, t.configs) for n, t in metadata.topics().items())) if changed_table else None
+    if other is not None:
+        return INVALID_CONFIG, names.collision_message(name, stored, other)
     if validate_only:
         return 0, None
     changes: dict[str, str | None] = {k: None for k in old if k not in stored}

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 from wal.manifest import CycleManifest
 
+from . import binding
+
 log = logging.getLogger("neve.compactor.committer")
 
 CYCLE = "neve.cycle"
@@ -146,15 +148,18 @@ NO_RETRIES = {"commit.retry.num-retries": "0"}
 
 
 def _without_blind_retries(table):
-    """`table`, set (once, by a commit of its own) to have pyiceberg give up on a conflicted commit.
-    pyiceberg's own retry re-applies an append to the refreshed table without the checks above,
-    which would append a cycle whose offsets another compactor committed meanwhile; the
-    committer retries itself, after the checks."""
+    """`table` as this process sees it, with pyiceberg's own retry of a conflicted commit off.
+    That retry re-applies an append to the refreshed table without the checks above, which would
+    append a cycle whose offsets another compactor committed meanwhile; the committer retries
+    itself, after the checks. Only the copy in memory changes (pyiceberg reads the setting from
+    it; the catalog applies the commit's updates to its own current metadata): the table's
+    stored properties keep their retries for every other writer (Spark's rewrites, say)."""
+    from pyiceberg.table import Table
+
     if all(table.metadata.properties.get(k) == v for k, v in NO_RETRIES.items()):
         return table
-    with table.transaction() as txn:
-        txn.set_properties(NO_RETRIES)
-    return table.refresh()
+    metadata = table.metadata.model_copy(update={"properties": {**table.metadata.properties, **NO_RETRIES}})
+    return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)
 
 
 def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10) -> CommittedCycle:
@@ -169,11 +174,8 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
     for attempt in range(attempts):
         if attempt:
             table = table.refresh()
-        try:
-            table = _without_blind_retries(table)
-        except (CommitFailedException, CommitStateUnknownException, OSError) as e:
-            error = e
-            continue
+        binding.require(table, manifest.topic_id, manifest.topic)
+        table = _without_blind_retries(table)
         if (done := committed_cycle(table, manifest.cycle_id)) is not None:
             if attempt:
                 log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})

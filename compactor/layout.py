@@ -14,13 +14,12 @@ keep these ids.)
 from __future__ import annotations
 
 import itertools
-import re
 
 import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PARTITION_FIELD_ID_START, UNPARTITIONED_PARTITION_SPEC, PartitionField, PartitionSpec
 from pyiceberg.schema import Schema, assign_fresh_schema_ids
-from pyiceberg.transforms import IdentityTransform, UnknownTransform, parse_transform
+from pyiceberg.transforms import IdentityTransform, parse_transform
 from pyiceberg.types import (
     BinaryType,
     BooleanType,
@@ -33,6 +32,8 @@ from pyiceberg.types import (
     StructType,
     TimestamptzType,
 )
+
+from table import names
 
 from .avro_types import evolve
 
@@ -127,33 +128,22 @@ def _storage_type(t: pa.DataType) -> pa.DataType:
     return t
 
 
-_TERM = re.compile(r"\s*(\w+(?:\[\s*\d+\s*\])?)\s*\(\s*([\w.]+)\s*\)\s*")
-
-
 def partition_spec(schema: Schema, partition_by: str | None = DEFAULT_PARTITION_BY) -> PartitionSpec:
     """The spec a `neve.iceberg.partition.by` value names: comma-separated terms
-    `transform(column)` (year, month, day, hour, identity, bucket[N], truncate[W]) or `none`. A bare
-    column name is one of the kafka struct's (`timestamp`, `partition`); dotted names reach any
-    column (`value.country`). Raises ValueError saying what is wrong."""
-    text = (partition_by if partition_by is not None else DEFAULT_PARTITION_BY).strip()
-    if text.lower() in ("none", ""):
-        return UNPARTITIONED_PARTITION_SPEC
+    `transform(column)` (year, month, day, hour, identity, bucket[N], truncate[W]) or `none`, parsed
+    as the broker parses it before accepting it (table/names.py). A bare column name is one of the
+    kafka struct's (`timestamp`, `partition`); dotted names reach any column (`value.country`).
+    Raises ValueError saying what is wrong."""
     fields = []
-    for i, term in enumerate(text.split(",")):
-        match = _TERM.fullmatch(term)
-        if match is None:
-            raise ValueError(f"{PARTITION_BY_CONFIG}: {term.strip()!r} is not transform(column), e.g. {DEFAULT_PARTITION_BY}")
-        transform_name, column = match.group(1).replace(" ", ""), match.group(2)
-        transform = parse_transform(transform_name)
-        if isinstance(transform, UnknownTransform):
-            raise ValueError(f"{PARTITION_BY_CONFIG}: unknown transform {transform_name!r} (year, month, day, hour, identity, bucket[N], truncate[W])")
-        source = _find(schema, column)
+    for i, term in enumerate(names.parse_partition_by(partition_by)):
+        transform = parse_transform(term.transform)
+        source = _find(schema, term.column)
         if not transform.can_transform(source.field_type):
-            raise ValueError(f"{PARTITION_BY_CONFIG}: {transform_name} does not apply to {column} ({source.field_type})")
-        leaf = column.rsplit(".", 1)[-1]
-        name = leaf if isinstance(transform, IdentityTransform) else f"{leaf}_{transform_name.split('[')[0]}"
+            raise ValueError(f"{PARTITION_BY_CONFIG}: {term.transform} does not apply to {term.column} ({source.field_type})")
+        leaf = term.column.rsplit(".", 1)[-1]
+        name = leaf if isinstance(transform, IdentityTransform) else f"{leaf}_{term.transform.split('[')[0]}"
         fields.append(PartitionField(source_id=source.field_id, field_id=PARTITION_FIELD_ID_START + i, transform=transform, name=name))
-    return PartitionSpec(*fields)
+    return PartitionSpec(*fields) if fields else UNPARTITIONED_PARTITION_SPEC
 
 
 def _find(schema: Schema, column: str) -> NestedField:

@@ -37,7 +37,7 @@ from metadata.model import TopicInfo
 from metadata.store import MetadataStore
 from wal.store import ObjectStore
 
-from . import metrics
+from . import binding, metrics
 from .committer import CYCLE
 from .config import CompactorConfig
 from .retention import TableRetention
@@ -104,6 +104,7 @@ class TableMaintenance:
             table = await asyncio.to_thread(catalog.load_table, identifier)
         except NoSuchTableError:
             return outcome
+        binding.require(table, info.topic_id, info.name)  # before the mark, retention, merge and re-index below
         table = await self.retention.mark(table, info)
         if due:
             self._last_run[identifier] = now

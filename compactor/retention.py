@@ -1,4 +1,4 @@
-"""Table retention and topic deletion (issue 22): the two topic configs that let the compactor
+"""Table retention and topic deletion: the two topic configs that let the compactor
 delete table rows, which nothing else in neve does.
 
 `neve.iceberg.retention.ms` (default -1, keep forever): every maintenance round (maintenance.py, at
@@ -18,8 +18,8 @@ and its files purged (the catalog's purge_table). The compactor remembers the co
 topics it has seen and drops the table of one that disappears. For a topic deleted while no
 compactor ran, it also marks each table whose topic asks for this with table properties
 (`neve.drop-on-delete`, `neve.topic-id`): at its start a compactor drops every table of its
-namespace so marked whose topic id no longer exists. A table outside the compactor's namespace
-(`neve.iceberg.table` naming another) is dropped only by a compactor that saw the deletion.
+namespace so marked whose topic id no longer exists. A table is purged only when it is bound to
+the deleted topic's id (binding.py): never another topic's table under the name, nor one set aside.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.store import MetadataError, MetadataStore
 
-from . import metrics
+from . import binding, metrics
 from .rewrites import OFFSET_COLUMN, PARTITION_COLUMN, bounds
 
 log = logging.getLogger("neve.compactor.retention")
@@ -46,7 +46,7 @@ RETENTION_MS = "neve.iceberg.retention.ms"
 DROP_ON_DELETE = "neve.iceberg.drop.on.delete"
 # Table properties marking a table to drop once its topic is gone (read at a compactor's start).
 DROP_PROPERTY = "neve.drop-on-delete"
-TOPIC_PROPERTY = "neve.topic-id"
+TOPIC_PROPERTY = binding.TOPIC_PROPERTY
 TIMESTAMP_COLUMN = "kafka.timestamp"
 PAGE = 4096
 
@@ -201,6 +201,7 @@ class TableRetention:
         keep_ms = retention_ms(info.configs)
         if keep_ms < 0:
             return RetentionOutcome()
+        binding.require(table, info.topic_id, info.name)  # rows are deleted by (partition, offset) alone
         cutoff = int(self._clock() * 1000) - keep_ms
         starts = await self._starts(table, info, cutoff)
         starts = {p: s for p, s in starts.items() if s > self._expired.get((info.topic_id, p), 0)}
@@ -285,7 +286,7 @@ def _set_properties(table, properties: Mapping[str, str]) -> None:
 @dataclass(frozen=True, slots=True)
 class SeenTopic:
     name: str
-    identifier: str
+    identifier: str | None  # None: its table config names no table of this compactor's
     drop: bool
 
 
@@ -309,21 +310,27 @@ class TopicDrops:
         topics = {info.topic_id: info for info in self.metadata.topics().values()}
         dropped: list[str] = []
         if not self._started:
-            for identifier, name in await asyncio.to_thread(marked_orphans, catalog, self.namespace, {str(t) for t in topics}):
-                if await asyncio.to_thread(purge, catalog, identifier):
+            for identifier, name, owner in await asyncio.to_thread(marked_orphans, catalog, self.namespace, {str(t) for t in topics}):
+                if await asyncio.to_thread(purge, catalog, identifier, owner):
                     dropped.append(identifier)
                     _dropped(name, identifier, "a marked table whose topic was deleted while no compactor ran")
             self._started = True
         for topic_id, seen in list(self._seen.items()):
             if topic_id in topics:
                 continue
-            if seen.drop and seen.identifier not in dropped and await asyncio.to_thread(purge, catalog, seen.identifier):
+            if seen.drop and seen.identifier is not None and seen.identifier not in dropped and await asyncio.to_thread(purge, catalog, seen.identifier, topic_id):
                 dropped.append(seen.identifier)
                 _dropped(seen.name, seen.identifier, "its topic was deleted")
             del self._seen[topic_id]  # only once dropped: a purge that failed is tried again
         for topic_id, info in topics.items():
-            self._seen[topic_id] = SeenTopic(info.name, self._identifier_of(info), drops_on_delete(info.configs))
+            self._seen[topic_id] = SeenTopic(info.name, self._identifier(info), drops_on_delete(info.configs))
         return dropped
+
+    def _identifier(self, info: TopicInfo) -> str | None:
+        try:
+            return self._identifier_of(info)
+        except ValueError:  # a table config this compactor refuses (its compaction says why)
+            return None
 
 
 def _dropped(topic: str, identifier: str, why: str) -> None:
@@ -332,8 +339,8 @@ def _dropped(topic: str, identifier: str, why: str) -> None:
 
 
 def marked_orphans(catalog, namespace: str, topic_ids: set[str]) -> list[tuple[str, str]]:
-    """(identifier, table name) of the tables of `namespace` marked to drop whose topic id is not
-    in `topic_ids`."""
+    """(identifier, table name, topic id) of the tables of `namespace` marked to drop whose topic
+    id is not in `topic_ids`."""
     from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 
     try:
@@ -348,17 +355,22 @@ def marked_orphans(catalog, namespace: str, topic_ids: set[str]) -> list[tuple[s
         except NoSuchTableError:
             continue
         if props.get(DROP_PROPERTY) == "true" and props.get(TOPIC_PROPERTY) not in topic_ids:
-            out.append((identifier, ident[-1]))
+            out.append((identifier, ident[-1], props.get(TOPIC_PROPERTY, "")))
     return out
 
 
-def purge(catalog, identifier: str) -> bool:
-    """Drop the table and delete its files (the catalog's purge: a SQL catalog deletes every file
-    the table's snapshots and metadata name; a REST catalog is asked to purge). False when there
-    was no such table."""
+def purge(catalog, identifier: str, topic_id: uuid.UUID | str) -> bool:
+    """Drop the table of deleted topic `topic_id` and delete its files (the catalog's purge: a SQL
+    catalog deletes every file the table's snapshots and metadata name; a REST catalog is asked to
+    purge). False when there was no such table, or it is not bound to that topic (another topic's
+    table under the name, or one set aside: never purged for this one)."""
     from pyiceberg.exceptions import NoSuchTableError
 
     try:
+        table = catalog.load_table(identifier)
+        if binding.bound_topic(table) != str(topic_id):
+            log.warning("a deleted topic's table is not dropped: the table under its name is not bound to it", extra={"table": identifier, "topic_id": str(topic_id), "bound_to": binding.bound_topic(table)})
+            return False
         catalog.purge_table(identifier)
     except NoSuchTableError:
         return False

@@ -32,6 +32,8 @@ from metadata.store import MetadataStore, UnknownTopic
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, new_cycle_id
 from wal.store import ObjectStore
 
+from . import binding
+
 log = logging.getLogger("neve.compactor.rewrites")
 
 PARTITION_COLUMN = "kafka.partition"
@@ -234,6 +236,7 @@ async def reindex(store: MetadataStore, objects: ObjectStore, manifests: Manifes
     """One pass over `info`'s index against `table`'s current snapshot (refreshed here): every
     stale run swapped to a new manifest over the current files."""
     table = await asyncio.to_thread(table.refresh)
+    binding.require(table, info.topic_id, info.name)  # rows are found by (partition, offset) alone: only this topic's table may be read so
     files = await asyncio.to_thread(current_files, table)
     current = table.current_snapshot()
     outcome = ReindexOutcome(snapshot_id=current.snapshot_id if current is not None else 0)

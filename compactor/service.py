@@ -236,14 +236,14 @@ class CompactionService:
         table = None
         if identifier not in self._recovered:  # the table first: its last cycle may move index entries
             self._check_lead()
-            table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY))
+            table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY), info.topic_id, tables.live_topic_ids(self.metadata))
             await finish_last_cycle(self.metadata, self.objects, table, self._fence)
             self._recovered.add(identifier)
         plan = await self._plan(info)
         if not plan.tasks:  # a topic with nothing due costs no catalog, table metadata or registry read
             return cycle
         if table is None:
-            table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY))
+            table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY), info.topic_id, tables.live_topic_ids(self.metadata))
         versions = await self.schemas.subject_schemas(tables.value_subject(info.name))
         table, resolved = await asyncio.to_thread(tables.apply_schemas, table, versions)
 

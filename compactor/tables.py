@@ -1,5 +1,6 @@
-"""A topic's Iceberg table: its name, its creation on first compaction (the raw columns, partitioned
-by `neve.iceberg.partition.by`), and its evolution by union with every version of the topic's value
+"""A topic's Iceberg table: its name (table/names.py), its creation on first compaction (the raw
+columns, partitioned by `neve.iceberg.partition.by`) bound to its topic's id (binding.py; a
+deleted topic's table under the name is set aside first), and its evolution by union with every version of the topic's value
 subject (`<topic>-value`, Confluent's TopicNameStrategy), oldest first (seed 003 §4.5). A version
 the table cannot take (a type change Iceberg cannot promote) is not an error: its values stay raw,
 with the reason. Synchronous (pyiceberg is): the service runs it off the event loop.
@@ -8,19 +9,23 @@ with the reason. Synchronous (pyiceberg is): the service runs it off the event l
 from __future__ import annotations
 
 import logging
-import re
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from . import avro_types, layout
+from pyiceberg.catalog import MetastoreCatalog
+
+from table import names
+
+from . import avro_types, binding, committer, layout, retention
 from .writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS, ROW_GROUP_BYTES_PROPERTY, ROW_GROUP_ROWS_PROPERTY
 
 log = logging.getLogger("neve.compactor.tables")
 
 # Topic configs the compactor reads (declared, with their documentation, in broker/topic_configs.py,
-# which the compactor may not import; tests/compactor/test_tables.py checks the names agree).
+# which the compactor may not import; tests/compactor/test_table_binding.py checks the names agree).
 ENABLED = "neve.iceberg.enabled"
-TABLE = "neve.iceberg.table"
+TABLE = names.TABLE_CONFIG
 PARTITION_BY = layout.PARTITION_BY_CONFIG  # "neve.iceberg.partition.by"
 
 
@@ -45,39 +50,120 @@ def is_enabled(configs: Mapping[str, str], default: bool) -> bool:
 
 
 def table_identifier(namespace: str, topic: str, configs: Mapping[str, str]) -> str:
-    """`neve.iceberg.table` when set (with `namespace` added if it names no namespace), else the
-    topic's name in `namespace`, with the characters SQL engines quote (`.`, `-`) made `_`."""
-    name = configs.get(TABLE, "").strip()
-    if name:
-        return name if "." in name else f"{namespace}.{name}"
-    return f"{namespace}.{re.sub(r'[^A-Za-z0-9_]', '_', topic)}"
+    """`neve.iceberg.table` when set, else the topic's name with the characters SQL engines quote
+    (`.`, `-`) made `_` (table/names.py), in `namespace`. A table config naming another namespace
+    is refused (ValueError): the compactor keeps the tables of its own namespace only."""
+    ns, name = names.table_of(topic, configs)
+    if ns is not None and ns != namespace:
+        raise ValueError(f"{TABLE}={configs.get(TABLE)!r} of topic {topic!r} names namespace {ns!r}: this compactor keeps the tables of namespace {namespace!r} only")
+    return f"{namespace}.{name}"
 
 
 def value_subject(topic: str) -> str:
     return f"{topic}-value"
 
 
-def load_or_create(catalog, identifier: str, partition_by: str | None):
-    """The table, created with the raw columns when it does not exist yet (the value column comes
-    with the first schema, by union, which keeps the raw columns' field ids)."""
+def live_topic_ids(metadata) -> frozenset[str] | None:
+    """The ids of the topics that exist, None while the metadata view may be stale (a topic
+    missing from it need not be deleted, so no table may be set aside on its account)."""
+    return frozenset(str(t.topic_id) for t in metadata.topics().values()) if metadata.is_current() else None
+
+
+def load_or_create(catalog, identifier: str, partition_by: str | None, topic_id: uuid.UUID | str, live: Collection[str] | None = ()):
+    """The table of topic `topic_id`, created with the raw columns when it does not exist yet (the
+    value column comes with the first schema, by union, which keeps the raw columns' field ids),
+    bound to the topic (compactor/binding.py). `live` holds the ids of the topics that exist (None:
+    not known, and no table is set aside).
+
+    A table under the name bound to another topic: when that topic is live, TableNotBound (two
+    topics never share a table); when it was deleted, its table is set aside (renamed
+    `<name>__<its id's first 8 hex digits>`, or dropped when it asked for drop-on-delete) and a
+    new one made, so a topic made again never reads or writes the deleted one's rows. A table
+    made by an older neve, not bound yet, is adopted when every neve cycle in its history is this
+    topic's."""
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
+    topic_id = str(topic_id)
     try:
-        return catalog.load_table(identifier)
+        table = catalog.load_table(identifier)
     except NoSuchTableError:
-        pass
-    namespace = identifier.rsplit(".", 1)[0]
+        table = None
+    if table is not None:
+        owner = binding.bound_topic(table)
+        if owner == topic_id:
+            return table
+        owners = {owner} if owner is not None else _cycle_topic_ids(table)
+        if owners <= {topic_id}:
+            return _adopt(table, topic_id)
+        if live is None:
+            raise binding.TableNotBound(f"table {identifier} is bound to topic id(s) {', '.join(sorted(owners))}, not {topic_id}, and which topics exist is not known yet: set aside later")
+        if owners & set(live):
+            raise binding.TableNotBound(f"table {identifier} holds the rows of live topic id(s) {', '.join(sorted(owners & set(live)))}, not of topic id {topic_id}: a table belongs to one topic")
+        _set_aside(catalog, table, identifier, sorted(owners)[0])
+    namespace, name = identifier.rsplit(".", 1)
     try:
         catalog.create_namespace(namespace)
     except NamespaceAlreadyExistsError:
         pass
     schema = layout.table_schema()
     try:
-        table = catalog.create_table(identifier, schema, partition_spec=layout.partition_spec(schema, partition_by), properties=TABLE_PROPERTIES)
-        log.info("table created", extra={"table": identifier, "partition_by": partition_by or layout.DEFAULT_PARTITION_BY})
+        table = catalog.create_table(
+            identifier,
+            schema,
+            location=_location(catalog, namespace, name, topic_id),
+            partition_spec=layout.partition_spec(schema, partition_by),
+            properties={**TABLE_PROPERTIES, binding.TOPIC_PROPERTY: topic_id},
+        )
+        log.info("table created", extra={"table": identifier, "topic_id": topic_id, "partition_by": partition_by or layout.DEFAULT_PARTITION_BY})
         return table
     except TableAlreadyExistsError:  # another compactor, or a user, made it meanwhile
-        return catalog.load_table(identifier)
+        table = catalog.load_table(identifier)
+        binding.require(table, topic_id)
+        return table
+
+
+def _cycle_topic_ids(table) -> set[str]:
+    """The topic ids the neve cycles of every snapshot the table keeps name ("" for a cycle that names none)."""
+    summaries = (s.summary.additional_properties for s in table.snapshots() if s.summary is not None)
+    return {props.get(committer.TOPIC_ID, "") for props in summaries if committer.CYCLE in props}
+
+
+def _adopt(table, topic_id: str):
+    with table.transaction() as txn:
+        txn.set_properties({binding.TOPIC_PROPERTY: topic_id})
+    log.info("table bound to its topic (made by an older neve, only this topic's cycles in it)", extra={"table": str(table.name()), "topic_id": topic_id})
+    return table.refresh()
+
+
+def _set_aside(catalog, table, identifier: str, owner: str) -> None:
+    """Move the table of deleted topic `owner` out of the name: dropped and purged when it asked
+    for that (the table property drop-on-delete sets), else renamed with all its rows."""
+    if table.properties.get(retention.DROP_PROPERTY) == "true":
+        if retention.purge(catalog, identifier, owner):
+            log.info("dropped a deleted topic's table to make its name's new one", extra={"table": identifier, "topic_id": owner})
+        return
+    from pyiceberg.exceptions import TableAlreadyExistsError
+
+    digits = owner.replace("-", "") or "unbound"
+    for aside in (f"{identifier}__{digits[:8]}", f"{identifier}__{digits}"):
+        try:
+            catalog.rename_table(identifier, aside)
+        except TableAlreadyExistsError:
+            continue
+        log.warning("a deleted topic's table renamed aside: its topic's name has a new topic", extra={"table": identifier, "renamed": aside, "topic_id": owner})
+        return
+    raise binding.TableNotBound(f"table {identifier} of deleted topic id {owner} could not be renamed aside: {identifier}__{digits} exists")
+
+
+def _location(catalog, namespace: str, name: str, topic_id: str) -> str | None:
+    """Where a topic's new table lives: the catalog's usual place for it with the topic id added,
+    so that a table made again under a name never shares a directory (nor orphan-file cleanup)
+    with the one set aside. None (the catalog decides) when no warehouse or namespace location says
+    where that is (a REST catalog's server)."""
+    base = catalog.load_namespace_properties(namespace).get("location", "").rstrip("/")
+    if not base and isinstance(catalog, MetastoreCatalog) and (warehouse := catalog.properties.get("warehouse", "").rstrip("/")):
+        base = f"{warehouse}/{namespace}"
+    return f"{base}/{name}-{topic_id.replace('-', '')}" if base else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,18 @@ class SqlError(RuntimeError):
     """Why `neve sql` cannot answer: one line for the user."""
 
 
+# Table names come from catalogs any engine (or an older neve) may have written: every name and
+# path put into DuckDB's SQL is quoted, never pasted.
+def quote_identifier(name: str) -> str:
+    """`name` as one SQL identifier (DuckDB: double quotes, a double quote doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def quote_literal(text: str) -> str:
+    """`text` as one SQL string literal (a single quote doubled)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def duckdb_extension_path(name: str) -> Path:
     """The extension file the PyPI package duckdb-extension-NAME installs."""
     spec = importlib.util.find_spec(f"duckdb_extension_{name}")
@@ -50,7 +62,7 @@ def duckdb_connect() -> duckdb.DuckDBPyConnection:
         raise SqlError(f"neve sql needs duckdb 1.5.5: {TABLE_EXTRA} ({e})") from None
     con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
     for name in DUCKDB_EXTENSIONS:
-        con.execute(f"LOAD '{duckdb_extension_path(name)}'")
+        con.execute(f"LOAD {quote_literal(str(duckdb_extension_path(name)))}")
     con.execute("SET TimeZone = 'UTC'")
     return con
 
@@ -58,10 +70,10 @@ def duckdb_connect() -> duckdb.DuckDBPyConnection:
 def set_s3_secret(con: duckdb.DuckDBPyConnection, io: dict[str, str]) -> None:
     """DuckDB's S3 secret from pyiceberg's FileIO properties (s3.endpoint, keys, region)."""
     endpoint = io.get("s3.endpoint", "")
-    settings = [f"KEY_ID '{io.get('s3.access-key-id', '')}'", f"SECRET '{io.get('s3.secret-access-key', '')}'", f"REGION '{io.get('s3.region', 'us-east-1')}'"]
+    settings = [f"KEY_ID {quote_literal(io.get('s3.access-key-id', ''))}", f"SECRET {quote_literal(io.get('s3.secret-access-key', ''))}", f"REGION {quote_literal(io.get('s3.region', 'us-east-1'))}"]
     if endpoint:
         # DuckDB takes the endpoint without its scheme, and needs path-style URLs for a local S3
-        settings += [f"ENDPOINT '{endpoint.split('://', 1)[-1]}'", "URL_STYLE 'path'", f"USE_SSL {str(endpoint.startswith('https://')).lower()}"]
+        settings += [f"ENDPOINT {quote_literal(endpoint.split('://', 1)[-1])}", "URL_STYLE 'path'", f"USE_SSL {str(endpoint.startswith('https://')).lower()}"]
     con.execute(f"CREATE OR REPLACE SECRET neve_s3 (TYPE s3, {', '.join(settings)})")
 
 
@@ -70,21 +82,27 @@ def create_views(con: duckdb.DuckDBPyConnection, settings: CompactorConfig, want
     each costs a read of its metadata), as `name` and as `namespace.name`, over the table's
     current metadata file: a SQL catalog writes no version-hint that DuckDB could follow, so
     the catalog says which file is current. Returns the names of the tables there are."""
+    import duckdb
+
     target = _existing_catalog(settings)
     catalog = load_catalog(target)
     names = sorted(name for _ns, name in catalog.list_tables(settings.namespace))
+    namespace = quote_identifier(settings.namespace)
     if names and settings.namespace != "main":
-        con.execute(f'CREATE SCHEMA IF NOT EXISTS "{settings.namespace}"')
+        con.execute(f"CREATE SCHEMA IF NOT EXISTS {namespace}")
     for name in names:
         if wanted is not None and name not in wanted:
             continue
         table = catalog.load_table((settings.namespace, name))
         if table.metadata_location.startswith("s3"):
             set_s3_secret(con, dict(table.io.properties))
-        scan = f"SELECT * FROM iceberg_scan('{table.metadata_location}')"
-        con.execute(f'CREATE VIEW "{name}" AS {scan}')
-        if settings.namespace != "main":
-            con.execute(f'CREATE VIEW "{settings.namespace}"."{name}" AS {scan}')
+        scan = f"SELECT * FROM iceberg_scan({quote_literal(table.metadata_location)})"
+        try:
+            con.execute(f"CREATE VIEW {quote_identifier(name)} AS {scan}")
+            if settings.namespace != "main":
+                con.execute(f"CREATE VIEW {namespace}.{quote_identifier(name)} AS {scan}")
+        except duckdb.Error as e:  # e.g. a path DuckDB's iceberg_scan cannot parse: the other tables still answer
+            sys.stderr.write(f"no view of table {name!r}: DuckDB cannot read it ({' '.join(str(e).split())})\n")
     return names
 
 
@@ -112,7 +130,7 @@ def run(settings: CompactorConfig, query: str | None, fmt: str = "box", out=None
         wanted = duckdb.get_table_names(query, qualified=False) if query else None
     except duckdb.Error:
         wanted = None  # DuckDB will say what is wrong with it
-    names = create_views(con, settings, wanted or None)
+    names = create_views(con, settings, (wanted or None) if query else set())  # listing needs no view
     if query is None:
         if not names:
             out.write(f"no tables yet in namespace {settings.namespace} (the compactor creates a topic's table at its first records)\n")
@@ -161,7 +179,8 @@ def neve_command() -> str:
 
 def table_query(table: str) -> str:
     """A first query of a topic's table: where each record is, then its key and value columns
-    (`value`, the Avro value's columns, last when the topic has a schema)."""
+    (`value`, the Avro value's columns, last when the topic has a schema). `table` is pasted as
+    it is: the compactor's tables are plain identifiers (table/names.py), and `<topic>` stands for one."""
     return f"SELECT kafka.partition, kafka.offset, * EXCLUDE (kafka, headers) FROM {table}"
 
 

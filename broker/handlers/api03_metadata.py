@@ -59,7 +59,7 @@ async def metadata(ctx, request):
     for name, asked_id in wanted:
         info = topics.get(name) if name is not None else None
         if info is None and name is not None and allow_auto and s.settings.auto_create_topics:
-            code, info = await create_topic_checked(s, name, s.settings.default_partitions, {})
+            code, _message, info = await create_topic_checked(s, name, s.settings.default_partitions, {})
             if info is None:
                 out.append(build(r.MetadataResponseTopic, error_code=ErrorCode(code), name=name, topic_id=ZERO_UUID, is_internal=False, partitions=(), topic_authorized_operations=-2147483648))
                 continue

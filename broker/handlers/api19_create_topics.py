@@ -1,6 +1,8 @@
 """CreateTopics (key 19), v2-v7. Replication factor and assignments are accepted and ignored: the
 one copy of the data lives on object storage. Configs are validated against the known topic
-configs (broker/topic_configs.py): an unknown name or invalid value answers INVALID_CONFIG. v5+
+configs (broker/topic_configs.py): an unknown name or invalid value answers INVALID_CONFIG. A
+topic whose Iceberg table would be another topic's (broker/topics.py) is refused:
+INVALID_TOPIC_EXCEPTION for its name, INVALID_CONFIG for its neve.iceberg.table. v5+
 answers with the created topic's configs, as DescribeConfigs would. validate_only checks without
 creating."""
 
@@ -8,13 +10,14 @@ from __future__ import annotations
 
 import datetime
 import uuid
+from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
 from ..codec import build, error
 from ..registry import handles
 from ..topic_configs import INVALID_CONFIG, InvalidConfig, check, describe
-from ..topics import INVALID_PARTITIONS, INVALID_TOPIC_EXCEPTION, create_topic_checked, topic_name_error
+from ..topics import INVALID_PARTITIONS, INVALID_TOPIC_EXCEPTION, create_topic_checked, table_refusal, topic_name_error
 
 NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
@@ -26,6 +29,7 @@ async def create_topics(ctx, request):
     s = ctx.services
     results = []
     seen: set[str] = set()
+    validated: dict[str, _Checked] = {}  # validate_only: the topics this request would have made
     for topic in request.topics:
         partitions = topic.num_partitions if topic.num_partitions != -1 else s.settings.default_partitions
         message = None
@@ -44,10 +48,15 @@ async def create_topics(ctx, request):
             code, message = INVALID_PARTITIONS, f"num_partitions {partitions} must be positive"
         elif config_error is not None:
             code, message = INVALID_CONFIG, config_error
+        elif topic.name in s.metadata.topics():
+            code, message = int(ErrorCode.topic_already_exists), f"Topic '{topic.name}' already exists."
+        elif (refusal := table_refusal(topic.name, configs, {**s.metadata.topics(), **validated})) is not None:
+            code, message = refusal
         elif request.validate_only:
-            code = int(ErrorCode.topic_already_exists) if topic.name in s.metadata.topics() else 0
+            code = 0
+            validated[topic.name] = _Checked(configs)
         else:
-            code, info = await create_topic_checked(s, topic.name, partitions, configs)
+            code, message, info = await create_topic_checked(s, topic.name, partitions, configs)
         seen.add(topic.name)
         results.append(
             build(
@@ -63,6 +72,11 @@ async def create_topics(ctx, request):
             )
         )
     return build(r.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    configs: dict[str, str]
 
 
 def _described(r, info, max_message_bytes: int) -> tuple:

@@ -4,6 +4,8 @@ expose, by raw kio requests. Every assertion is an exact value."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -30,6 +32,7 @@ ENV = {"NEVE_WAL_LINGER_MS": "10"}
 
 DEFAULT, TOPIC_SET = ConfigSource.DEFAULT_CONFIG.value, ConfigSource.DYNAMIC_TOPIC_CONFIG.value
 INVALID_CONFIG = 40
+INVALID_TOPIC_EXCEPTION = 17
 
 
 def admin(node) -> AdminClient:
@@ -156,6 +159,10 @@ def test_compression_type_takes_every_kafka_value(neve_node):
         ("message.timestamp.type", "LogAppendTime", "Invalid value LogAppendTime for configuration message.timestamp.type: String must be one of: CreateTime (the only value neve supports)"),
         ("compression.type", "bogus", "Invalid value bogus for configuration compression.type: String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
         ("no.such.config", "1", "Unknown topic config name: no.such.config"),
+        ("neve.iceberg.table", "neve.x\" AS SELECT 1; --", "for configuration neve.iceberg.table: 'neve.x\" AS SELECT 1; --' is not a table name"),
+        ("neve.iceberg.table", "a.b.c", "for configuration neve.iceberg.table: 'a.b.c' is not a table name"),
+        ("neve.iceberg.partition.by", "week(timestamp)", "for configuration neve.iceberg.partition.by: unknown transform 'week'"),
+        ("neve.iceberg.partition.by", "day(timestamp); DROP TABLE t", "for configuration neve.iceberg.partition.by: 'day(timestamp); DROP TABLE t' is not transform(column)"),
     ],
 )
 def test_invalid_config_is_refused_everywhere(neve_node, name, value, message):
@@ -374,3 +381,33 @@ def test_describe_configs_of_the_broker(neve_node):
     assert raised.value.args[0].code() == 42
 
 
+
+
+def test_a_table_config_naming_another_topics_table_is_refused_and_look_alikes_too_in_one_request(neve_node):
+    client = admin(neve_node)
+    owner = create_topic(neve_node.bootstrap, 1, prefix="owner.x")
+    table = owner.replace(".", "_").replace("-", "_")
+    other = create_topic(neve_node.bootstrap, 1, prefix="other")
+    for resource in (
+        ConfigResource(ResourceType.TOPIC, other, incremental_configs=[ConfigEntry("neve.iceberg.table", table, incremental_operation=AlterConfigOpType.SET)]),
+        ConfigResource(ResourceType.TOPIC, other, set_config={"neve.iceberg.table": f"neve.{table.upper()}"}),
+    ):
+        with pytest.raises(KafkaException) as raised:
+            if resource.incremental_configs:
+                client.incremental_alter_configs([resource])[resource].result(T)
+            else:
+                alter_configs(client, resource)
+        assert raised.value.args[0].code() == INVALID_CONFIG and f"with topic '{owner}'" in raised.value.args[0].str()
+    assert {n: e.value for n, e in describe(client, other).items() if e.source == TOPIC_SET} == {}
+    # the owner may keep (or set) its own table name; a new name of its own is fine too
+    alter_configs(client, ConfigResource(ResourceType.TOPIC, owner, set_config={"neve.iceberg.table": table}))
+    mine, pair = f"mine_{uuid.uuid4().hex[:8]}", f"pair.{uuid.uuid4().hex[:8]}"
+    alter_configs(client, ConfigResource(ResourceType.TOPIC, other, set_config={"neve.iceberg.table": mine}))
+
+    # two look-alikes in one request, validated only: the second collides with the first
+    futures = client.create_topics([NewTopic(pair, 1, 1), NewTopic(pair.replace(".", "-"), 1, 1), NewTopic(mine, 1, 1)], validate_only=True, operation_timeout=T)
+    futures[pair].result(T)
+    for name, taken_by in ((pair.replace(".", "-"), pair), (mine, other)):
+        with pytest.raises(KafkaException) as raised:
+            futures[name].result(T)
+        assert raised.value.args[0].code() == INVALID_TOPIC_EXCEPTION and f"with topic '{taken_by}'" in raised.value.args[0].str()

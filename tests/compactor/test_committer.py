@@ -15,6 +15,7 @@ from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.schema import Schema
 from pyiceberg.types import BinaryType, IntegerType, LongType, NestedField
 
+from compactor.binding import TOPIC_PROPERTY, TableNotBound
 from compactor.committer import commit_cycle, committed_cycle, last_cycle
 from compactor.layout import arrow_schema, rows_to_arrow
 from compactor.records import Batch, Record
@@ -78,12 +79,20 @@ def manifest_for(topic_id, partition, entries, path):
     return CycleManifest(new_cycle_id(), topic_id, "t", "neve.t", (part,))
 
 
+def bind(table, topic_id):
+    """The table bound to topic `topic_id`, as the compactor creates it (compactor/binding.py)."""
+    with table.transaction() as change:
+        change.set_properties({TOPIC_PROPERTY: str(topic_id)})
+    return table.refresh()
+
+
 def rows_of(table):
     return sorted((r["partition"], r["offset"]) for r in table.refresh().scan().to_arrow().to_pylist())
 
 
 async def test_a_cycle_committed_twice_is_appended_once_and_its_offsets_are_in_the_summary(table, tmp_path, store):
     info = await store.create_topic("t", 1)
+    table = bind(table, info.topic_id)
     entries = await commit_wal(store, info.topic_id, 0, [2, 3])
     data_file = write_rows(table, tmp_path, "a", [(0, o, b"v%d" % o) for o in range(5)])
     manifest = manifest_for(info.topic_id, 0, entries, f"{tmp_path}/a.parquet")
@@ -99,6 +108,7 @@ async def test_a_cycle_committed_twice_is_appended_once_and_its_offsets_are_in_t
 
 async def test_the_snapshot_before_a_cycle_holds_exactly_the_earlier_rows(table, tmp_path, store):
     info = await store.create_topic("t", 1)
+    table = bind(table, info.topic_id)
     entries = await commit_wal(store, info.topic_id, 0, [2, 2])
     one = commit_cycle(table, manifest_for(info.topic_id, 0, entries[:1], f"{tmp_path}/a.parquet"), [write_rows(table, tmp_path, "a", [(0, 0, b"a"), (0, 1, b"b")])])
     commit_cycle(table.refresh(), manifest_for(info.topic_id, 0, entries[1:], f"{tmp_path}/b.parquet"), [write_rows(table, tmp_path, "b", [(0, 2, b"c"), (0, 3, b"d")])])
@@ -111,6 +121,7 @@ async def test_the_snapshot_before_a_cycle_holds_exactly_the_earlier_rows(table,
 
 async def test_a_restart_between_the_commit_and_the_swap_finishes_the_swap_once(table, tmp_path, store):
     info = await store.create_topic("t", 2)
+    table = bind(table, info.topic_id)
     entries = await commit_wal(store, info.topic_id, 1, [1, 2, 3])
     objects = MemoryObjectStore()
     manifest = manifest_for(info.topic_id, 1, entries, f"{tmp_path}/a.parquet")
@@ -135,6 +146,7 @@ async def test_a_restart_between_the_commit_and_the_swap_finishes_the_swap_once(
 
 async def test_the_swap_keeps_later_wal_entries_and_commits_after_it_continue(table, tmp_path, store):
     info = await store.create_topic("t", 1)
+    table = bind(table, info.topic_id)
     entries = await commit_wal(store, info.topic_id, 0, [2, 2, 2])
     manifest = manifest_for(info.topic_id, 0, entries[:2], f"{tmp_path}/a.parquet")
     outcome = await swap(store, manifest)
@@ -174,6 +186,7 @@ async def test_a_second_compactors_cycle_over_the_same_offsets_appends_nothing(t
     from compactor.committer import CycleOverlap
 
     info = await store.create_topic("t", 1)
+    table = bind(table, info.topic_id)
     entries = await commit_wal(store, info.topic_id, 0, [2, 2])
     first = manifest_for(info.topic_id, 0, entries, f"{tmp_path}/a.parquet")
     commit_cycle(table, first, [write_rows(table, tmp_path, "a", [(0, o, None) for o in range(4)])])
@@ -182,11 +195,12 @@ async def test_a_second_compactors_cycle_over_the_same_offsets_appends_nothing(t
     with pytest.raises(CycleOverlap):
         commit_cycle(table, rival, [write_rows(table, tmp_path, "b", [(0, o, None) for o in range(2, 4)])])
     assert rows_of(table) == [(0, o) for o in range(4)]
-    # the topic deleted and made again under its name: a new topic id, whose offsets start over
+    # the topic deleted and made again under its name: a new topic id, which never writes into the old one's table
     again = await store.create_topic("t2", 1)
     reborn = manifest_for(again.topic_id, 0, await commit_wal(store, again.topic_id, 0, [4]), f"{tmp_path}/c.parquet")
-    commit_cycle(table.refresh(), reborn, [write_rows(table, tmp_path, "c", [(0, o, None) for o in range(4)])])
-    assert rows_of(table) == sorted([(0, o) for o in range(4)] * 2)
+    with pytest.raises(TableNotBound, match=str(again.topic_id)):
+        commit_cycle(table.refresh(), reborn, [write_rows(table, tmp_path, "c", [(0, o, None) for o in range(4)])])
+    assert rows_of(table) == [(0, o) for o in range(4)]
 
 
 async def test_neve_tables_keep_the_metadata_files_of_the_last_commits_only_and_every_snapshot(tmp_path, store):
@@ -194,10 +208,10 @@ async def test_neve_tables_keep_the_metadata_files_of_the_last_commits_only_and_
     write.metadata.previous-versions-max (100 by default; 3 here), and its snapshots (time
     travel, the cycles' summaries) all stay."""
     catalog = SqlCatalog("neve", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}/warehouse")
-    table = load_or_create(catalog, "neve.t", "none")
+    info = await store.create_topic("t", 1)
+    table = load_or_create(catalog, "neve.t", "none", info.topic_id)
     with table.transaction() as change:
         change.set_properties({"write.metadata.previous-versions-max": "3"})
-    info = await store.create_topic("t", 1)
     entries = await commit_wal(store, info.topic_id, 0, [1] * 8)
     cycles = []
     for i, entry in enumerate(entries):
@@ -207,7 +221,7 @@ async def test_neve_tables_keep_the_metadata_files_of_the_last_commits_only_and_
         data_file = parquet_file_to_data_file(table.io, table.refresh().metadata, f"file://{path}")
         cycles.append(commit_cycle(table.refresh(), manifest_for(info.topic_id, 0, [entry], path), [data_file]))
 
-    metadata_files = sorted((tmp_path / "warehouse" / "neve" / "t" / "metadata").glob("*.metadata.json"))
+    metadata_files = sorted((tmp_path / "warehouse" / "neve" / f"t-{info.topic_id.hex}" / "metadata").glob("*.metadata.json"))
     assert len(metadata_files) == 4  # the current one and the 3 before it
     table = table.refresh()
     assert [s.snapshot_id for s in table.metadata.snapshots] == [c.snapshot_id for c in cycles]
@@ -219,6 +233,7 @@ async def test_offsets_committed_are_refused_again_after_snapshot_expiry_took_th
     from compactor.maintenance import expire_snapshots
 
     info = await store.create_topic("t", 1)
+    table = bind(table, info.topic_id)
     entries = await commit_wal(store, info.topic_id, 0, [2, 2, 2])
     old = manifest_for(info.topic_id, 0, entries[:1], f"{tmp_path}/a.parquet")
     commit_cycle(table, old, [write_rows(table, tmp_path, "a", [(0, 0, None), (0, 1, None)])])
@@ -244,6 +259,7 @@ async def test_a_cycle_committed_by_a_deposed_compactor_and_never_swapped_is_swa
     leader's cycle over partition 1 commits after it (the last cycle): the deposed cycle's
     partition is still swapped when the table's cycles are finished."""
     info = await store.create_topic("t", 2)
+    table = bind(table, info.topic_id)
     objects = MemoryObjectStore()
     deposed = manifest_for(info.topic_id, 0, await commit_wal(store, info.topic_id, 0, [2]), f"{tmp_path}/a.parquet")
     leader = manifest_for(info.topic_id, 1, await commit_wal(store, info.topic_id, 1, [3]), f"{tmp_path}/b.parquet")

@@ -252,7 +252,7 @@ def sqlite_config(data_dir: Path):
 
 
 def data_files(data_dir: Path, topic: str) -> list[Path]:
-    return list((data_dir / "warehouse").glob(f"neve/{topic.replace('-', '_')}/data/**/*.parquet"))
+    return list((data_dir / "warehouse").glob(f"neve/{topic.replace('-', '_')}-*/data/**/*.parquet"))  # a table's location ends in its topic id
 
 
 def test_a_topic_deleted_with_drop_on_delete_loses_its_table_one_without_keeps_every_row(neve_factory):
