@@ -18,6 +18,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
+from table.layout import (
+    BASE_SEQUENCE,
+    BATCH_BASE_OFFSET,
+    BATCH_BASE_TIMESTAMP,
+    BATCH_COMPRESSION,
+    BATCH_LEADER_EPOCH,
+    BATCH_MAGIC,
+    BATCH_MAX_TIMESTAMP,
+    HEADER_KEY,
+    HEADER_VALUE,
+    HEADERS,
+    IS_CONTROL,
+    IS_TRANSACTIONAL,
+    KAFKA,
+    KEY_RAW,
+    OFFSET,
+    PARTITION,
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    TIMESTAMP,
+    TIMESTAMP_TYPE,
+    VALUE_RAW,
+    VALUE_SCHEMA_ID,
+)
+
 from .records import Batch, Record
 
 # After the last payload: the reads of a record's fixed fields past its end stay inside the buffer
@@ -88,15 +113,15 @@ class RawRows:
         one or two, each with rows, in no particular order."""
         if self.schema_id is None or not self.tombstones:
             return [self]
-        dead = self.rows.column("value_schema_id").is_null().to_numpy(zero_copy_only=False)
+        dead = self.rows.column(VALUE_SCHEMA_ID).is_null().to_numpy(zero_copy_only=False)
         values = [] if dead.all() else [self.take(np.flatnonzero(~dead))]
         tombstones = self if dead.all() else self.take(np.flatnonzero(dead))
         return [*values, RawRows(tombstones.rows, tombstones.offsets, tombstones.timestamps, len(tombstones))]
 
     def _tombstones(self, rows: pa.RecordBatch, values: ValueSpans | None) -> int:
         if self.schema_id is not None:
-            return rows.column("value_schema_id").null_count
-        return values.nulls if values is not None else rows.column("value_raw").null_count
+            return rows.column(VALUE_SCHEMA_ID).null_count
+        return values.nulls if values is not None else rows.column(VALUE_RAW).null_count
 
 
 def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa.Schema) -> RawRows:
@@ -105,21 +130,21 @@ def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa
     n = len(records)
     offsets = [r[0] for r in records]
     timestamps = [r[1] for r in records]
-    kafka_type = schema.field("kafka").type
+    kafka_type = schema.field(KAFKA).type
     kafka_arrays = []
     for f in kafka_type:
-        if f.name == "offset":
+        if f.name == OFFSET:
             kafka_arrays.append(pa.array(offsets, type=f.type))
-        elif f.name == "timestamp":
+        elif f.name == TIMESTAMP:
             kafka_arrays.append(pa.array([t * 1000 for t in timestamps], type=f.type))  # Kafka's ms as timestamptz micros
         else:
             kafka_arrays.append(pa.array([kafka[f.name]] * n, type=f.type))
     values = [r[3] for r in records]
     columns = {
-        "kafka": pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
-        "headers": pa.array([[{"key": k, "value": v} for k, v in r[4]] if r[4] else [] for r in records], type=schema.field("headers").type),
-        "key_raw": pa.array([r[2] for r in records], type=schema.field("key_raw").type),
-        "value_raw": pa.array(values, type=schema.field("value_raw").type),
+        KAFKA: pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
+        HEADERS: pa.array([[{HEADER_KEY: k, HEADER_VALUE: v} for k, v in r[4]] if r[4] else [] for r in records], type=schema.field(HEADERS).type),
+        KEY_RAW: pa.array([r[2] for r in records], type=schema.field(KEY_RAW).type),
+        VALUE_RAW: pa.array(values, type=schema.field(VALUE_RAW).type),
     }
     arrays = [columns[f.name] if f.name in columns else pa.nulls(n, type=f.type) for f in schema]
     rows = pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -641,15 +666,15 @@ def _kafka_fields(batches: Sequence[Batch]) -> dict[str, Any]:
     """translator.kafka_columns' batch-level fields of `batches`, each as an array (a list for
     batch_compression), in one pass over the batches (kafka_columns a batch is a dict a batch:
     most of the time of batches of one record). tests/compactor/test_columns.py holds the two equal."""
-    names = ("timestamp_type", "batch_base_offset", "batch_leader_epoch", "batch_magic", "batch_base_timestamp", "batch_max_timestamp", "producer_id", "producer_epoch", "base_sequence", "is_control", "is_transactional")
+    names = (TIMESTAMP_TYPE, BATCH_BASE_OFFSET, BATCH_LEADER_EPOCH, BATCH_MAGIC, BATCH_BASE_TIMESTAMP, BATCH_MAX_TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, BASE_SEQUENCE, IS_CONTROL, IS_TRANSACTIONAL)
     rows = [(b.timestamp_type, b.base_offset, b.partition_leader_epoch, b.magic, b.base_timestamp, b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence, b.is_control, b.is_transactional) for b in batches]
     table = np.array(rows, dtype=np.int64).reshape(-1, len(names))
     fields: dict[str, Any] = {name: table[:, i] for i, name in enumerate(names)}
-    fields["batch_base_timestamp"] = fields["batch_base_timestamp"] * 1000  # ms as timestamptz micros
-    fields["batch_max_timestamp"] = fields["batch_max_timestamp"] * 1000
-    fields["is_control"] = fields["is_control"].astype(bool)
-    fields["is_transactional"] = fields["is_transactional"].astype(bool)
-    fields["batch_compression"] = [b.codec_name for b in batches]
+    fields[BATCH_BASE_TIMESTAMP] = fields[BATCH_BASE_TIMESTAMP] * 1000  # ms as timestamptz micros
+    fields[BATCH_MAX_TIMESTAMP] = fields[BATCH_MAX_TIMESTAMP] * 1000
+    fields[IS_CONTROL] = fields[IS_CONTROL].astype(bool)
+    fields[IS_TRANSACTIONAL] = fields[IS_TRANSACTIONAL].astype(bool)
+    fields[BATCH_COMPRESSION] = [b.codec_name for b in batches]
     return fields
 
 
@@ -664,17 +689,17 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
         kept = np.flatnonzero(keep)
         n = len(kept)
     offsets, timestamps = fields.offsets[kept], fields.timestamps[kept]
-    kafka_type = schema.field("kafka").type
+    kafka_type = schema.field(KAFKA).type
     live = np.flatnonzero(counts)
     per_batch = _kafka_fields([batches[i] for i in live.tolist()])
     repeats = counts[live]
     kafka_arrays = []
     for f in kafka_type:
-        if f.name == "offset":
+        if f.name == OFFSET:
             kafka_arrays.append(pa.array(offsets, type=f.type))
-        elif f.name == "timestamp":
+        elif f.name == TIMESTAMP:
             kafka_arrays.append(pa.array(timestamps * 1000).view(f.type))
-        elif f.name == "partition":
+        elif f.name == PARTITION:
             kafka_arrays.append(pa.array(np.full(n, partition, dtype=np.int32), type=f.type))
         else:
             values = per_batch[f.name]
@@ -688,7 +713,7 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
                 kafka_arrays.append(pa.array(np.repeat(values, repeats)).view(f.type))
             else:  # repeated in the column's own width: Arrow takes the array as it is, no cast
                 kafka_arrays.append(pa.array(np.repeat(values.astype(f.type.to_pandas_dtype()), repeats), type=f.type))
-    header_type = schema.field("headers").type
+    header_type = schema.field(HEADERS).type
     element = header_type.value_type
     firsts = np.zeros(n + 1, dtype=np.int64)
     if len(names):  # else none has a header: every list starts at 0
@@ -696,14 +721,14 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
     header_values = _binary(buffer, fields.header_value_at[header_keep], fields.header_value_length[header_keep])
     structs = pa.StructArray.from_arrays([names.view(element.field(0).type), header_values.cast(element.field(1).type)], fields=list(element))
     columns = {
-        "kafka": pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
-        "headers": pa.LargeListArray.from_arrays(pa.array(firsts), structs, type=header_type),
-        "key_raw": _binary(buffer, fields.key_at[kept], fields.key_length[kept]).cast(schema.field("key_raw").type),
+        KAFKA: pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
+        HEADERS: pa.LargeListArray.from_arrays(pa.array(firsts), structs, type=header_type),
+        KEY_RAW: _binary(buffer, fields.key_at[kept], fields.key_length[kept]).cast(schema.field(KEY_RAW).type),
     }
     spans = None
     if not values_apart:
         values = _binary(buffer, fields.value_at[kept], fields.value_length[kept])
-        columns["value_raw"] = values.cast(schema.field("value_raw").type)
+        columns[VALUE_RAW] = values.cast(schema.field(VALUE_RAW).type)
         tombstones = values.null_count
     else:  # the values stay where they are: a copy of them all saved, when they are read into columns
         spans = ValueSpans(np.frombuffer(buffer, dtype=np.uint8), fields.value_at[kept], fields.value_length[kept])

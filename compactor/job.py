@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from metadata.model import IndexEntry
+from table.layout import BATCH_COMPRESSION, HEADERS, KAFKA, KEY_RAW, OFFSET, TIMESTAMP, VALUE, VALUE_ERROR, VALUE_RAW, VALUE_SCHEMA_ID
 from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, LOG_OVERHEAD, decompress
 from wal.store import load_object_store
 
@@ -192,7 +193,7 @@ def _add_row(writer: TableWriter, row: Any, outcome: str | None, counts: dict[st
         counts[RAW] += len(records) - tombstones
         return
     if outcome == MALFORMED:
-        malformed.append((partition, row["kafka"]["offset"], row["value_error"]))
+        malformed.append((partition, row[KAFKA][OFFSET], row[VALUE_ERROR]))
         writer.add(row, RAW)
     else:
         writer.add(row, outcome)
@@ -533,18 +534,18 @@ def _ms(timestamp: int, fallback: int) -> int:
 def _malformed(partition: int, batch: Batch, stored: memoryview, error: CorruptBatch, first_offset: int, parsed: bool = True) -> dict[str, Any]:
     kafka = kafka_columns(partition, batch)
     # At the batch's first offset, or the checkpoint's when it falls inside the batch.
-    kafka["offset"] = max(batch.base_offset, first_offset)
-    kafka["timestamp"] = _ms(batch.base_timestamp, batch.max_timestamp) * 1000
+    kafka[OFFSET] = max(batch.base_offset, first_offset)
+    kafka[TIMESTAMP] = _ms(batch.base_timestamp, batch.max_timestamp) * 1000
     if not parsed:
-        kafka["batch_compression"] = "unknown"
+        kafka[BATCH_COMPRESSION] = "unknown"
     return {
-        "kafka": kafka,
-        "headers": [],
-        "key_raw": None,
-        "value": None,
-        "value_raw": bytes(stored),
-        "value_schema_id": None,
-        "value_error": f"batch does not decode: {error}",
+        KAFKA: kafka,
+        HEADERS: [],
+        KEY_RAW: None,
+        VALUE: None,
+        VALUE_RAW: bytes(stored),
+        VALUE_SCHEMA_ID: None,
+        VALUE_ERROR: f"batch does not decode: {error}",
     }
 
 

@@ -63,7 +63,7 @@ def load_or_create(catalog, identifier: str, partition_by: str | None):
     from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError, TableAlreadyExistsError
 
     try:
-        return catalog.load_table(identifier)
+        return layout.upgrade_raw_columns(catalog.load_table(identifier))
     except NoSuchTableError:
         pass
     namespace = identifier.rsplit(".", 1)[0]

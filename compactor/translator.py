@@ -22,6 +22,32 @@ from typing import Any
 from fastavro import schemaless_reader, schemaless_writer
 
 from registry.wire import NotFramed, unframe
+from table.layout import (
+    BASE_SEQUENCE,
+    BATCH_BASE_OFFSET,
+    BATCH_BASE_TIMESTAMP,
+    BATCH_COMPRESSION,
+    BATCH_LEADER_EPOCH,
+    BATCH_MAGIC,
+    BATCH_MAX_TIMESTAMP,
+    HEADER_KEY,
+    HEADER_VALUE,
+    HEADERS,
+    IS_CONTROL,
+    IS_TRANSACTIONAL,
+    KAFKA,
+    KEY_RAW,
+    OFFSET,
+    PARTITION,
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    TIMESTAMP,
+    TIMESTAMP_TYPE,
+    VALUE,
+    VALUE_ERROR,
+    VALUE_RAW,
+    VALUE_SCHEMA_ID,
+)
 
 from .avro_types import ValueLayout, parse, value_layout
 from .records import Batch, Record
@@ -70,21 +96,21 @@ def writer_schema(schema_id: int, schema: str | dict | list, schema_type: str = 
 def kafka_columns(partition: int, batch: Batch) -> dict[str, Any]:
     """The kafka struct's batch-level fields (shared by the batch's rows; translate copies it)."""
     return {
-        "partition": partition,
-        "offset": None,
-        "timestamp": None,
-        "timestamp_type": batch.timestamp_type,
-        "batch_base_offset": batch.base_offset,
-        "batch_leader_epoch": batch.partition_leader_epoch,
-        "batch_magic": batch.magic,
-        "batch_compression": batch.codec_name,
-        "batch_base_timestamp": batch.base_timestamp * 1000,
-        "batch_max_timestamp": batch.max_timestamp * 1000,
-        "producer_id": batch.producer_id,
-        "producer_epoch": batch.producer_epoch,
-        "base_sequence": batch.base_sequence,
-        "is_control": batch.is_control,
-        "is_transactional": batch.is_transactional,
+        PARTITION: partition,
+        OFFSET: None,
+        TIMESTAMP: None,
+        TIMESTAMP_TYPE: batch.timestamp_type,
+        BATCH_BASE_OFFSET: batch.base_offset,
+        BATCH_LEADER_EPOCH: batch.partition_leader_epoch,
+        BATCH_MAGIC: batch.magic,
+        BATCH_COMPRESSION: batch.codec_name,
+        BATCH_BASE_TIMESTAMP: batch.base_timestamp * 1000,
+        BATCH_MAX_TIMESTAMP: batch.max_timestamp * 1000,
+        PRODUCER_ID: batch.producer_id,
+        PRODUCER_EPOCH: batch.producer_epoch,
+        BASE_SEQUENCE: batch.base_sequence,
+        IS_CONTROL: batch.is_control,
+        IS_TRANSACTIONAL: batch.is_transactional,
     }
 
 
@@ -93,19 +119,19 @@ def translate(record: Record, kafka: dict[str, Any], resolve: Resolver | None) -
     a topic without a value schema. Raises only what `resolve` raises."""
     offset, timestamp, key, value, headers = record
     row_kafka = kafka.copy()
-    row_kafka["offset"] = offset
-    row_kafka["timestamp"] = timestamp * 1000  # Kafka's ms as timestamptz micros
-    row_headers = [{"key": k, "value": v} for k, v in headers] if headers else []
+    row_kafka[OFFSET] = offset
+    row_kafka[TIMESTAMP] = timestamp * 1000  # Kafka's ms as timestamptz micros
+    row_headers = [{HEADER_KEY: k, HEADER_VALUE: v} for k, v in headers] if headers else []
     if value is None:
-        return {"kafka": row_kafka, "headers": row_headers, "key_raw": key, "value_raw": None, "value_schema_id": None, "value_error": None, "value": None}, TOMBSTONE
+        return {KAFKA: row_kafka, HEADERS: row_headers, KEY_RAW: key, VALUE_RAW: None, VALUE_SCHEMA_ID: None, VALUE_ERROR: None, VALUE: None}, TOMBSTONE
     if resolve is None:  # a topic without a schema: what _value answers, without the call
-        return {"kafka": row_kafka, "headers": row_headers, "key_raw": key, "value_raw": value, "value_schema_id": None, "value_error": None, "value": None}, RAW
+        return {KAFKA: row_kafka, HEADERS: row_headers, KEY_RAW: key, VALUE_RAW: value, VALUE_SCHEMA_ID: None, VALUE_ERROR: None, VALUE: None}, RAW
     outcome, columns, error, schema_id = _value(value, resolve)
-    row = {"kafka": row_kafka, "headers": row_headers, "key_raw": key, "value_raw": None, "value_schema_id": schema_id, "value_error": error, "value": columns}
+    row = {KAFKA: row_kafka, HEADERS: row_headers, KEY_RAW: key, VALUE_RAW: None, VALUE_SCHEMA_ID: schema_id, VALUE_ERROR: error, VALUE: columns}
     if outcome == COLUMNS:
         row[PRODUCED_VALUE] = value
     else:
-        row["value_raw"] = value
+        row[VALUE_RAW] = value
     return row, outcome
 
 

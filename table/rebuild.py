@@ -31,6 +31,29 @@ from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, CODEC_NAMES, LOG_OVERHEAD
 from wal.batch_builder import LOG_APPEND_TIME, NONE, codec_for, frame_batch, zigzag_varint
 
 from .avro_values import ValueEncoder
+from .layout import (
+    BASE_SEQUENCE,
+    BATCH_BASE_OFFSET,
+    BATCH_BASE_TIMESTAMP,
+    BATCH_COMPRESSION,
+    BATCH_MAX_TIMESTAMP,
+    HEADER_KEY,
+    HEADER_VALUE,
+    HEADERS,
+    IS_CONTROL,
+    IS_TRANSACTIONAL,
+    KAFKA,
+    KEY_RAW,
+    OFFSET,
+    PARTITION,
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    TIMESTAMP,
+    TIMESTAMP_TYPE,
+    VALUE,
+    VALUE_RAW,
+    VALUE_SCHEMA_ID,
+)
 
 _MAX_VARINT = 10  # bytes of a 64-bit zigzag varint
 # Kafka's batch header (wal/batch.py's layout): the attribute bits besides the codec, and where
@@ -199,15 +222,15 @@ def _headers(rows: pa.Table) -> tuple[pa.Array | bytes, np.ndarray | int]:
     """(each record's headerCount and headers as one binary value, their byte lengths); a
     constant count of zero (one byte) when no record has a header."""
     n = len(rows)
-    if "headers" not in rows.column_names:
+    if HEADERS not in rows.column_names:
         return b"\x00", 1
-    column = _array(rows.column("headers"))
+    column = _array(rows.column(HEADERS))
     bounds = column.offsets  # no record has a header when the first record's start is the last's end
     if not n or bounds[0] == bounds[n]:
         return b"\x00", 1
     counts = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(column)
-    keys, values = _bytes(flat.field("key")), flat.field("value")
+    keys, values = _bytes(flat.field(HEADER_KEY)), flat.field(HEADER_VALUE)
     key_lengths, value_lengths = _lengths(keys), _lengths(values)
     key_prefix, key_widths = _varint_column(key_lengths)
     value_prefix, value_widths = _varint_column(value_lengths)
@@ -256,8 +279,8 @@ def rebuild_run(rows: pa.Table, compression: str, encoders: dict[int, ValueEncod
     `complete` (its rows may go on beyond these)."""
     if len(rows) == 0:
         return _NO_BATCHES
-    kafka = _array(rows.column("kafka"))
-    bases = kafka.field("batch_base_offset").to_numpy(zero_copy_only=False)
+    kafka = _array(rows.column(KAFKA))
+    bases = kafka.field(BATCH_BASE_OFFSET).to_numpy(zero_copy_only=False)
     starts = np.concatenate(([0], np.flatnonzero(bases[1:] != bases[:-1]) + 1))
     if not complete:
         rows, kafka, bases = rows.slice(0, int(starts[-1])), kafka.slice(0, int(starts[-1])), bases[: starts[-1]]
@@ -273,9 +296,9 @@ def rebuild_partitions(rows: pa.Table, compression: str, encoders: dict[int, Val
     is byte for byte what rebuild_batches makes of that partition's rows."""
     if len(rows) == 0:
         return np.zeros(0, dtype=np.int64), _NO_BATCHES
-    kafka = _array(rows.column("kafka"))
-    bases = kafka.field("batch_base_offset").to_numpy(zero_copy_only=False)
-    partitions = kafka.field("partition").to_numpy(zero_copy_only=False)
+    kafka = _array(rows.column(KAFKA))
+    bases = kafka.field(BATCH_BASE_OFFSET).to_numpy(zero_copy_only=False)
+    partitions = kafka.field(PARTITION).to_numpy(zero_copy_only=False)
     starts = np.concatenate(([0], np.flatnonzero((bases[1:] != bases[:-1]) | (partitions[1:] != partitions[:-1])) + 1))
     return starts, _encode(rows, kafka, bases, starts, compression, encoders)
 
@@ -291,15 +314,15 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     def millis(column: pa.Array) -> np.ndarray:
         return column.cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
 
-    offsets = np.asarray(kafka.field("offset").to_numpy(zero_copy_only=False), dtype=np.int64)
-    base_ts = millis(kafka.field("batch_base_timestamp").take(first_rows))
-    max_ts = millis(kafka.field("batch_max_timestamp").take(first_rows))
-    keys = _array(rows.column("key_raw")) if "key_raw" in rows.column_names else pa.nulls(n, pa.binary())
+    offsets = np.asarray(kafka.field(OFFSET).to_numpy(zero_copy_only=False), dtype=np.int64)
+    base_ts = millis(kafka.field(BATCH_BASE_TIMESTAMP).take(first_rows))
+    max_ts = millis(kafka.field(BATCH_MAX_TIMESTAMP).take(first_rows))
+    keys = _array(rows.column(KEY_RAW)) if KEY_RAW in rows.column_names else pa.nulls(n, pa.binary())
     values = _values(rows, encoders)
     key_lengths, value_lengths = _lengths(keys), _lengths(values)
     headers, header_sizes = _headers(rows)
 
-    timestamp = _zigzag(millis(kafka.field("timestamp")) - np.repeat(base_ts, ends - starts))
+    timestamp = _zigzag(millis(kafka.field(TIMESTAMP)) - np.repeat(base_ts, ends - starts))
     offset_delta = _zigzag(offsets - bases)
     key_prefix, value_prefix = _zigzag(key_lengths), _zigzag(value_lengths)
     # the record's length counts everything after itself: attributes (1 byte) to its last header
@@ -340,7 +363,7 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     def first(name: str) -> np.ndarray:
         return kafka.field(name).take(first_rows).to_numpy(zero_copy_only=False)
 
-    names = kafka.field("batch_compression").take(first_rows)
+    names = kafka.field(BATCH_COMPRESSION).take(first_rows)
     named = pc.index_in(names, value_set=_CODEC_NAMES)  # each batch's codec as its index, no Python string a batch
     if named.null_count:
         raise ValueError(f"batch compression {pc.filter(names, named.is_null())[0]} is none of {', '.join(CODEC_NAMES)}")
@@ -349,10 +372,10 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     head["base_offset"] = bases[starts]
     head["length"] = np.diff(bounds) - LOG_OVERHEAD
     head["magic"] = 2
-    head["attributes"] = np.where(first("timestamp_type") == LOG_APPEND_TIME, ATTRIBUTE_LOG_APPEND_TIME, 0) | ATTRIBUTE_TRANSACTIONAL * first("is_transactional") | ATTRIBUTE_CONTROL * first("is_control")
+    head["attributes"] = np.where(first(TIMESTAMP_TYPE) == LOG_APPEND_TIME, ATTRIBUTE_LOG_APPEND_TIME, 0) | ATTRIBUTE_TRANSACTIONAL * first(IS_TRANSACTIONAL) | ATTRIBUTE_CONTROL * first(IS_CONTROL)
     head["last_offset_delta"] = offsets[ends - 1] - bases[starts]
     head["base_timestamp"], head["max_timestamp"] = base_ts, max_ts
-    head["producer_id"], head["producer_epoch"], head["base_sequence"] = first("producer_id"), first("producer_epoch"), first("base_sequence")
+    head["producer_id"], head["producer_epoch"], head["base_sequence"] = first(PRODUCER_ID), first(PRODUCER_EPOCH), first(BASE_SEQUENCE)
     head["count"] = ends - starts
     # the uncompressed batches' headers, all at once, then each one's CRC (it covers the header's
     # fields after it): the bytes frame_batch would make of them
@@ -387,15 +410,15 @@ def _values(rows: pa.Table, encoders: dict[int, ValueEncoder | None]) -> pa.Arra
     """Each row's value bytes: value_raw where kept; the columns re-encoded where the value has a
     schema id and no raw bytes; null for a tombstone (neither)."""
     names = rows.column_names
-    raw = _array(rows.column("value_raw")).cast(pa.binary()) if "value_raw" in names else pa.nulls(len(rows), pa.binary())
-    if "value_schema_id" not in names or "value" not in names:
+    raw = _array(rows.column(VALUE_RAW)).cast(pa.binary()) if VALUE_RAW in names else pa.nulls(len(rows), pa.binary())
+    if VALUE_SCHEMA_ID not in names or VALUE not in names:
         return raw
-    ids = _array(rows.column("value_schema_id"))
+    ids = _array(rows.column(VALUE_SCHEMA_ID))
     wanted = np.flatnonzero(pc.and_(raw.is_null(), ids.is_valid()).to_numpy(zero_copy_only=False))
     if not len(wanted):
         return raw
     taken = pa.array(wanted, pa.int64())
-    columns = rows.column("value").take(taken).to_pylist()
+    columns = rows.column(VALUE).take(taken).to_pylist()
     encoded = []
     for i, schema_id, column in zip(wanted.tolist(), ids.take(taken).to_pylist(), columns, strict=True):
         encoder = encoders.get(schema_id)
