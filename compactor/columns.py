@@ -20,12 +20,15 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from table.layout import (
     BASE_SEQUENCE,
+    BATCH_ATTRIBUTES,
     BATCH_BASE_OFFSET,
     BATCH_BASE_TIMESTAMP,
+    BATCH_BASE_TIMESTAMP_MS,
     BATCH_COMPRESSION,
     BATCH_LEADER_EPOCH,
     BATCH_MAGIC,
     BATCH_MAX_TIMESTAMP,
+    BATCH_MAX_TIMESTAMP_MS,
     HEADER_KEY,
     HEADER_VALUE,
     HEADERS,
@@ -33,25 +36,30 @@ from table.layout import (
     IS_TRANSACTIONAL,
     KAFKA,
     KEY_RAW,
+    MAX_MS,
+    MIN_MS,
     OFFSET,
     PARTITION,
     PRODUCER_EPOCH,
     PRODUCER_ID,
+    RECORD_ATTRIBUTES,
+    STORED_BATCH,
     TIMESTAMP,
+    TIMESTAMP_MS,
     TIMESTAMP_TYPE,
     VALUE_RAW,
     VALUE_SCHEMA_ID,
+    clamp_ms,
 )
 
 from .records import Batch, Record
+from .translator import header_rows, timestamp_ms
 
 # After the last payload: the reads of a record's fixed fields past its end stay inside the buffer
 # (a record's position is checked once its fields are read; each varint moves it 10 bytes at most).
 _PAD = bytes(128)
 _WINDOW = 64  # records checked at once when record sizes repeat again (4x more each time they all do)
 _MAX_HEADERS = 64  # records with more headers go the per-record way (one numpy step per header index)
-# Kafka's milliseconds become microseconds: a timestamp beyond this cannot (records.py's path says how).
-_MAX_MS = (2**63 - 1) // 1000
 _INT64_MAX = 2**63 - 1
 _HIGH_BITS = np.uint64(0x8080808080808080)
 _MAX_DELTA = 2**62  # an offset delta beyond it may overflow: records.py's path decides
@@ -129,7 +137,7 @@ def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa
     records.py; `kafka` from kafka_columns), as rows of `schema`."""
     n = len(records)
     offsets = [r[0] for r in records]
-    timestamps = [r[1] for r in records]
+    timestamps = [clamp_ms(r[1]) for r in records]
     kafka_type = schema.field(KAFKA).type
     kafka_arrays = []
     for f in kafka_type:
@@ -137,12 +145,16 @@ def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa
             kafka_arrays.append(pa.array(offsets, type=f.type))
         elif f.name == TIMESTAMP:
             kafka_arrays.append(pa.array([t * 1000 for t in timestamps], type=f.type))  # Kafka's ms as timestamptz micros
+        elif f.name == RECORD_ATTRIBUTES:
+            kafka_arrays.append(pa.array([r[5] for r in records], type=f.type))
+        elif f.name == TIMESTAMP_MS:
+            kafka_arrays.append(pa.array([timestamp_ms(r[1], r[6]) for r in records], type=f.type))
         else:
-            kafka_arrays.append(pa.array([kafka[f.name]] * n, type=f.type))
+            kafka_arrays.append(pa.array([kafka.get(f.name)] * n, type=f.type))
     values = [r[3] for r in records]
     columns = {
         KAFKA: pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
-        HEADERS: pa.array([[{HEADER_KEY: k, HEADER_VALUE: v} for k, v in r[4]] if r[4] else [] for r in records], type=schema.field(HEADERS).type),
+        HEADERS: pa.array([header_rows(r[4]) if r[4] else [] for r in records], type=schema.field(HEADERS).type),
         KEY_RAW: pa.array([r[2] for r in records], type=schema.field(KEY_RAW).type),
         VALUE_RAW: pa.array(values, type=schema.field(VALUE_RAW).type),
     }
@@ -368,7 +380,9 @@ def _varints(buf: np.ndarray, at: np.ndarray, bad: np.ndarray) -> tuple[np.ndarr
 class _Fields:
     bad: np.ndarray  # bool per record: does not decode here
     offsets: np.ndarray
-    timestamps: np.ndarray
+    timestamps: np.ndarray  # as the timestamp column holds them: clamped to MIN_MS..MAX_MS
+    stored_timestamps: np.ndarray  # as the records hold them (baseTimestamp + delta)
+    attributes: np.ndarray  # each record's attributes byte
     key_at: np.ndarray
     key_length: np.ndarray  # < 0: null
     value_at: np.ndarray
@@ -417,22 +431,19 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, record_end: np.ndarra
         bad |= (wide >= _MAX_DELTA) | (wide <= -_MAX_DELTA) | (offset_delta >= _MAX_DELTA) | (offset_delta <= -_MAX_DELTA)  # none overflows below
         offset_delta = np.where(bad, 0, offset_delta)
     offsets = base_offset[batch_of] + offset_delta
-    # Timestamps whose micros do not fit int64 are left to records.py's path (a row it cannot write).
+    # a record past its batch's lastOffsetDelta would take an offset of the batch after it
+    last_delta = np.array([b.last_offset_delta for b in batches], dtype=np.int64)
+    bad |= (offset_delta < 0) | (offset_delta > last_delta[batch_of])
+    # Any int64 timestamp becomes a row: the column holds it clamped, the exact one beside it.
     base_ts, max_ts = header[:, 1], header[:, 2]
-    header_ok = (base_ts >= -_MAX_MS) & (base_ts <= _MAX_MS) & (max_ts >= -_MAX_MS) & (max_ts <= _MAX_MS)
-    if not header_ok.all():
-        bad |= ~header_ok[batch_of]
-        base_ts, max_ts = np.clip(base_ts, -_MAX_MS - 1, _MAX_MS + 1), np.clip(max_ts, -_MAX_MS - 1, _MAX_MS + 1)
-    if n and (timestamp_delta.max() > 2 * _MAX_MS or timestamp_delta.min() < -2 * _MAX_MS):
-        timestamp_delta = np.clip(timestamp_delta, -2 * _MAX_MS - 1, 2 * _MAX_MS + 1)  # beyond: bad below, unless LogAppendTime
-    timestamps = base_ts[batch_of] + timestamp_delta
+    with np.errstate(over="ignore"):
+        stored = base_ts[batch_of] + timestamp_delta  # wrapped, as Kafka adds them (Java longs)
     log_append = (header[:, 3] & 0x08) != 0
-    if log_append.any():
-        timestamps = np.where(log_append[batch_of], max_ts[batch_of], timestamps)
-    if n and (timestamps.max() > _MAX_MS or timestamps.min() < -_MAX_MS):
-        bad |= (timestamps > _MAX_MS) | (timestamps < -_MAX_MS)
+    timestamps = np.where(log_append[batch_of], max_ts[batch_of], stored) if log_append.any() else stored
+    timestamps = np.clip(timestamps, MIN_MS, MAX_MS)
+    _, attributes_at = _varints(buf, record_at, np.zeros(n, dtype=bool))
     return _Fields(
-        bad, offsets, timestamps, key_at, key_length, value_at, value_length, header_count,
+        bad, offsets, timestamps, stored, buf[attributes_at], key_at, key_length, value_at, value_length, header_count,
         header_record, name_at, name_length, header_value_at, header_value_length,
     )  # fmt: skip
 
@@ -666,16 +677,24 @@ def _kafka_fields(batches: Sequence[Batch]) -> dict[str, Any]:
     """translator.kafka_columns' batch-level fields of `batches`, each as an array (a list for
     batch_compression), in one pass over the batches (kafka_columns a batch is a dict a batch:
     most of the time of batches of one record). tests/compactor/test_columns.py holds the two equal."""
-    names = (TIMESTAMP_TYPE, BATCH_BASE_OFFSET, BATCH_LEADER_EPOCH, BATCH_MAGIC, BATCH_BASE_TIMESTAMP, BATCH_MAX_TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, BASE_SEQUENCE, IS_CONTROL, IS_TRANSACTIONAL)
-    rows = [(b.timestamp_type, b.base_offset, b.partition_leader_epoch, b.magic, b.base_timestamp, b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence, b.is_control, b.is_transactional) for b in batches]
+    names = (TIMESTAMP_TYPE, BATCH_BASE_OFFSET, BATCH_LEADER_EPOCH, BATCH_MAGIC, BATCH_BASE_TIMESTAMP, BATCH_MAX_TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, BASE_SEQUENCE, IS_CONTROL, IS_TRANSACTIONAL, BATCH_ATTRIBUTES)
+    rows = [(b.timestamp_type, b.base_offset, b.partition_leader_epoch, b.magic, b.base_timestamp, b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence, b.is_control, b.is_transactional, b.attributes) for b in batches]
     table = np.array(rows, dtype=np.int64).reshape(-1, len(names))
     fields: dict[str, Any] = {name: table[:, i] for i, name in enumerate(names)}
-    fields[BATCH_BASE_TIMESTAMP] = fields[BATCH_BASE_TIMESTAMP] * 1000  # ms as timestamptz micros
-    fields[BATCH_MAX_TIMESTAMP] = fields[BATCH_MAX_TIMESTAMP] * 1000
+    for name, exact in ((BATCH_BASE_TIMESTAMP, BATCH_BASE_TIMESTAMP_MS), (BATCH_MAX_TIMESTAMP, BATCH_MAX_TIMESTAMP_MS)):
+        fields[exact] = fields[name]  # as the batch holds it: kept where the column's is clamped
+        fields[name] = np.clip(fields[name], MIN_MS, MAX_MS) * 1000  # ms as timestamptz micros
     fields[IS_CONTROL] = fields[IS_CONTROL].astype(bool)
     fields[IS_TRANSACTIONAL] = fields[IS_TRANSACTIONAL].astype(bool)
     fields[BATCH_COMPRESSION] = [b.codec_name for b in batches]
     return fields
+
+
+def _exact(stored: np.ndarray, held: np.ndarray, type: pa.DataType) -> pa.Array:
+    """A *_ms column: `stored` where its timestamp column does not hold it (`held` false), else null."""
+    if held.all():
+        return pa.nulls(len(stored), type)
+    return pa.array(stored, mask=held, type=type)
 
 
 def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema, values_apart: bool) -> RawRows:
@@ -701,6 +720,16 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
             kafka_arrays.append(pa.array(timestamps * 1000).view(f.type))
         elif f.name == PARTITION:
             kafka_arrays.append(pa.array(np.full(n, partition, dtype=np.int32), type=f.type))
+        elif f.name == RECORD_ATTRIBUTES:
+            kafka_arrays.append(pa.array(fields.attributes[kept].astype(np.int32), type=f.type))
+        elif f.name == TIMESTAMP_MS:
+            stored = fields.stored_timestamps[kept]
+            kafka_arrays.append(_exact(stored, stored == timestamps, f.type))
+        elif f.name in (BATCH_BASE_TIMESTAMP_MS, BATCH_MAX_TIMESTAMP_MS):
+            stored = np.repeat(per_batch[f.name], repeats)
+            kafka_arrays.append(_exact(stored, (stored >= MIN_MS) & (stored <= MAX_MS), f.type))
+        elif f.name == STORED_BATCH:
+            kafka_arrays.append(pa.nulls(n, f.type))
         else:
             values = per_batch[f.name]
             if pa.types.is_large_string(f.type):
@@ -719,7 +748,9 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
     if len(names):  # else none has a header: every list starts at 0
         np.cumsum(fields.header_count[kept], out=firsts[1:])
     header_values = _binary(buffer, fields.header_value_at[header_keep], fields.header_value_length[header_keep])
-    structs = pa.StructArray.from_arrays([names.view(element.field(0).type), header_values.cast(element.field(1).type)], fields=list(element))
+    header_fields = {HEADER_KEY: names.view(element.field(HEADER_KEY).type), HEADER_VALUE: header_values.cast(element.field(HEADER_VALUE).type)}
+    # a key that is not UTF-8 takes records.py's path: key_bytes is null here
+    structs = pa.StructArray.from_arrays([header_fields.get(f.name, pa.nulls(len(names), f.type)) for f in element], fields=list(element))
     columns = {
         KAFKA: pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
         HEADERS: pa.LargeListArray.from_arrays(pa.array(firsts), structs, type=header_type),

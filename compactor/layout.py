@@ -82,7 +82,7 @@ _HEADER_TYPES: dict[str, tuple[IcebergType, bool]] = {
 def table_schema(value_type: IcebergType | None = None) -> Schema:
     """The schema of a topic's table: the raw columns, and `value` when `value_type` is given (the
     iceberg type of avro_types.value_layout), added by union after them."""
-    raw = assign_fresh_schema_ids(_raw_columns(names.KAFKA_FIELDS_FIRST, (names.HEADER_KEY, names.HEADER_VALUE)))
+    raw = assign_fresh_schema_ids(_raw_columns(names.KAFKA_FIELDS, names.HEADER_FIELDS))
     if value_type is None:
         return raw
     evolved = evolve(raw, value_type).schema

@@ -15,7 +15,7 @@ Outcomes:
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,13 +24,17 @@ from fastavro import schemaless_reader, schemaless_writer
 from registry.wire import NotFramed, unframe
 from table.layout import (
     BASE_SEQUENCE,
+    BATCH_ATTRIBUTES,
     BATCH_BASE_OFFSET,
     BATCH_BASE_TIMESTAMP,
+    BATCH_BASE_TIMESTAMP_MS,
     BATCH_COMPRESSION,
     BATCH_LEADER_EPOCH,
     BATCH_MAGIC,
     BATCH_MAX_TIMESTAMP,
+    BATCH_MAX_TIMESTAMP_MS,
     HEADER_KEY,
+    HEADER_KEY_BYTES,
     HEADER_VALUE,
     HEADERS,
     IS_CONTROL,
@@ -41,12 +45,16 @@ from table.layout import (
     PARTITION,
     PRODUCER_EPOCH,
     PRODUCER_ID,
+    RECORD_ATTRIBUTES,
     TIMESTAMP,
+    TIMESTAMP_MS,
     TIMESTAMP_TYPE,
     VALUE,
     VALUE_ERROR,
     VALUE_RAW,
     VALUE_SCHEMA_ID,
+    clamp_ms,
+    exact_ms,
 )
 
 from .avro_types import ValueLayout, parse, value_layout
@@ -104,24 +112,29 @@ def kafka_columns(partition: int, batch: Batch) -> dict[str, Any]:
         BATCH_LEADER_EPOCH: batch.partition_leader_epoch,
         BATCH_MAGIC: batch.magic,
         BATCH_COMPRESSION: batch.codec_name,
-        BATCH_BASE_TIMESTAMP: batch.base_timestamp * 1000,
-        BATCH_MAX_TIMESTAMP: batch.max_timestamp * 1000,
+        BATCH_BASE_TIMESTAMP: clamp_ms(batch.base_timestamp) * 1000,
+        BATCH_MAX_TIMESTAMP: clamp_ms(batch.max_timestamp) * 1000,
         PRODUCER_ID: batch.producer_id,
         PRODUCER_EPOCH: batch.producer_epoch,
         BASE_SEQUENCE: batch.base_sequence,
         IS_CONTROL: batch.is_control,
         IS_TRANSACTIONAL: batch.is_transactional,
+        BATCH_ATTRIBUTES: batch.attributes,
+        BATCH_BASE_TIMESTAMP_MS: exact_ms(batch.base_timestamp),
+        BATCH_MAX_TIMESTAMP_MS: exact_ms(batch.max_timestamp),
     }
 
 
 def translate(record: Record, kafka: dict[str, Any], resolve: Resolver | None) -> tuple[dict[str, Any], str]:
     """(row, outcome) for one record; `kafka` from kafka_columns for its batch; `resolve` None for
     a topic without a value schema. Raises only what `resolve` raises."""
-    offset, timestamp, key, value, headers = record
+    offset, timestamp, key, value, headers, attributes, stored_timestamp = record
     row_kafka = kafka.copy()
     row_kafka[OFFSET] = offset
-    row_kafka[TIMESTAMP] = timestamp * 1000  # Kafka's ms as timestamptz micros
-    row_headers = [{HEADER_KEY: k, HEADER_VALUE: v} for k, v in headers] if headers else []
+    row_kafka[TIMESTAMP] = clamp_ms(timestamp) * 1000  # Kafka's ms as timestamptz micros
+    row_kafka[RECORD_ATTRIBUTES] = attributes
+    row_kafka[TIMESTAMP_MS] = timestamp_ms(timestamp, stored_timestamp)
+    row_headers = header_rows(headers) if headers else []
     if value is None:
         return {KAFKA: row_kafka, HEADERS: row_headers, KEY_RAW: key, VALUE_RAW: None, VALUE_SCHEMA_ID: None, VALUE_ERROR: None, VALUE: None}, TOMBSTONE
     if resolve is None:  # a topic without a schema: what _value answers, without the call
@@ -133,6 +146,22 @@ def translate(record: Record, kafka: dict[str, Any], resolve: Resolver | None) -
     else:
         row[VALUE_RAW] = value
     return row, outcome
+
+
+def timestamp_ms(timestamp: int, stored_timestamp: int | None) -> int | None:
+    """The kafka.timestamp_ms of a record (records.Record's two timestamps): the timestamp its
+    batch holds for it, when the timestamp column (clamped) does not say it."""
+    own = timestamp if stored_timestamp is None else stored_timestamp
+    return None if own == clamp_ms(timestamp) else own
+
+
+def header_rows(headers: Sequence[tuple[str | bytes, bytes | None]]) -> list[dict[str, Any]]:
+    """A record's headers as the headers column's elements: a key that is not UTF-8 (bytes) kept
+    exact in key_bytes, its text then lossy."""
+    return [
+        {HEADER_KEY: k, HEADER_VALUE: v, HEADER_KEY_BYTES: None} if type(k) is str else {HEADER_KEY: k.decode(errors="replace"), HEADER_VALUE: v, HEADER_KEY_BYTES: k}
+        for k, v in headers
+    ]
 
 
 def translate_batch(partition: int, batch: Batch, resolve: Resolver | None) -> Iterator[tuple[dict[str, Any], str]]:

@@ -481,7 +481,7 @@ def _raw_partitioner(schema: Schema, spec: PartitionSpec) -> Callable[[RawRows],
     transform = pf.transform.transform(source_type)
 
     def groups(rows: RawRows) -> list[tuple[tuple, RawRows]]:
-        micros = rows.timestamps * 1000  # columns.py keeps timestamps whose micros fit int64
+        micros = rows.timestamps * 1000  # clamped to years 1-9999 (table/layout.py)
         if per is not None:
             keys = micros // per  # numpy's // floors, as Python's does
             value_of: Callable[[Any], Any] = int

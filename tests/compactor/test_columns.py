@@ -165,13 +165,36 @@ CORRUPT = {
     "header key null": record(0, 0, b"\x01", b"\x01", b"\x02\x01\x01"),
     "header key not UTF-8": record(0, 0, b"\x01", b"\x01", b"\x02" + zigzag_varint(2) + b"\xc3\x28\x01"),
     "more headers than bytes": record(0, 0, b"\x01", b"\x01", zigzag_varint(1000)),
-    "timestamp beyond int64 micros": record(2**62, 0, b"\x01", b"\x01"),
     "offset delta beyond int64": record(0, 2**62, b"\x01", b"\x01"),
     "offset delta of -2**63": record(0, -(2**63), b"\x01", b"\x01"),
-    "timestamp delta of -2**63": record(-(2**63), 0, b"\x01", b"\x01"),
     "bytes after the last record": b"\x00",
     "record cut short": GOOD[:-1],
 }
+
+
+# Timestamps no column can hold as they are (beyond Iceberg's years 1-9999, or their micros beyond
+# int64, or base + delta past int64) still decode: the column clamped, the exact ms beside it.
+EXTREME = {
+    "timestamp beyond int64 micros": record(2**62, 0, b"\x01", b"\x01"),
+    "timestamp delta of -2**63": record(-(2**63), 0, b"\x01", b"\x01"),
+    "a nanosecond timestamp": record(1_700_000_000_000_000_000 - T0, 0, b"\x01", b"\x01"),
+    "year 10000": record(253_402_300_800_000 - T0, 0, b"\x01", b"\x01"),
+    "before year 1": record(-62_135_596_800_001 - T0, 0, b"\x01", b"\x01"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXTREME))
+@pytest.mark.parametrize("log_append", [False, True])
+def test_records_with_timestamps_outside_the_columns_range_decode_both_ways(name, log_append):
+    assert check(framed(GOOD + EXTREME[name] + GOOD, 3, log_append), 10) == [True]
+
+
+def test_record_attributes_decode_both_ways():
+    assert len(GOOD) < 64  # its length one byte, its attributes the next
+    with_bits = b"".join(GOOD[:1] + bytes([a]) + GOOD[2:] for a in (0x80, 0x01))
+    assert check(framed(with_bits, 2), 3) == [True]
+    view, (batch,), _ = split(framed(with_bits, 2), 3)
+    assert [r.attributes for r in decode_records(view, batch)] == [0x80, 0x01]
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPT))
@@ -269,9 +292,10 @@ def test_the_writer_files_the_columns_as_it_files_rows(tmp_path_factory, partiti
         assert pq.read_table(a.path, partitioning=None).equals(pq.read_table(b.path, partitioning=None))
 
 
-def test_a_task_keeps_rows_the_writer_takes_only_one_by_one(tmp_path):
-    """Offsets that go back within a batch (to another day's file) are refused as columns: the task
-    files that batch record by record, as before, and the batches around it as columns."""
+def test_a_batch_whose_offsets_go_back_is_kept_as_stored(tmp_path):
+    """Offsets that go back within a batch (which produce never accepts) are refused as columns, and
+    as rows too (its records could not be rebuilt in their order): the batch is one row holding it
+    as stored, at its last offset; the batches around it are columns."""
     before = build_batch([(i, T0, None, b"a%d" % i, ()) for i in range(3)])
     back = build_batch([(0, T0, None, b"x", ()), (2, T0 + DAY, None, b"y", ()), (1, T0 - DAY, None, None, ())], last_offset_delta=2)
     after = build_batch([(i, T0, b"k", b"b%d" % i, ()) for i in range(2)])
@@ -287,12 +311,10 @@ def test_a_task_keeps_rows_the_writer_takes_only_one_by_one(tmp_path):
     result = run_task(context, Task((Run("t", PARTITION, (entry,), 0),), (ObjectRead("obj", 0, len(data)),)))
     by_day = {f.partition: pq.read_table(f.path, partitioning=None).to_pylist() for f in result.files}
     day = T0 // DAY
-    assert {d: [(r["kafka"]["offset"], r["value_raw"]) for r in rows] for (d,), rows in by_day.items()} == {
-        day: [(100, b"a0"), (101, b"a1"), (102, b"a2"), (103, b"x"), (106, b"b0"), (107, b"b1")],
-        day + 1: [(105, b"y")],
-        day - 1: [(104, None)],
+    assert {d: [(r["kafka"]["offset"], r["value_raw"], r["kafka"]["stored_batch"]) for r in rows] for (d,), rows in by_day.items()} == {
+        day: [(100, b"a0", None), (101, b"a1", None), (102, b"a2", None), (105, back, True), (106, b"b0", None), (107, b"b1", None)],
     }
-    assert result.partition_outcomes[PARTITION]["raw"] == 7 and result.partition_outcomes[PARTITION]["tombstone"] == 1
+    assert result.partition_outcomes[PARTITION]["raw"] == 5 and result.partition_outcomes[PARTITION]["malformed"] == 1
 
 
 def test_a_batch_that_fails_after_a_run_of_one_size_leaves_no_starts_behind():
