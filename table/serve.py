@@ -44,7 +44,7 @@ from wal.store import ObjectStoreError
 
 from .avro_values import ValueEncoder
 from .config import TableReadConfig
-from .layout import BATCH_BASE_OFFSET, HEADERS, KAFKA, KEY_RAW, OFFSET, TIMESTAMP, VALUE, VALUE_RAW, VALUE_SCHEMA_ID
+from .layout import BATCH_BASE_OFFSET, BATCH_MAX_TIMESTAMP_MS, HEADERS, KAFKA, KEY_RAW, OFFSET, TIMESTAMP, TIMESTAMP_MS, TIMESTAMP_TYPE, VALUE, VALUE_RAW, VALUE_SCHEMA_ID
 from .parquet import Footer, ParquetRows, RowGroup
 from .rebuild import Batches, rebuild_partitions, rebuild_run
 
@@ -160,7 +160,7 @@ class CompactedReader:
                 return None
             rows, hi, _ = window
             kafka = rows.column(KAFKA)
-            ts = pc.divide(pc.struct_field(kafka, TIMESTAMP).cast(pa.int64()), 1000)
+            ts = _timestamps(kafka)
             hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp))
             if len(hits):
                 i = hits[0].as_py()
@@ -439,6 +439,17 @@ class CompactedReader:
                 self._encoders[schema_id] = ValueEncoder(schema_id, schema.text) if schema is not None else None
             out[schema_id] = self._encoders[schema_id]
         return out
+
+
+def _timestamps(kafka: pa.ChunkedArray) -> pa.Array:
+    """Each row's timestamp as Kafka has it, in ms: exact where the timestamp column holds it
+    clamped (a LogAppendTime batch's records have its maxTimestamp)."""
+    ts = pc.divide(pc.struct_field(kafka, TIMESTAMP).cast(pa.int64()), 1000)
+    names = {kafka.type.field(i).name for i in range(kafka.type.num_fields)}
+    if TIMESTAMP_MS not in names:  # rows from before the exact fields
+        return ts
+    log_append = pc.equal(pc.struct_field(kafka, TIMESTAMP_TYPE), 1)
+    return pc.if_else(log_append, pc.coalesce(pc.struct_field(kafka, BATCH_MAX_TIMESTAMP_MS), ts), pc.coalesce(pc.struct_field(kafka, TIMESTAMP_MS), ts))
 
 
 def _one_file(part: PartitionCompaction) -> str | None:
