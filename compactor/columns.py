@@ -442,10 +442,37 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, record_end: np.ndarra
     timestamps = np.where(log_append[batch_of], max_ts[batch_of], stored) if log_append.any() else stored
     timestamps = np.clip(timestamps, MIN_MS, MAX_MS)
     _, attributes_at = _varints(buf, record_at, np.zeros(n, dtype=bool))
+    if n:
+        bad |= ~_canonical(record_at, attributes_at, record_end, timestamp_delta, offset_delta, key_length, value_length, header_count, header_record, name_length, header_value_length)
     return _Fields(
         bad, offsets, timestamps, stored, buf[attributes_at], key_at, key_length, value_at, value_length, header_count,
         header_record, name_at, name_length, header_value_at, header_value_length,
     )  # fmt: skip
+
+
+def _widths(values: np.ndarray) -> np.ndarray:
+    """The bytes of each value's zigzag varint as Kafka writes it (the shortest)."""
+    v = values.astype(np.int64)
+    z = ((v << 1) ^ (v >> 63)).view(np.uint64)
+    widths = np.ones(len(v), dtype=np.int64)
+    for k in range(1, 10):
+        widths += z >= np.uint64(1 << (7 * k))
+    return widths
+
+
+def _canonical(record_at, attributes_at, record_end, timestamp_delta, offset_delta, key_length, value_length, header_count, header_record, name_length, header_value_length) -> np.ndarray:
+    """Whether each record is written as the rebuild writes it (records.py's _canonical): every
+    varint in its shortest form, every null length -1. A record that is not (which Kafka reads,
+    and produce accepts) is left to records.py's path, which keeps its batch as stored."""
+    body = record_end - attributes_at
+    expected = 1 + _widths(timestamp_delta) + _widths(offset_delta) + _widths(key_length) + np.maximum(key_length, 0)
+    expected += _widths(value_length) + np.maximum(value_length, 0) + _widths(header_count)
+    ok = (key_length >= -1) & (value_length >= -1) & (attributes_at - record_at == _widths(body))
+    if len(header_record):
+        each = _widths(name_length) + np.maximum(name_length, 0) + _widths(header_value_length) + np.maximum(header_value_length, 0)
+        expected += np.bincount(header_record, weights=each, minlength=len(body)).astype(np.int64)
+        ok &= np.bincount(header_record, weights=header_value_length < -1, minlength=len(body)) == 0
+    return ok & (expected == body)
 
 
 def _uniform_fields(buf: np.ndarray, record_at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | None:
@@ -538,7 +565,7 @@ def _layout(record: bytes) -> tuple[int, ...] | None:
         count, count_bytes = varint()
     except ValueError:
         return None
-    if count > 0 or pos != len(record):
+    if count != 0 or pos != len(record):
         return None
     return length_bytes, ts_bytes, offset_bytes, key_length_bytes, key_length, value_length_bytes, value_length, count_bytes
 
@@ -588,7 +615,8 @@ def _record_fields(buf: np.ndarray, at: np.ndarray, end: np.ndarray, bad: np.nda
     value_length = varint()
     value_at = skip(value_length)
     header_count = varint()
-    header_count = np.maximum(header_count, 0)  # records.py reads a negative count as none
+    bad[header_count < 0] = True  # records.py refuses it: a rebuild would write a count of 0
+    header_count = np.maximum(header_count, 0)
     # Each header takes 2 bytes at least: a count the record cannot hold is bad (and bounds the loop).
     over = (header_count > (end - at) // 2) | (header_count > _MAX_HEADERS)
     bad[over] = True

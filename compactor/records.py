@@ -178,6 +178,12 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError(f"varint longer than 10 bytes at {pos}")
 
 
+def _width(value: int) -> int:
+    """The bytes of `value`'s zigzag varint as Kafka writes it (the shortest)."""
+    z = (value << 1) ^ (value >> 63)
+    return 1 if 0 <= z < 0x80 else max(1, (z.bit_length() + 6) // 7)
+
+
 def _decode(buf: bytes, count: int, base_offset: int, base_timestamp: int, log_append: int | None) -> list[Record]:
     # One function with the common one-byte varints read inline: this runs once per record.
     varint = _varint
@@ -188,6 +194,7 @@ def _decode(buf: bytes, count: int, base_offset: int, base_timestamp: int, log_a
     append = records.append
     pos = 0
     for _ in range(count):
+        start = pos
         length, pos = varint(buf, pos)
         record_end = pos + length
         if length < 6 or record_end > end:
@@ -209,6 +216,11 @@ def _decode(buf: bytes, count: int, base_offset: int, base_timestamp: int, log_a
             value = buf[pos : pos + value_length]
             pos += value_length
         header_count, pos = varint(buf, pos)
+        # the bytes a record written as the rebuild writes it takes (shortest varints, nulls -1)
+        canonical = 1 + _width(timestamp_delta) + _width(offset_delta) + _width(key_length) + max(key_length, 0)
+        canonical += _width(value_length) + max(value_length, 0) + _width(header_count)
+        if header_count < 0 or key_length < -1 or value_length < -1:
+            raise ValueError(f"record at byte {start} has a length or header count that is negative but not -1")
         if header_count:
             headers = []
             for _ in range(header_count):
@@ -222,6 +234,9 @@ def _decode(buf: bytes, count: int, base_offset: int, base_timestamp: int, log_a
                     pass
                 pos += name_length
                 header_length, pos = varint(buf, pos)
+                canonical += _width(name_length) + name_length + _width(header_length) + max(header_length, 0)
+                if header_length < -1:
+                    raise ValueError(f"header value length {header_length}")
                 if header_length < 0:
                     header_value = None
                 else:
@@ -233,6 +248,9 @@ def _decode(buf: bytes, count: int, base_offset: int, base_timestamp: int, log_a
             headers = ()
         if pos != record_end:
             raise ValueError(f"record of {length} bytes ends at byte {pos}, expected {record_end}")
+        if canonical != length or record_end - start != _width(length) + length:
+            # Kafka reads it, but it cannot be rebuilt byte for byte from its fields
+            raise ValueError(f"record at byte {start} has a varint longer than it needs")
         own = base_timestamp + timestamp_delta
         if not _INT64_MIN <= own <= _INT64_MAX:  # Kafka adds them as Java longs: wrapped
             own = (own - _INT64_MIN) % (1 << 64) + _INT64_MIN

@@ -1,8 +1,9 @@
 """Every record batch produce accepts comes back byte for byte once compacted: Hypothesis makes
 batches that wal.batch.validate accepts (any bytes in keys, values, header keys and values; null
 keys, values and header values; any int64 timestamps and timestamp deltas; any record attributes
-and batch attribute bits; every codec), broker-written control batches beside them, and batches
-whose records do not decode at all. A compaction task (compactor/job.py, in this process) turns
+and batch attribute bits; every codec), broker-written control batches beside them, batches of
+records written with longer varints or null lengths other than -1 than any client writes (produce
+takes them: they are kept as stored), and batches whose records do not decode at all. A compaction task (compactor/job.py, in this process) turns
 them into Parquet rows, the rebuild (table/rebuild.py, both of table/serve.py's ways) turns the
 rows back into batches, and those are compared with the same batches as the WAL serves them
 (wal.batch.inject_offsets). The only difference allowed: a compressed batch's compressed bytes
@@ -47,11 +48,19 @@ CODEC = st.integers(0, 4)
 _ATTRIBUTES_AT, _CRC_AT = 21, 17
 
 
-def record_bytes(offset_delta: int, timestamp_delta: int, attributes: int, key: bytes | None, value: bytes | None, headers: list) -> bytes:
+def record_bytes(offset_delta: int, timestamp_delta: int, attributes: int, key: bytes | None, value: bytes | None, headers: list, odd_key: bool = False) -> bytes:
+    """A record's bytes; `odd_key`: its key's length written as Kafka reads it but no client writes
+    it (a null as -7, a length padded to a byte more)."""
+
     def blob(b: bytes | None) -> bytes:
         return zigzag_varint(-1) if b is None else zigzag_varint(len(b)) + b
 
-    body = bytes([attributes]) + zigzag_varint(timestamp_delta) + zigzag_varint(offset_delta) + blob(key) + blob(value)
+    if odd_key:
+        length = zigzag_varint(len(key)) if key is not None else b"\x0d"  # -7
+        key_bytes = length[:-1] + bytes([length[-1] | 0x80, 0]) + key if key is not None else length
+    else:
+        key_bytes = blob(key)
+    body = bytes([attributes]) + zigzag_varint(timestamp_delta) + zigzag_varint(offset_delta) + key_bytes + blob(value)
     body += zigzag_varint(len(headers)) + b"".join(zigzag_varint(len(k)) + k + blob(v) for k, v in headers)
     return zigzag_varint(len(body)) + body
 
@@ -63,7 +72,8 @@ def batches(draw) -> bytes:
     base_timestamp = draw(TIMESTAMP)
     same_time = draw(st.booleans())  # most producers' batches: deltas of 0 or a little
     deltas = [draw(st.one_of(st.integers(0, 5000), INT64)) if not same_time else 0 for _ in range(n)]
-    records = [record_bytes(i, deltas[i], draw(st.sampled_from((0, 0, 1, 0x7F, 0x80, 0xFF))), draw(BLOB), draw(BLOB), draw(HEADERS)) for i in range(n)]
+    odd = draw(st.integers(0, 19)) == 0  # a record no client writes: kept as stored, served back the same
+    records = [record_bytes(i, deltas[i], draw(st.sampled_from((0, 0, 1, 0x7F, 0x80, 0xFF))), draw(BLOB), draw(BLOB), draw(HEADERS), odd and i == 0) for i in range(n)]
     control = draw(st.integers(0, 9)) == 0
     log_append = draw(st.booleans())
     codec = draw(CODEC)
