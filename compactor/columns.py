@@ -29,6 +29,7 @@ from table.layout import (
     BATCH_MAGIC,
     BATCH_MAX_TIMESTAMP,
     BATCH_MAX_TIMESTAMP_MS,
+    FLAGGED_ATTRIBUTES,
     HEADER_KEY,
     HEADER_VALUE,
     HEADERS,
@@ -146,7 +147,7 @@ def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa
         elif f.name == TIMESTAMP:
             kafka_arrays.append(pa.array([t * 1000 for t in timestamps], type=f.type))  # Kafka's ms as timestamptz micros
         elif f.name == RECORD_ATTRIBUTES:
-            kafka_arrays.append(pa.array([r[5] for r in records], type=f.type))
+            kafka_arrays.append(pa.array([r[5] or None for r in records], type=f.type))  # null: 0
         elif f.name == TIMESTAMP_MS:
             kafka_arrays.append(pa.array([timestamp_ms(r[1], r[6]) for r in records], type=f.type))
         else:
@@ -452,10 +453,18 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, record_end: np.ndarra
 
 def _widths(values: np.ndarray) -> np.ndarray:
     """The bytes of each value's zigzag varint as Kafka writes it (the shortest)."""
-    v = values.astype(np.int64)
+    v = values.astype(np.int64, copy=False)
+    if not len(v):
+        return np.ones(0, dtype=np.int64)
+    lo, hi = int(v.min()), int(v.max())
+    if lo >= 0 and hi < 64:  # all one byte: most lengths, deltas and counts
+        return np.ones(len(v), dtype=np.int64)
     z = ((v << 1) ^ (v >> 63)).view(np.uint64)
+    top = max((lo << 1) ^ (lo >> 63), (hi << 1) ^ (hi >> 63))
     widths = np.ones(len(v), dtype=np.int64)
     for k in range(1, 10):
+        if top < 1 << (7 * k):
+            break
         widths += z >= np.uint64(1 << (7 * k))
     return widths
 
@@ -749,7 +758,12 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
         elif f.name == PARTITION:
             kafka_arrays.append(pa.array(np.full(n, partition, dtype=np.int32), type=f.type))
         elif f.name == RECORD_ATTRIBUTES:
-            kafka_arrays.append(pa.array(fields.attributes[kept].astype(np.int32), type=f.type))
+            attributes = fields.attributes[kept]
+            kafka_arrays.append(pa.array(attributes.astype(np.int32), mask=attributes == 0, type=f.type) if attributes.any() else pa.nulls(n, f.type))
+        elif f.name == BATCH_ATTRIBUTES:
+            attributes = np.repeat(per_batch[f.name], repeats)
+            plain = (attributes & ~FLAGGED_ATTRIBUTES) == 0
+            kafka_arrays.append(pa.nulls(n, f.type) if plain.all() else pa.array(attributes.astype(np.int32), mask=plain, type=f.type))
         elif f.name == TIMESTAMP_MS:
             stored = fields.stored_timestamps[kept]
             kafka_arrays.append(_exact(stored, stored == timestamps, f.type))

@@ -418,11 +418,11 @@ def _batch_rows(partition: int, view: memoryview, batch: Batch, first_offset: in
         if resolve is None:
             rows: list[tuple[Any, str | None]] = []
             if records:
-                rows.append(((kafka, records, lambda e: _malformed(partition, batch, stored, e, first_offset)), None))
+                rows.append(((kafka, records, lambda e: _malformed(partition, batch, stored, e)), None))
         else:
             rows = [translate(record, kafka, resolve) for record in records]
     except Exception as e:  # CorruptBatch, or anything a producer's bytes make the decoding raise
-        yield _malformed(partition, batch, stored, e, first_offset), MALFORMED
+        yield _malformed(partition, batch, stored, e), MALFORMED
         return
     yield from rows
 
@@ -517,7 +517,7 @@ def _entry_batches(partition: int, entry: IndexEntry, data: memoryview, first_of
             if not framed:
                 batch.last_offset_delta = entry.last_offset - batch.base_offset
             if batch.last_offset >= first_offset:
-                yield _malformed(partition, batch, stored, e, first_offset, parsed)
+                yield _malformed(partition, batch, stored, e, parsed)
             if not framed:
                 return
             pos += e.position + batch.size
@@ -551,7 +551,7 @@ def _ms(timestamp: int, fallback: int) -> int:
     return timestamp if MIN_MS <= timestamp <= MAX_MS else fallback
 
 
-def _malformed(partition: int, batch: Batch, stored: memoryview, error: Exception, first_offset: int, parsed: bool = True) -> dict[str, Any]:
+def _malformed(partition: int, batch: Batch, stored: memoryview, error: Exception, parsed: bool = True) -> dict[str, Any]:
     """The row of a batch whose records are not rows: its bytes as stored, at its last offset (so
     that a read of any of its offsets finds it). One whose framing is sound (`batch.size`) is
     served back as it is (stored_batch)."""

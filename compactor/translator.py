@@ -33,6 +33,7 @@ from table.layout import (
     BATCH_MAGIC,
     BATCH_MAX_TIMESTAMP,
     BATCH_MAX_TIMESTAMP_MS,
+    FLAGGED_ATTRIBUTES,
     HEADER_KEY,
     HEADER_KEY_BYTES,
     HEADER_VALUE,
@@ -119,7 +120,7 @@ def kafka_columns(partition: int, batch: Batch) -> dict[str, Any]:
         BASE_SEQUENCE: batch.base_sequence,
         IS_CONTROL: batch.is_control,
         IS_TRANSACTIONAL: batch.is_transactional,
-        BATCH_ATTRIBUTES: batch.attributes,
+        BATCH_ATTRIBUTES: batch.attributes if batch.attributes & ~FLAGGED_ATTRIBUTES else None,
         BATCH_BASE_TIMESTAMP_MS: exact_ms(batch.base_timestamp),
         BATCH_MAX_TIMESTAMP_MS: exact_ms(batch.max_timestamp),
     }
@@ -132,7 +133,7 @@ def translate(record: Record, kafka: dict[str, Any], resolve: Resolver | None) -
     row_kafka = kafka.copy()
     row_kafka[OFFSET] = offset
     row_kafka[TIMESTAMP] = clamp_ms(timestamp) * 1000  # Kafka's ms as timestamptz micros
-    row_kafka[RECORD_ATTRIBUTES] = attributes
+    row_kafka[RECORD_ATTRIBUTES] = attributes or None
     row_kafka[TIMESTAMP_MS] = timestamp_ms(timestamp, stored_timestamp)
     row_headers = header_rows(headers) if headers else []
     if value is None:

@@ -29,7 +29,7 @@ from pyiceberg.typedef import Record as PartitionRecord
 from pyiceberg.types import TimestampType, TimestamptzType
 from pyiceberg.utils.datetime import date_to_days, datetime_to_micros, time_to_micros
 
-from table.layout import KAFKA, OFFSET, PARTITION, VALUE, VALUE_ERROR, VALUE_RAW, VALUE_SCHEMA_ID
+from table.layout import KAFKA, OFFSET, PARTITION, TIMESTAMP, VALUE, VALUE_ERROR, VALUE_RAW, VALUE_SCHEMA_ID
 
 from .columns import RawRows, records_to_rows
 from .layout import arrow_schema, rows_to_arrow
@@ -473,7 +473,7 @@ def _raw_partitioner(schema: Schema, spec: PartitionSpec) -> Callable[[RawRows],
     spec on anything but kafka.timestamp)."""
     if not spec.fields:
         return lambda rows: [((), rows)]
-    if len(spec.fields) != 1 or schema.find_column_name(spec.fields[0].source_id) != "kafka.timestamp":
+    if len(spec.fields) != 1 or schema.find_column_name(spec.fields[0].source_id) != f"{KAFKA}.{TIMESTAMP}":
         return None
     pf = spec.fields[0]
     source_type = schema.find_type(pf.source_id)

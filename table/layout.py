@@ -38,8 +38,10 @@ IS_CONTROL = "is_control"
 IS_TRANSACTIONAL = "is_transactional"
 # Optional, added after the fields above (a table made before them gains them by union; a null
 # reads as "nothing beyond what the fields above say"):
-RECORD_ATTRIBUTES = "record_attributes"  # the record's attributes byte (null: 0)
-BATCH_ATTRIBUTES = "batch_attributes"  # the batch's attributes as produced (null: only the bits the flags above give)
+RECORD_ATTRIBUTES = "record_attributes"  # the record's attributes byte, when not 0 (null: 0)
+# the batch's attributes as produced, when they have bits above FLAGGED_ATTRIBUTES (null: only the
+# bits the fields above give)
+BATCH_ATTRIBUTES = "batch_attributes"
 # A timestamp's exact ms where the timestamp field could not hold it (a nanosecond timestamp sent
 # as ms, a year outside 1-9999): the field is then clamped, and this is what Kafka serves.
 TIMESTAMP_MS = "timestamp_ms"
@@ -56,6 +58,9 @@ KAFKA_FIELDS = (
 )  # fmt: skip
 # The fields a table made before the optional ones has, in order.
 KAFKA_FIELDS_FIRST = KAFKA_FIELDS[: KAFKA_FIELDS.index(RECORD_ATTRIBUTES)]
+# The batch attribute bits the kafka fields above say: the codec, timestamp type, transactional and
+# control bits.
+FLAGGED_ATTRIBUTES = 0x3F
 # Each timestamp field with the field keeping its exact ms when it is clamped.
 EXACT_MS = {TIMESTAMP: TIMESTAMP_MS, BATCH_BASE_TIMESTAMP: BATCH_BASE_TIMESTAMP_MS, BATCH_MAX_TIMESTAMP: BATCH_MAX_TIMESTAMP_MS}
 

@@ -16,6 +16,12 @@ framed apart (wal.batch_builder.frame_batch: codec, header, CRC).
 
 Values come from value_raw, or for Avro values kept as columns from the writer schema's encoder
 (table/avro_values.py, one Python call per such value: the only per-record work left).
+
+What the fields cannot say is kept beside them and used here: each record's attributes byte, the
+batch's attribute bits above the control bit, a header key's bytes when it is not UTF-8, the
+exact ms of a timestamp its field holds clamped (or, in a LogAppendTime batch, the timestamp the
+record itself holds); and a batch whose records are no rows (stored_batch) is its stored bytes,
+served with the offset a fetch injects.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from .layout import (
     BATCH_COMPRESSION,
     BATCH_MAX_TIMESTAMP,
     EXACT_MS,
+    FLAGGED_ATTRIBUTES,
     HEADER_KEY,
     HEADER_KEY_BYTES,
     HEADER_VALUE,
@@ -65,7 +72,6 @@ _MAX_VARINT = 10  # bytes of a 64-bit zigzag varint
 # Kafka's batch header (wal/batch.py's layout): the attribute bits besides the codec, and where
 # the CRC-32C sits (it covers the attributes to the batch's end)
 ATTRIBUTE_LOG_APPEND_TIME, ATTRIBUTE_TRANSACTIONAL, ATTRIBUTE_CONTROL = 0x08, 0x10, 0x20
-_FLAGGED = 0x3F  # the codec, timestamp type, transactional and control bits: the table has a field for each
 CRC_POSITION, ATTRIBUTES_POSITION = 17, 21
 # the header's fields (BATCH_HEADER's), big-endian and packed: every batch's header at once
 _HEADER = np.dtype(
@@ -117,8 +123,7 @@ def _zigzag(values: np.ndarray) -> _Zigzag:
 
 def _packed(pieces: list[_Zigzag | bytes | np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """(bytes, widths): each row's pieces (varints, the same bytes on every row, or a byte a row
-    as a uint8 array) one after
-    another, the rows end to end, row i taking widths[i] bytes. Each piece has a slot of its widest
+    as a uint8 array) one after another, the rows end to end, row i taking widths[i] bytes. Each piece has a slot of its widest
     varint in an n-row matrix, filled a column at a time; the bytes past a row's varint are
     dropped at the end (one boolean selection), only when some piece's widths vary."""
     pieces = [p.same if isinstance(p, _Zigzag) and p.same is not None else p for p in pieces]
@@ -400,7 +405,7 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     head["length"] = np.diff(bounds) - LOG_OVERHEAD
     head["magic"] = 2
     # the bits Kafka has no flag for here (above the control bit) as produced
-    extra = _optional(kafka, BATCH_ATTRIBUTES, 0, first_rows) & ~_FLAGGED
+    extra = _optional(kafka, BATCH_ATTRIBUTES, 0, first_rows) & ~FLAGGED_ATTRIBUTES
     head["attributes"] = np.where(first(TIMESTAMP_TYPE) == LOG_APPEND_TIME, ATTRIBUTE_LOG_APPEND_TIME, 0) | ATTRIBUTE_TRANSACTIONAL * first(IS_TRANSACTIONAL) | ATTRIBUTE_CONTROL * first(IS_CONTROL) | extra
     head["last_offset_delta"] = offsets[ends - 1] - bases[starts]
     head["base_timestamp"], head["max_timestamp"] = base_ts, max_ts

@@ -144,7 +144,7 @@ def test_the_kafka_columns_of_a_row():
         "batch_base_offset": 40, "batch_leader_epoch": 0, "batch_magic": 2, "batch_compression": "zstd",
         "batch_base_timestamp": 1_700_000_000_000_000, "batch_max_timestamp": 1_700_000_000_900_000,
         "producer_id": 7, "producer_epoch": 1, "base_sequence": 12, "is_control": False, "is_transactional": False,
-        "batch_attributes": 4, "batch_base_timestamp_ms": None, "batch_max_timestamp_ms": None, "record_attributes": 0, "timestamp_ms": None,
+        "batch_attributes": None, "batch_base_timestamp_ms": None, "batch_max_timestamp_ms": None, "record_attributes": None, "timestamp_ms": None,
     }
     assert row["headers"] == [{"key": "h", "value": b"1", "key_bytes": None}, {"key": "n", "value": None, "key_bytes": None}]
     assert row["key_raw"] == b"key"
