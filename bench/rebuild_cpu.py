@@ -27,9 +27,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from compactor.layout import arrow_schema, table_schema
+from table.layout import HEADERS, KAFKA, KEY_RAW, PARTITION, VALUE_RAW, VALUE_SCHEMA_ID
 
 SCHEMA = arrow_schema(table_schema())
-COLUMNS = ["kafka", "headers", "key_raw", "value_raw", "value_schema_id"]  # table/serve.py's GROUP_COLUMNS
+COLUMNS = [KAFKA, HEADERS, KEY_RAW, VALUE_RAW, VALUE_SCHEMA_ID]  # table/serve.py's GROUP_COLUMNS
 
 
 def rows(value_size: int, mib: float, partitions: int, batch_bytes: int = 16384, seed: int = 0) -> pa.Table:
@@ -37,7 +38,7 @@ def rows(value_size: int, mib: float, partitions: int, batch_bytes: int = 16384,
     rng = np.random.default_rng(seed)
     per = int(mib * 2**20) // value_size // partitions
     per_batch = max(1, batch_bytes // value_size)
-    kafka_type = SCHEMA.field("kafka").type
+    kafka_type = SCHEMA.field(KAFKA).type
     tables = []
     for p in range(partitions):
         offsets = np.arange(per, dtype=np.int64)
@@ -53,11 +54,12 @@ def rows(value_size: int, mib: float, partitions: int, batch_bytes: int = 16384,
         kafka = pa.StructArray.from_arrays(
             [ints(p, np.int32), pa.array(offsets), micros(millis), ints(0, np.int32), pa.array(bases), ints(0, np.int32), ints(2, np.int32),
              pa.array(["none"] * per, pa.large_string()), micros(millis[bases]), micros(millis[np.minimum(bases + per_batch - 1, per - 1)]),
-             ints(1000 + p, np.int64), ints(0, np.int32), pa.array(bases.astype(np.int32)), ints(0, np.bool_), ints(0, np.bool_)],
+             ints(1000 + p, np.int64), ints(0, np.int32), pa.array(bases.astype(np.int32)), ints(0, np.bool_), ints(0, np.bool_),
+             *(pa.nulls(per, f.type) for f in list(kafka_type)[15:])],
             fields=list(kafka_type),
         )  # fmt: skip
         values = pa.Array.from_buffers(pa.large_binary(), per, [None, pa.py_buffer(np.arange(per + 1, dtype=np.int64) * value_size), pa.py_buffer(rng.integers(0, 256, per * value_size, dtype=np.uint8))])
-        headers = pa.array([[]] * per, SCHEMA.field("headers").type)
+        headers = pa.array([[]] * per, SCHEMA.field(HEADERS).type)
         nulls = [pa.nulls(per, pa.large_binary()), values, pa.nulls(per, pa.int32()), pa.nulls(per, pa.large_string())]
         tables.append(pa.Table.from_arrays([kafka, headers, *nulls], schema=SCHEMA))
     return pa.concat_tables(tables)
@@ -71,7 +73,7 @@ def row_groups(table: pa.Table, value_size: int, directory: Path) -> list[pa.Tab
 
 
 def by_partition(group: pa.Table) -> list[pa.Table]:
-    partitions = pc.struct_field(group.column("kafka"), "partition").to_numpy()
+    partitions = pc.struct_field(group.column(KAFKA), PARTITION).to_numpy()
     cuts = [0, *(np.flatnonzero(partitions[1:] != partitions[:-1]) + 1).tolist(), len(group)]
     return [group.slice(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
@@ -100,7 +102,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         for size in (int(s) for s in a.sizes.split(",")):
             groups = row_groups(rows(size, a.mib, a.partitions), size, Path(directory))
-            gib = sum(g.column("value_raw").combine_chunks().buffers()[2].size for g in groups) / 2**30
+            gib = sum(g.column(VALUE_RAW).combine_chunks().buffers()[2].size for g in groups) / 2**30
             pieces = [by_partition(g) for g in groups]
             best: dict[str, float] = {}
             for _ in range(a.rounds):

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from table.layout import KAFKA, OFFSET, PARTITION
+
 
 @dataclass(frozen=True)
 class PollPlan:
@@ -68,9 +70,9 @@ def _poll(plan: PollPlan, expect, first_seen, stop) -> dict:
                     if entry.status != ManifestEntryStatus.ADDED or entry.snapshot_id != snapshot.snapshot_id:
                         continue
                     with table.io.new_input(entry.data_file.file_path).open() as f:
-                        kafka = pq.read_table(f, columns=["kafka"]).column("kafka").combine_chunks()
-                    p = kafka.field("partition").to_numpy()
-                    o = kafka.field("offset").to_numpy()
+                        kafka = pq.read_table(f, columns=[KAFKA]).column(KAFKA).combine_chunks()
+                    p = kafka.field(PARTITION).to_numpy()
+                    o = kafka.field(OFFSET).to_numpy()
                     parts.append(p)
                     offsets.append(o)
                     times.append(np.full(len(p), now))
@@ -94,6 +96,6 @@ def _exactly_once(table) -> tuple[int, int]:
     """(rows, rows whose (partition, offset) another row has too) in the table's current snapshot."""
     if table is None:
         return 0, 0
-    kafka = table.scan(selected_fields=("kafka",)).to_arrow().column("kafka").combine_chunks()
-    keys = kafka.field("partition").to_numpy().astype(np.int64) << 40 | kafka.field("offset").to_numpy().astype(np.int64)
+    kafka = table.scan(selected_fields=(KAFKA,)).to_arrow().column(KAFKA).combine_chunks()
+    keys = kafka.field(PARTITION).to_numpy().astype(np.int64) << 40 | kafka.field(OFFSET).to_numpy().astype(np.int64)
     return len(keys), int(len(keys) - len(np.unique(keys)))

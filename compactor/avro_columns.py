@@ -23,6 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
+from table.layout import VALUE, VALUE_ERROR, VALUE_RAW, VALUE_SCHEMA_ID
+
 from .columns import RawRows, ValueSpans, _binary, _varints
 from .translator import Resolver
 
@@ -106,7 +108,7 @@ class ValueColumns:
 
     def __init__(self, resolve: Resolver, arrow: pa.Schema) -> None:
         self.resolve = resolve
-        self.value_type = arrow.field("value").type
+        self.value_type = arrow.field(VALUE).type
         self._plans: dict[int, _Record | None] = {}
 
     def read(self, rows: RawRows, taken: list[bool], counts: list[int]) -> tuple[list[RawRows], list[int]]:
@@ -175,7 +177,7 @@ def value_spans(rows: RawRows) -> ValueSpans:
     if rows.values is not None:
         return rows.values
     n = len(rows)
-    raw = rows.rows.column("value_raw")
+    raw = rows.rows.column(VALUE_RAW)
     if not pa.types.is_large_binary(raw.type):
         raw = raw.cast(pa.large_binary())
     offsets = np.frombuffer(raw.buffers()[1], dtype=np.int64, count=n + 1, offset=raw.offset * 8)
@@ -274,11 +276,11 @@ def value_columns(rows: RawRows, schema_id: int, record: _Record, value_type: pa
         value = pa.StructArray.from_arrays([value.field(i) for i in range(value.type.num_fields)], fields=list(value.type), mask=pa.array(dead))
     arrays = []
     for f in rows.rows.schema:
-        if f.name == "value":
+        if f.name == VALUE:
             arrays.append(value)
-        elif f.name == "value_schema_id":
+        elif f.name == VALUE_SCHEMA_ID:
             arrays.append(schema_ids.cast(f.type))
-        elif f.name in ("value_raw", "value_error"):
+        elif f.name in (VALUE_RAW, VALUE_ERROR):
             arrays.append(pa.nulls(n, type=f.type))
         else:
             arrays.append(rows.rows.column(f.name))

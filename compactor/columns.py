@@ -18,15 +18,49 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from numpy.lib.stride_tricks import sliding_window_view
 
+from table.layout import (
+    BASE_SEQUENCE,
+    BATCH_ATTRIBUTES,
+    BATCH_BASE_OFFSET,
+    BATCH_BASE_TIMESTAMP,
+    BATCH_BASE_TIMESTAMP_MS,
+    BATCH_COMPRESSION,
+    BATCH_LEADER_EPOCH,
+    BATCH_MAGIC,
+    BATCH_MAX_TIMESTAMP,
+    BATCH_MAX_TIMESTAMP_MS,
+    FLAGGED_ATTRIBUTES,
+    HEADER_KEY,
+    HEADER_VALUE,
+    HEADERS,
+    IS_CONTROL,
+    IS_TRANSACTIONAL,
+    KAFKA,
+    KEY_RAW,
+    MAX_MS,
+    MIN_MS,
+    OFFSET,
+    PARTITION,
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    RECORD_ATTRIBUTES,
+    STORED_BATCH,
+    TIMESTAMP,
+    TIMESTAMP_MS,
+    TIMESTAMP_TYPE,
+    VALUE_RAW,
+    VALUE_SCHEMA_ID,
+    clamp_ms,
+)
+
 from .records import Batch, Record
+from .translator import header_rows, timestamp_ms
 
 # After the last payload: the reads of a record's fixed fields past its end stay inside the buffer
 # (a record's position is checked once its fields are read; each varint moves it 10 bytes at most).
 _PAD = bytes(128)
 _WINDOW = 64  # records checked at once when record sizes repeat again (4x more each time they all do)
 _MAX_HEADERS = 64  # records with more headers go the per-record way (one numpy step per header index)
-# Kafka's milliseconds become microseconds: a timestamp beyond this cannot (records.py's path says how).
-_MAX_MS = (2**63 - 1) // 1000
 _INT64_MAX = 2**63 - 1
 _HIGH_BITS = np.uint64(0x8080808080808080)
 _MAX_DELTA = 2**62  # an offset delta beyond it may overflow: records.py's path decides
@@ -88,15 +122,15 @@ class RawRows:
         one or two, each with rows, in no particular order."""
         if self.schema_id is None or not self.tombstones:
             return [self]
-        dead = self.rows.column("value_schema_id").is_null().to_numpy(zero_copy_only=False)
+        dead = self.rows.column(VALUE_SCHEMA_ID).is_null().to_numpy(zero_copy_only=False)
         values = [] if dead.all() else [self.take(np.flatnonzero(~dead))]
         tombstones = self if dead.all() else self.take(np.flatnonzero(dead))
         return [*values, RawRows(tombstones.rows, tombstones.offsets, tombstones.timestamps, len(tombstones))]
 
     def _tombstones(self, rows: pa.RecordBatch, values: ValueSpans | None) -> int:
         if self.schema_id is not None:
-            return rows.column("value_schema_id").null_count
-        return values.nulls if values is not None else rows.column("value_raw").null_count
+            return rows.column(VALUE_SCHEMA_ID).null_count
+        return values.nulls if values is not None else rows.column(VALUE_RAW).null_count
 
 
 def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa.Schema) -> RawRows:
@@ -104,22 +138,26 @@ def records_to_rows(kafka: dict[str, Any], records: Sequence[Record], schema: pa
     records.py; `kafka` from kafka_columns), as rows of `schema`."""
     n = len(records)
     offsets = [r[0] for r in records]
-    timestamps = [r[1] for r in records]
-    kafka_type = schema.field("kafka").type
+    timestamps = [clamp_ms(r[1]) for r in records]
+    kafka_type = schema.field(KAFKA).type
     kafka_arrays = []
     for f in kafka_type:
-        if f.name == "offset":
+        if f.name == OFFSET:
             kafka_arrays.append(pa.array(offsets, type=f.type))
-        elif f.name == "timestamp":
+        elif f.name == TIMESTAMP:
             kafka_arrays.append(pa.array([t * 1000 for t in timestamps], type=f.type))  # Kafka's ms as timestamptz micros
+        elif f.name == RECORD_ATTRIBUTES:
+            kafka_arrays.append(pa.array([r[5] or None for r in records], type=f.type))  # null: 0
+        elif f.name == TIMESTAMP_MS:
+            kafka_arrays.append(pa.array([timestamp_ms(r[1], r[6]) for r in records], type=f.type))
         else:
-            kafka_arrays.append(pa.array([kafka[f.name]] * n, type=f.type))
+            kafka_arrays.append(pa.array([kafka.get(f.name)] * n, type=f.type))
     values = [r[3] for r in records]
     columns = {
-        "kafka": pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
-        "headers": pa.array([[{"key": k, "value": v} for k, v in r[4]] if r[4] else [] for r in records], type=schema.field("headers").type),
-        "key_raw": pa.array([r[2] for r in records], type=schema.field("key_raw").type),
-        "value_raw": pa.array(values, type=schema.field("value_raw").type),
+        KAFKA: pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
+        HEADERS: pa.array([header_rows(r[4]) if r[4] else [] for r in records], type=schema.field(HEADERS).type),
+        KEY_RAW: pa.array([r[2] for r in records], type=schema.field(KEY_RAW).type),
+        VALUE_RAW: pa.array(values, type=schema.field(VALUE_RAW).type),
     }
     arrays = [columns[f.name] if f.name in columns else pa.nulls(n, type=f.type) for f in schema]
     rows = pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -343,7 +381,9 @@ def _varints(buf: np.ndarray, at: np.ndarray, bad: np.ndarray) -> tuple[np.ndarr
 class _Fields:
     bad: np.ndarray  # bool per record: does not decode here
     offsets: np.ndarray
-    timestamps: np.ndarray
+    timestamps: np.ndarray  # as the timestamp column holds them: clamped to MIN_MS..MAX_MS
+    stored_timestamps: np.ndarray  # as the records hold them (baseTimestamp + delta)
+    attributes: np.ndarray  # each record's attributes byte
     key_at: np.ndarray
     key_length: np.ndarray  # < 0: null
     value_at: np.ndarray
@@ -392,24 +432,56 @@ def _decode_fields(buf: np.ndarray, record_at: np.ndarray, record_end: np.ndarra
         bad |= (wide >= _MAX_DELTA) | (wide <= -_MAX_DELTA) | (offset_delta >= _MAX_DELTA) | (offset_delta <= -_MAX_DELTA)  # none overflows below
         offset_delta = np.where(bad, 0, offset_delta)
     offsets = base_offset[batch_of] + offset_delta
-    # Timestamps whose micros do not fit int64 are left to records.py's path (a row it cannot write).
+    # a record past its batch's lastOffsetDelta would take an offset of the batch after it
+    last_delta = np.array([b.last_offset_delta for b in batches], dtype=np.int64)
+    bad |= (offset_delta < 0) | (offset_delta > last_delta[batch_of])
+    # Any int64 timestamp becomes a row: the column holds it clamped, the exact one beside it.
     base_ts, max_ts = header[:, 1], header[:, 2]
-    header_ok = (base_ts >= -_MAX_MS) & (base_ts <= _MAX_MS) & (max_ts >= -_MAX_MS) & (max_ts <= _MAX_MS)
-    if not header_ok.all():
-        bad |= ~header_ok[batch_of]
-        base_ts, max_ts = np.clip(base_ts, -_MAX_MS - 1, _MAX_MS + 1), np.clip(max_ts, -_MAX_MS - 1, _MAX_MS + 1)
-    if n and (timestamp_delta.max() > 2 * _MAX_MS or timestamp_delta.min() < -2 * _MAX_MS):
-        timestamp_delta = np.clip(timestamp_delta, -2 * _MAX_MS - 1, 2 * _MAX_MS + 1)  # beyond: bad below, unless LogAppendTime
-    timestamps = base_ts[batch_of] + timestamp_delta
+    with np.errstate(over="ignore"):
+        stored = base_ts[batch_of] + timestamp_delta  # wrapped, as Kafka adds them (Java longs)
     log_append = (header[:, 3] & 0x08) != 0
-    if log_append.any():
-        timestamps = np.where(log_append[batch_of], max_ts[batch_of], timestamps)
-    if n and (timestamps.max() > _MAX_MS or timestamps.min() < -_MAX_MS):
-        bad |= (timestamps > _MAX_MS) | (timestamps < -_MAX_MS)
+    timestamps = np.where(log_append[batch_of], max_ts[batch_of], stored) if log_append.any() else stored
+    timestamps = np.clip(timestamps, MIN_MS, MAX_MS)
+    _, attributes_at = _varints(buf, record_at, np.zeros(n, dtype=bool))
+    if n:
+        bad |= ~_canonical(record_at, attributes_at, record_end, timestamp_delta, offset_delta, key_length, value_length, header_count, header_record, name_length, header_value_length)
     return _Fields(
-        bad, offsets, timestamps, key_at, key_length, value_at, value_length, header_count,
+        bad, offsets, timestamps, stored, buf[attributes_at], key_at, key_length, value_at, value_length, header_count,
         header_record, name_at, name_length, header_value_at, header_value_length,
     )  # fmt: skip
+
+
+def _widths(values: np.ndarray) -> np.ndarray:
+    """The bytes of each value's zigzag varint as Kafka writes it (the shortest)."""
+    v = values.astype(np.int64, copy=False)
+    if not len(v):
+        return np.ones(0, dtype=np.int64)
+    lo, hi = int(v.min()), int(v.max())
+    if lo >= 0 and hi < 64:  # all one byte: most lengths, deltas and counts
+        return np.ones(len(v), dtype=np.int64)
+    z = ((v << 1) ^ (v >> 63)).view(np.uint64)
+    top = max((lo << 1) ^ (lo >> 63), (hi << 1) ^ (hi >> 63))
+    widths = np.ones(len(v), dtype=np.int64)
+    for k in range(1, 10):
+        if top < 1 << (7 * k):
+            break
+        widths += z >= np.uint64(1 << (7 * k))
+    return widths
+
+
+def _canonical(record_at, attributes_at, record_end, timestamp_delta, offset_delta, key_length, value_length, header_count, header_record, name_length, header_value_length) -> np.ndarray:
+    """Whether each record is written as the rebuild writes it (records.py's _canonical): every
+    varint in its shortest form, every null length -1. A record that is not (which Kafka reads,
+    and produce accepts) is left to records.py's path, which keeps its batch as stored."""
+    body = record_end - attributes_at
+    expected = 1 + _widths(timestamp_delta) + _widths(offset_delta) + _widths(key_length) + np.maximum(key_length, 0)
+    expected += _widths(value_length) + np.maximum(value_length, 0) + _widths(header_count)
+    ok = (key_length >= -1) & (value_length >= -1) & (attributes_at - record_at == _widths(body))
+    if len(header_record):
+        each = _widths(name_length) + np.maximum(name_length, 0) + _widths(header_value_length) + np.maximum(header_value_length, 0)
+        expected += np.bincount(header_record, weights=each, minlength=len(body)).astype(np.int64)
+        ok &= np.bincount(header_record, weights=header_value_length < -1, minlength=len(body)) == 0
+    return ok & (expected == body)
 
 
 def _uniform_fields(buf: np.ndarray, record_at: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]] | None:
@@ -502,7 +574,7 @@ def _layout(record: bytes) -> tuple[int, ...] | None:
         count, count_bytes = varint()
     except ValueError:
         return None
-    if count > 0 or pos != len(record):
+    if count != 0 or pos != len(record):
         return None
     return length_bytes, ts_bytes, offset_bytes, key_length_bytes, key_length, value_length_bytes, value_length, count_bytes
 
@@ -552,7 +624,8 @@ def _record_fields(buf: np.ndarray, at: np.ndarray, end: np.ndarray, bad: np.nda
     value_length = varint()
     value_at = skip(value_length)
     header_count = varint()
-    header_count = np.maximum(header_count, 0)  # records.py reads a negative count as none
+    bad[header_count < 0] = True  # records.py refuses it: a rebuild would write a count of 0
+    header_count = np.maximum(header_count, 0)
     # Each header takes 2 bytes at least: a count the record cannot hold is bad (and bounds the loop).
     over = (header_count > (end - at) // 2) | (header_count > _MAX_HEADERS)
     bad[over] = True
@@ -641,16 +714,24 @@ def _kafka_fields(batches: Sequence[Batch]) -> dict[str, Any]:
     """translator.kafka_columns' batch-level fields of `batches`, each as an array (a list for
     batch_compression), in one pass over the batches (kafka_columns a batch is a dict a batch:
     most of the time of batches of one record). tests/compactor/test_columns.py holds the two equal."""
-    names = ("timestamp_type", "batch_base_offset", "batch_leader_epoch", "batch_magic", "batch_base_timestamp", "batch_max_timestamp", "producer_id", "producer_epoch", "base_sequence", "is_control", "is_transactional")
-    rows = [(b.timestamp_type, b.base_offset, b.partition_leader_epoch, b.magic, b.base_timestamp, b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence, b.is_control, b.is_transactional) for b in batches]
+    names = (TIMESTAMP_TYPE, BATCH_BASE_OFFSET, BATCH_LEADER_EPOCH, BATCH_MAGIC, BATCH_BASE_TIMESTAMP, BATCH_MAX_TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH, BASE_SEQUENCE, IS_CONTROL, IS_TRANSACTIONAL, BATCH_ATTRIBUTES)
+    rows = [(b.timestamp_type, b.base_offset, b.partition_leader_epoch, b.magic, b.base_timestamp, b.max_timestamp, b.producer_id, b.producer_epoch, b.base_sequence, b.is_control, b.is_transactional, b.attributes) for b in batches]
     table = np.array(rows, dtype=np.int64).reshape(-1, len(names))
     fields: dict[str, Any] = {name: table[:, i] for i, name in enumerate(names)}
-    fields["batch_base_timestamp"] = fields["batch_base_timestamp"] * 1000  # ms as timestamptz micros
-    fields["batch_max_timestamp"] = fields["batch_max_timestamp"] * 1000
-    fields["is_control"] = fields["is_control"].astype(bool)
-    fields["is_transactional"] = fields["is_transactional"].astype(bool)
-    fields["batch_compression"] = [b.codec_name for b in batches]
+    for name, exact in ((BATCH_BASE_TIMESTAMP, BATCH_BASE_TIMESTAMP_MS), (BATCH_MAX_TIMESTAMP, BATCH_MAX_TIMESTAMP_MS)):
+        fields[exact] = fields[name]  # as the batch holds it: kept where the column's is clamped
+        fields[name] = np.clip(fields[name], MIN_MS, MAX_MS) * 1000  # ms as timestamptz micros
+    fields[IS_CONTROL] = fields[IS_CONTROL].astype(bool)
+    fields[IS_TRANSACTIONAL] = fields[IS_TRANSACTIONAL].astype(bool)
+    fields[BATCH_COMPRESSION] = [b.codec_name for b in batches]
     return fields
+
+
+def _exact(stored: np.ndarray, held: np.ndarray, type: pa.DataType) -> pa.Array:
+    """A *_ms column: `stored` where its timestamp column does not hold it (`held` false), else null."""
+    if held.all():
+        return pa.nulls(len(stored), type)
+    return pa.array(stored, mask=held, type=type)
 
 
 def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, fields: _Fields, keep: np.ndarray, header_keep: np.ndarray, names: pa.Array, counts: np.ndarray, schema: pa.Schema, values_apart: bool) -> RawRows:
@@ -664,18 +745,33 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
         kept = np.flatnonzero(keep)
         n = len(kept)
     offsets, timestamps = fields.offsets[kept], fields.timestamps[kept]
-    kafka_type = schema.field("kafka").type
+    kafka_type = schema.field(KAFKA).type
     live = np.flatnonzero(counts)
     per_batch = _kafka_fields([batches[i] for i in live.tolist()])
     repeats = counts[live]
     kafka_arrays = []
     for f in kafka_type:
-        if f.name == "offset":
+        if f.name == OFFSET:
             kafka_arrays.append(pa.array(offsets, type=f.type))
-        elif f.name == "timestamp":
+        elif f.name == TIMESTAMP:
             kafka_arrays.append(pa.array(timestamps * 1000).view(f.type))
-        elif f.name == "partition":
+        elif f.name == PARTITION:
             kafka_arrays.append(pa.array(np.full(n, partition, dtype=np.int32), type=f.type))
+        elif f.name == RECORD_ATTRIBUTES:
+            attributes = fields.attributes[kept]
+            kafka_arrays.append(pa.array(attributes.astype(np.int32), mask=attributes == 0, type=f.type) if attributes.any() else pa.nulls(n, f.type))
+        elif f.name == BATCH_ATTRIBUTES:
+            attributes = np.repeat(per_batch[f.name], repeats)
+            plain = (attributes & ~FLAGGED_ATTRIBUTES) == 0
+            kafka_arrays.append(pa.nulls(n, f.type) if plain.all() else pa.array(attributes.astype(np.int32), mask=plain, type=f.type))
+        elif f.name == TIMESTAMP_MS:
+            stored = fields.stored_timestamps[kept]
+            kafka_arrays.append(_exact(stored, stored == timestamps, f.type))
+        elif f.name in (BATCH_BASE_TIMESTAMP_MS, BATCH_MAX_TIMESTAMP_MS):
+            stored = np.repeat(per_batch[f.name], repeats)
+            kafka_arrays.append(_exact(stored, (stored >= MIN_MS) & (stored <= MAX_MS), f.type))
+        elif f.name == STORED_BATCH:
+            kafka_arrays.append(pa.nulls(n, f.type))
         else:
             values = per_batch[f.name]
             if pa.types.is_large_string(f.type):
@@ -688,22 +784,24 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
                 kafka_arrays.append(pa.array(np.repeat(values, repeats)).view(f.type))
             else:  # repeated in the column's own width: Arrow takes the array as it is, no cast
                 kafka_arrays.append(pa.array(np.repeat(values.astype(f.type.to_pandas_dtype()), repeats), type=f.type))
-    header_type = schema.field("headers").type
+    header_type = schema.field(HEADERS).type
     element = header_type.value_type
     firsts = np.zeros(n + 1, dtype=np.int64)
     if len(names):  # else none has a header: every list starts at 0
         np.cumsum(fields.header_count[kept], out=firsts[1:])
     header_values = _binary(buffer, fields.header_value_at[header_keep], fields.header_value_length[header_keep])
-    structs = pa.StructArray.from_arrays([names.view(element.field(0).type), header_values.cast(element.field(1).type)], fields=list(element))
+    header_fields = {HEADER_KEY: names.view(element.field(HEADER_KEY).type), HEADER_VALUE: header_values.cast(element.field(HEADER_VALUE).type)}
+    # a key that is not UTF-8 takes records.py's path: key_bytes is null here
+    structs = pa.StructArray.from_arrays([header_fields.get(f.name, pa.nulls(len(names), f.type)) for f in element], fields=list(element))
     columns = {
-        "kafka": pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
-        "headers": pa.LargeListArray.from_arrays(pa.array(firsts), structs, type=header_type),
-        "key_raw": _binary(buffer, fields.key_at[kept], fields.key_length[kept]).cast(schema.field("key_raw").type),
+        KAFKA: pa.StructArray.from_arrays(kafka_arrays, fields=list(kafka_type)),
+        HEADERS: pa.LargeListArray.from_arrays(pa.array(firsts), structs, type=header_type),
+        KEY_RAW: _binary(buffer, fields.key_at[kept], fields.key_length[kept]).cast(schema.field(KEY_RAW).type),
     }
     spans = None
     if not values_apart:
         values = _binary(buffer, fields.value_at[kept], fields.value_length[kept])
-        columns["value_raw"] = values.cast(schema.field("value_raw").type)
+        columns[VALUE_RAW] = values.cast(schema.field(VALUE_RAW).type)
         tombstones = values.null_count
     else:  # the values stay where they are: a copy of them all saved, when they are read into columns
         spans = ValueSpans(np.frombuffer(buffer, dtype=np.uint8), fields.value_at[kept], fields.value_length[kept])

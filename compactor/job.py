@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from metadata.model import IndexEntry
+from table.layout import BATCH_COMPRESSION, HEADERS, KAFKA, KEY_RAW, MAX_MS, MIN_MS, OFFSET, STORED_BATCH, TIMESTAMP, VALUE, VALUE_ERROR, VALUE_RAW, VALUE_SCHEMA_ID, clamp_ms
 from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, LOG_OVERHEAD, decompress
 from wal.store import load_object_store
 
@@ -43,9 +44,6 @@ READ_CONCURRENCY = 8  # ranged GETs in flight per task: object-store latency, no
 # Catalog settings that reach table.io.properties but no FileIO reads (a PostgreSQL URI carries its
 # password): kept off the context that every executor receives.
 _CATALOG_ONLY = frozenset({"uri", "credential", "token", "oauth2-server-uri", "warehouse"})
-# A header's timestamps are trusted for a row only within Iceberg's years 1-9999 (a batch failing
-# its CRC may carry anything there); otherwise the entry's max timestamp stands in.
-_MIN_MS, _MAX_MS = -62_135_596_800_000, 253_402_300_799_999
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +181,13 @@ def _count_rows(rows: RawRows, counts: dict[str, int]) -> None:
 def _add_row(writer: TableWriter, row: Any, outcome: str | None, counts: dict[str, int], malformed: list[tuple[int, int, str]], partition: int) -> None:
     """One of _entry_rows' (row, outcome) to the writer, counted."""
     if outcome is None:  # a topic without a schema: one batch's records
-        kafka, records = row
-        if not writer.add_raw(kafka, records):
+        kafka, records, stored = row
+        try:
+            taken = writer.add_raw(kafka, records)
+        except Exception as e:  # records that do not become rows: the batch is kept as stored
+            _add_row(writer, stored(e), MALFORMED, counts, malformed, partition)
+            return
+        if not taken:
             for record in records:
                 writer.add(*translate(record, kafka, None))
         tombstones = sum(1 for r in records if r[3] is None)
@@ -192,7 +195,7 @@ def _add_row(writer: TableWriter, row: Any, outcome: str | None, counts: dict[st
         counts[RAW] += len(records) - tombstones
         return
     if outcome == MALFORMED:
-        malformed.append((partition, row["kafka"]["offset"], row["value_error"]))
+        malformed.append((partition, row[KAFKA][OFFSET], row[VALUE_ERROR]))
         writer.add(row, RAW)
     else:
         writer.add(row, outcome)
@@ -403,21 +406,35 @@ def _entry_rows(partition: int, entry: IndexEntry, data: memoryview, first_offse
 
 
 def _batch_rows(partition: int, view: memoryview, batch: Batch, first_offset: int, resolve: Resolver | None) -> Iterator[tuple[Any, str | None]]:
-    """_entry_rows' rows of one batch whose framing and checksum are sound (`view` holds it)."""
+    """_entry_rows' rows of one batch whose framing and checksum are sound (`view` holds it).
+    A batch whose records do not become rows, whatever the reason, is one MALFORMED row holding
+    it as stored, never an error that stops the topic's compaction."""
+    stored = view[batch.position : batch.position + batch.size]
     try:
         decode_records(view, batch)
-    except CorruptBatch as e:
-        yield _malformed(partition, batch, view[batch.position : batch.position + batch.size], e, first_offset), MALFORMED
-        return
-    kafka = kafka_columns(partition, batch)
-    if resolve is None:
+        _check_offsets(batch)
+        kafka = kafka_columns(partition, batch)
         records = [r for r in batch.records if r.offset >= first_offset]
-        if records:
-            yield (kafka, records), None
+        if resolve is None:
+            rows: list[tuple[Any, str | None]] = []
+            if records:
+                rows.append(((kafka, records, lambda e: _malformed(partition, batch, stored, e)), None))
+        else:
+            rows = [translate(record, kafka, resolve) for record in records]
+    except Exception as e:  # CorruptBatch, or anything a producer's bytes make the decoding raise
+        yield _malformed(partition, batch, stored, e), MALFORMED
         return
+    yield from rows
+
+
+def _check_offsets(batch: Batch) -> None:
+    """Raises CorruptBatch unless the batch's records' offsets rise within its own range (a record
+    past its lastOffsetDelta would take an offset of the batch after it)."""
+    last = batch.base_offset - 1
     for record in batch.records:
-        if record.offset >= first_offset:
-            yield translate(record, kafka, resolve)
+        if not last < record.offset <= batch.last_offset:
+            raise CorruptBatch(batch.index, batch.position, batch.base_offset, f"record offset {record.offset} after {last}, outside {batch.base_offset}-{batch.last_offset}")
+        last = record.offset
 
 
 def _run_raw_rows(run: Run, ranges: _Ranges, schema: Any, values: ValueColumns | None = None) -> Iterator[tuple[Any, str | None]]:
@@ -454,12 +471,14 @@ def _run_raw_rows(run: Run, ranges: _Ranges, schema: Any, values: ValueColumns |
 def _decoded_rows(partition: int, batches: list[tuple[memoryview, Batch]], payloads: list[Any], first_offset: int, schema: Any, values: ValueColumns | None) -> Iterator[tuple[Any, str | None]]:
     if not batches:
         return
-    rows, taken, counts = decode_batches(partition, [b for _, b in batches], payloads, first_offset, schema, values_apart=values is not None)
-    resolve = None
-    parents, part = [rows], [0 if t else -1 for t in taken]
-    if values is not None:
-        parents, part = values.read(rows, taken, counts)
-        resolve = values.resolve
+    resolve = values.resolve if values is not None else None
+    try:
+        rows, taken, counts = decode_batches(partition, [b for _, b in batches], payloads, first_offset, schema, values_apart=values is not None)
+        parents, part = [rows], [0 if t else -1 for t in taken]
+        if values is not None:
+            parents, part = values.read(rows, taken, counts)
+    except Exception:  # batches the columns cannot take: each goes its own way, which names what fails
+        parents, part, counts = [], [-1] * len(batches), [0] * len(batches)
     at = [0] * len(parents)  # each parent's next row
     i = 0
     while i < len(batches):
@@ -498,7 +517,7 @@ def _entry_batches(partition: int, entry: IndexEntry, data: memoryview, first_of
             if not framed:
                 batch.last_offset_delta = entry.last_offset - batch.base_offset
             if batch.last_offset >= first_offset:
-                yield _malformed(partition, batch, stored, e, first_offset, parsed)
+                yield _malformed(partition, batch, stored, e, parsed)
             if not framed:
                 return
             pos += e.position + batch.size
@@ -527,24 +546,29 @@ def _header(view: memoryview, error: CorruptBatch, entry: IndexEntry) -> tuple[B
 
 
 def _ms(timestamp: int, fallback: int) -> int:
-    return timestamp if _MIN_MS <= timestamp <= _MAX_MS else fallback
+    # A header's timestamps are trusted for a row only within Iceberg's years 1-9999 (a batch
+    # failing its CRC may carry anything there); otherwise the entry's max timestamp stands in.
+    return timestamp if MIN_MS <= timestamp <= MAX_MS else fallback
 
 
-def _malformed(partition: int, batch: Batch, stored: memoryview, error: CorruptBatch, first_offset: int, parsed: bool = True) -> dict[str, Any]:
+def _malformed(partition: int, batch: Batch, stored: memoryview, error: Exception, parsed: bool = True) -> dict[str, Any]:
+    """The row of a batch whose records are not rows: its bytes as stored, at its last offset (so
+    that a read of any of its offsets finds it). One whose framing is sound (`batch.size`) is
+    served back as it is (stored_batch)."""
     kafka = kafka_columns(partition, batch)
-    # At the batch's first offset, or the checkpoint's when it falls inside the batch.
-    kafka["offset"] = max(batch.base_offset, first_offset)
-    kafka["timestamp"] = _ms(batch.base_timestamp, batch.max_timestamp) * 1000
+    kafka[OFFSET] = batch.last_offset
+    kafka[TIMESTAMP] = clamp_ms(_ms(batch.base_timestamp, batch.max_timestamp)) * 1000
+    kafka[STORED_BATCH] = batch.size > 0 and parsed
     if not parsed:
-        kafka["batch_compression"] = "unknown"
+        kafka[BATCH_COMPRESSION] = "unknown"
     return {
-        "kafka": kafka,
-        "headers": [],
-        "key_raw": None,
-        "value": None,
-        "value_raw": bytes(stored),
-        "value_schema_id": None,
-        "value_error": f"batch does not decode: {error}",
+        KAFKA: kafka,
+        HEADERS: [],
+        KEY_RAW: None,
+        VALUE: None,
+        VALUE_RAW: bytes(stored),
+        VALUE_SCHEMA_ID: None,
+        VALUE_ERROR: f"batch does not decode: {error}" if isinstance(error, CorruptBatch) else f"batch does not become rows: {type(error).__name__}: {error}",
     }
 
 

@@ -1,14 +1,16 @@
-"""The table layout of a topic (seed 000): the `kafka` struct, headers, key and value columns as a
-pyiceberg Schema with explicit field ids and the matching Arrow schema, and the partition spec a
-topic's `neve.iceberg.partition.by` config names (day of the Kafka timestamp by default).
+"""The table layout of a topic (seed 000) as Iceberg has it: the columns table/layout.py names, with
+their Iceberg types and field ids, the matching Arrow schema, and the partition spec a topic's
+`neve.iceberg.partition.by` config names (day of the Kafka timestamp by default).
 
 Columns, in order: kafka, headers, key_raw, value_raw, value_schema_id, value_error, then `value`
 only when the topic has a registered schema. The raw columns' ids are the ones pyiceberg gives a
 new table of them (assign_fresh_schema_ids), and `value` is added to them by union, as evolution
-adds it to a table created raw: so every table has the same ids for the raw columns, 1-24, whether
-it had a schema from the start or gained one. (catalog.create_table renumbers a schema it is given
+adds it to a table created raw: so a table has the same ids for its raw columns whether it had a
+schema from the start or gained one. (catalog.create_table renumbers a schema it is given
 breadth first, `value` included: create the raw table and union `value` in the same transaction to
-keep these ids.)
+keep these ids.) A table made before the kafka struct's optional fields and the header's key_bytes
+gains them by union (upgrade_raw_columns), its other ids unchanged; one made since has them from
+the start, numbered by the catalog: the two read the same by name.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
+from table import layout as table_layout
 from table import names
 
 from .avro_types import evolve
@@ -40,48 +43,94 @@ from .avro_types import evolve
 PARTITION_BY_CONFIG = "neve.iceberg.partition.by"
 DEFAULT_PARTITION_BY = "day(timestamp)"
 
-# (name, type, required): the fields of the `kafka` struct. Timestamps are Kafka's milliseconds as
-# Iceberg timestamptz (microseconds). batch_base_timestamp is not in seed 000 but a batch cannot be
-# rebuilt without it (a LogAppendTime batch's records do not carry it).
-KAFKA_FIELDS: tuple[tuple[str, IcebergType, bool], ...] = (
-    ("partition", IntegerType(), True),
-    ("offset", LongType(), True),
-    ("timestamp", TimestamptzType(), True),
-    ("timestamp_type", IntegerType(), True),  # Kafka's TimestampType: 0 CreateTime, 1 LogAppendTime
-    ("batch_base_offset", LongType(), True),
-    ("batch_leader_epoch", IntegerType(), True),
-    ("batch_magic", IntegerType(), True),
-    ("batch_compression", StringType(), True),  # none, gzip, snappy, lz4, zstd
-    ("batch_base_timestamp", TimestamptzType(), True),
-    ("batch_max_timestamp", TimestamptzType(), True),
-    ("producer_id", LongType(), True),
-    ("producer_epoch", IntegerType(), True),
-    ("base_sequence", IntegerType(), True),
-    ("is_control", BooleanType(), True),
-    ("is_transactional", BooleanType(), True),
-)
+# The Iceberg type of each field of the `kafka` struct (table/layout.py names them and orders them),
+# and whether it is required. Timestamps are Kafka's milliseconds as Iceberg timestamptz
+# (microseconds). batch_base_timestamp is not in seed 000 but a batch cannot be rebuilt without it
+# (a LogAppendTime batch's records do not carry it).
+_KAFKA_TYPES: dict[str, tuple[IcebergType, bool]] = {
+    table_layout.PARTITION: (IntegerType(), True),
+    table_layout.OFFSET: (LongType(), True),
+    table_layout.TIMESTAMP: (TimestamptzType(), True),
+    table_layout.TIMESTAMP_TYPE: (IntegerType(), True),
+    table_layout.BATCH_BASE_OFFSET: (LongType(), True),
+    table_layout.BATCH_LEADER_EPOCH: (IntegerType(), True),
+    table_layout.BATCH_MAGIC: (IntegerType(), True),
+    table_layout.BATCH_COMPRESSION: (StringType(), True),
+    table_layout.BATCH_BASE_TIMESTAMP: (TimestamptzType(), True),
+    table_layout.BATCH_MAX_TIMESTAMP: (TimestamptzType(), True),
+    table_layout.PRODUCER_ID: (LongType(), True),
+    table_layout.PRODUCER_EPOCH: (IntegerType(), True),
+    table_layout.BASE_SEQUENCE: (IntegerType(), True),
+    table_layout.IS_CONTROL: (BooleanType(), True),
+    table_layout.IS_TRANSACTIONAL: (BooleanType(), True),
+    table_layout.RECORD_ATTRIBUTES: (IntegerType(), False),
+    table_layout.BATCH_ATTRIBUTES: (IntegerType(), False),
+    table_layout.TIMESTAMP_MS: (LongType(), False),
+    table_layout.BATCH_BASE_TIMESTAMP_MS: (LongType(), False),
+    table_layout.BATCH_MAX_TIMESTAMP_MS: (LongType(), False),
+    table_layout.STORED_BATCH: (BooleanType(), False),
+}
+# (name, type, required), in the struct's order
+KAFKA_FIELDS: tuple[tuple[str, IcebergType, bool], ...] = tuple((name, *_KAFKA_TYPES[name]) for name in table_layout.KAFKA_FIELDS)
+_HEADER_TYPES: dict[str, tuple[IcebergType, bool]] = {
+    table_layout.HEADER_KEY: (StringType(), True),
+    table_layout.HEADER_VALUE: (BinaryType(), False),
+    table_layout.HEADER_KEY_BYTES: (BinaryType(), False),
+}
 
 
 def table_schema(value_type: IcebergType | None = None) -> Schema:
     """The schema of a topic's table: the raw columns, and `value` when `value_type` is given (the
     iceberg type of avro_types.value_layout), added by union after them."""
-    ids = itertools.count(1)  # placeholders: assign_fresh_schema_ids numbers the columns for real
-    kafka = StructType(*(NestedField(next(ids), name, t, required=req) for name, t, req in KAFKA_FIELDS))
-    header = StructType(NestedField(next(ids), "key", StringType(), required=True), NestedField(next(ids), "value", BinaryType(), required=False))
-    columns = [
-        NestedField(next(ids), "kafka", kafka, required=True),
-        NestedField(next(ids), "headers", ListType(next(ids), header, element_required=True), required=True),
-        NestedField(next(ids), "key_raw", BinaryType(), required=False),
-        NestedField(next(ids), "value_raw", BinaryType(), required=False),
-        NestedField(next(ids), "value_schema_id", IntegerType(), required=False),
-        NestedField(next(ids), "value_error", StringType(), required=False, doc="why the value is (also) kept raw"),
-    ]
-    raw = assign_fresh_schema_ids(Schema(*columns))
+    raw = assign_fresh_schema_ids(_raw_columns(table_layout.KAFKA_FIELDS, table_layout.HEADER_FIELDS))
     if value_type is None:
         return raw
     evolved = evolve(raw, value_type).schema
     assert evolved is not None  # a value column added to the raw columns cannot conflict
     return evolved
+
+
+def _raw_columns(kafka_fields: tuple[str, ...], header_fields: tuple[str, ...]) -> Schema:
+    """The raw columns with the kafka and header fields named, ids placeholders."""
+    ids = itertools.count(1)  # placeholders: assign_fresh_schema_ids (or the union) numbers them for real
+    kafka = StructType(*(NestedField(next(ids), name, t, required=req) for name, t, req in ((n, *_KAFKA_TYPES[n]) for n in kafka_fields)))
+    header = StructType(*(NestedField(next(ids), name, t, required=req) for name, t, req in ((n, *_HEADER_TYPES[n]) for n in header_fields)))
+    columns = [
+        NestedField(next(ids), table_layout.KAFKA, kafka, required=True),
+        NestedField(next(ids), table_layout.HEADERS, ListType(next(ids), header, element_required=True), required=True),
+        NestedField(next(ids), table_layout.KEY_RAW, BinaryType(), required=False),
+        NestedField(next(ids), table_layout.VALUE_RAW, BinaryType(), required=False),
+        NestedField(next(ids), table_layout.VALUE_SCHEMA_ID, IntegerType(), required=False),
+        NestedField(next(ids), table_layout.VALUE_ERROR, StringType(), required=False, doc="why the value is (also) kept raw"),
+    ]
+    return Schema(*columns)
+
+
+def first_raw_schema() -> Schema:
+    """The raw columns of a table made before the kafka struct's optional fields and the header's
+    key_bytes (what upgrade_raw_columns brings up to date; kept for its tests)."""
+    return assign_fresh_schema_ids(_raw_columns(table_layout.KAFKA_FIELDS_FIRST, (table_layout.HEADER_KEY, table_layout.HEADER_VALUE)))
+
+
+def upgrade_raw_columns(table):
+    """`table` (a pyiceberg Table) with every raw column and field of table_schema(), those it
+    lacks added by union (optional, new ids: the others keep theirs); the same table when it has
+    them all. Rows written before read the added fields as null."""
+    current = table.schema()
+    wanted = table_schema()
+    if all(_has(current, wanted.find_column_name(i)) for i in wanted._lazy_id_to_field):
+        return table
+    with table.update_schema() as update:
+        update.union_by_name(Schema(*(f for f in wanted.fields)))
+    return table.refresh()
+
+
+def _has(schema: Schema, column: str | None) -> bool:
+    try:
+        schema.find_field(column)  # type: ignore[arg-type]
+    except ValueError:
+        return False
+    return True
 
 
 def arrow_schema(schema: Schema) -> pa.Schema:

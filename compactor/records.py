@@ -26,6 +26,8 @@ _LOG_APPEND_TIME = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
 # The leader epoch a fetch writes into every batch it serves (wal.batch.inject_offsets' default,
 # which broker/handlers/api01_fetch.py uses): the table keeps what a consumer saw.
 SERVED_LEADER_EPOCH = 0
@@ -45,10 +47,15 @@ class CorruptBatch(ValueError):
 
 class Record(NamedTuple):
     offset: int
-    timestamp: int  # ms since the epoch; a LogAppendTime batch's maxTimestamp for each record
+    timestamp: int  # ms since the epoch (any int64); a LogAppendTime batch's maxTimestamp for each record
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
+    # (key, value): a key that is not UTF-8 stays bytes (Kafka's header keys are any bytes)
+    headers: tuple[tuple[str | bytes, bytes | None], ...]
+    attributes: int = 0  # the record's attributes byte (Kafka defines no bit of it; kept as produced)
+    # the timestamp the record itself holds (baseTimestamp + its delta), when `timestamp` is
+    # another (a LogAppendTime batch's): the batch is rebuilt from it
+    stored_timestamp: int | None = None
 
 
 @dataclass(slots=True)
@@ -171,6 +178,12 @@ def _varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError(f"varint longer than 10 bytes at {pos}")
 
 
+def _width(value: int) -> int:
+    """The bytes of `value`'s zigzag varint as Kafka writes it (the shortest)."""
+    z = (value << 1) ^ (value >> 63)
+    return 1 if 0 <= z < 0x80 else max(1, (z.bit_length() + 6) // 7)
+
+
 def _decode(buf: bytes, count: int, base_offset: int, base_timestamp: int, log_append: int | None) -> list[Record]:
     # One function with the common one-byte varints read inline: this runs once per record.
     varint = _varint
@@ -181,11 +194,13 @@ def _decode(buf: bytes, count: int, base_offset: int, base_timestamp: int, log_a
     append = records.append
     pos = 0
     for _ in range(count):
+        start = pos
         length, pos = varint(buf, pos)
         record_end = pos + length
         if length < 6 or record_end > end:
             raise ValueError(f"record length {length} at byte {pos} overruns the {end}-byte payload")
-        pos += 1  # record attributes: unused in v2
+        attributes = buf[pos]
+        pos += 1
         timestamp_delta, pos = varint(buf, pos)
         offset_delta, pos = varint(buf, pos)
         key_length, pos = varint(buf, pos)
@@ -201,15 +216,27 @@ def _decode(buf: bytes, count: int, base_offset: int, base_timestamp: int, log_a
             value = buf[pos : pos + value_length]
             pos += value_length
         header_count, pos = varint(buf, pos)
+        # the bytes a record written as the rebuild writes it takes (shortest varints, nulls -1)
+        canonical = 1 + _width(timestamp_delta) + _width(offset_delta) + _width(key_length) + max(key_length, 0)
+        canonical += _width(value_length) + max(value_length, 0) + _width(header_count)
+        if header_count < 0 or key_length < -1 or value_length < -1:
+            raise ValueError(f"record at byte {start} has a length or header count that is negative but not -1")
         if header_count:
             headers = []
             for _ in range(header_count):
                 name_length, pos = varint(buf, pos)
                 if name_length < 0:
                     raise ValueError(f"header key of length {name_length}")
-                name = buf[pos : pos + name_length].decode()
+                name = buf[pos : pos + name_length]
+                try:
+                    name = name.decode()
+                except UnicodeDecodeError:  # legal in Kafka: kept as the bytes it is
+                    pass
                 pos += name_length
                 header_length, pos = varint(buf, pos)
+                canonical += _width(name_length) + name_length + _width(header_length) + max(header_length, 0)
+                if header_length < -1:
+                    raise ValueError(f"header value length {header_length}")
                 if header_length < 0:
                     header_value = None
                 else:
@@ -221,8 +248,16 @@ def _decode(buf: bytes, count: int, base_offset: int, base_timestamp: int, log_a
             headers = ()
         if pos != record_end:
             raise ValueError(f"record of {length} bytes ends at byte {pos}, expected {record_end}")
-        timestamp = base_timestamp + timestamp_delta if log_append is None else log_append
-        append(new_record(Record, (base_offset + offset_delta, timestamp, key, value, headers)))
+        if canonical != length or record_end - start != _width(length) + length:
+            # Kafka reads it, but it cannot be rebuilt byte for byte from its fields
+            raise ValueError(f"record at byte {start} has a varint longer than it needs")
+        own = base_timestamp + timestamp_delta
+        if not _INT64_MIN <= own <= _INT64_MAX:  # Kafka adds them as Java longs: wrapped
+            own = (own - _INT64_MIN) % (1 << 64) + _INT64_MIN
+        if log_append is None:
+            append(new_record(Record, (base_offset + offset_delta, own, key, value, headers, attributes, None)))
+        else:
+            append(new_record(Record, (base_offset + offset_delta, log_append, key, value, headers, attributes, None if own == log_append else own)))
     if pos != end:
         raise ValueError(f"{end - pos} bytes after the batch's {count} records")
     return records

@@ -91,10 +91,10 @@ def load_or_create(catalog, identifier: str, partition_by: str | None, topic_id:
     if table is not None:
         owner = binding.bound_topic(table)
         if owner == topic_id:
-            return table
+            return layout.upgrade_raw_columns(table)
         owners = {owner} if owner is not None else _cycle_topic_ids(table)
         if owners <= {topic_id}:
-            return _adopt(table, topic_id)
+            return layout.upgrade_raw_columns(_adopt(table, topic_id))
         if live is None:
             raise binding.TableNotBound(f"table {identifier} is bound to topic id(s) {', '.join(sorted(owners))}, not {topic_id}, and which topics exist is not known yet: set aside later")
         if owners & set(live):
@@ -119,7 +119,7 @@ def load_or_create(catalog, identifier: str, partition_by: str | None, topic_id:
     except TableAlreadyExistsError:  # another compactor, or a user, made it meanwhile
         table = catalog.load_table(identifier)
         binding.require(table, topic_id)
-        return table
+        return layout.upgrade_raw_columns(table)
 
 
 def _cycle_topic_ids(table) -> set[str]:

@@ -15,13 +15,48 @@ Outcomes:
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from fastavro import schemaless_reader, schemaless_writer
 
 from registry.wire import NotFramed, unframe
+from table.layout import (
+    BASE_SEQUENCE,
+    BATCH_ATTRIBUTES,
+    BATCH_BASE_OFFSET,
+    BATCH_BASE_TIMESTAMP,
+    BATCH_BASE_TIMESTAMP_MS,
+    BATCH_COMPRESSION,
+    BATCH_LEADER_EPOCH,
+    BATCH_MAGIC,
+    BATCH_MAX_TIMESTAMP,
+    BATCH_MAX_TIMESTAMP_MS,
+    FLAGGED_ATTRIBUTES,
+    HEADER_KEY,
+    HEADER_KEY_BYTES,
+    HEADER_VALUE,
+    HEADERS,
+    IS_CONTROL,
+    IS_TRANSACTIONAL,
+    KAFKA,
+    KEY_RAW,
+    OFFSET,
+    PARTITION,
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    RECORD_ATTRIBUTES,
+    TIMESTAMP,
+    TIMESTAMP_MS,
+    TIMESTAMP_TYPE,
+    VALUE,
+    VALUE_ERROR,
+    VALUE_RAW,
+    VALUE_SCHEMA_ID,
+    clamp_ms,
+    exact_ms,
+)
 
 from .avro_types import ValueLayout, parse, value_layout
 from .records import Batch, Record
@@ -70,43 +105,64 @@ def writer_schema(schema_id: int, schema: str | dict | list, schema_type: str = 
 def kafka_columns(partition: int, batch: Batch) -> dict[str, Any]:
     """The kafka struct's batch-level fields (shared by the batch's rows; translate copies it)."""
     return {
-        "partition": partition,
-        "offset": None,
-        "timestamp": None,
-        "timestamp_type": batch.timestamp_type,
-        "batch_base_offset": batch.base_offset,
-        "batch_leader_epoch": batch.partition_leader_epoch,
-        "batch_magic": batch.magic,
-        "batch_compression": batch.codec_name,
-        "batch_base_timestamp": batch.base_timestamp * 1000,
-        "batch_max_timestamp": batch.max_timestamp * 1000,
-        "producer_id": batch.producer_id,
-        "producer_epoch": batch.producer_epoch,
-        "base_sequence": batch.base_sequence,
-        "is_control": batch.is_control,
-        "is_transactional": batch.is_transactional,
+        PARTITION: partition,
+        OFFSET: None,
+        TIMESTAMP: None,
+        TIMESTAMP_TYPE: batch.timestamp_type,
+        BATCH_BASE_OFFSET: batch.base_offset,
+        BATCH_LEADER_EPOCH: batch.partition_leader_epoch,
+        BATCH_MAGIC: batch.magic,
+        BATCH_COMPRESSION: batch.codec_name,
+        BATCH_BASE_TIMESTAMP: clamp_ms(batch.base_timestamp) * 1000,
+        BATCH_MAX_TIMESTAMP: clamp_ms(batch.max_timestamp) * 1000,
+        PRODUCER_ID: batch.producer_id,
+        PRODUCER_EPOCH: batch.producer_epoch,
+        BASE_SEQUENCE: batch.base_sequence,
+        IS_CONTROL: batch.is_control,
+        IS_TRANSACTIONAL: batch.is_transactional,
+        BATCH_ATTRIBUTES: batch.attributes if batch.attributes & ~FLAGGED_ATTRIBUTES else None,
+        BATCH_BASE_TIMESTAMP_MS: exact_ms(batch.base_timestamp),
+        BATCH_MAX_TIMESTAMP_MS: exact_ms(batch.max_timestamp),
     }
 
 
 def translate(record: Record, kafka: dict[str, Any], resolve: Resolver | None) -> tuple[dict[str, Any], str]:
     """(row, outcome) for one record; `kafka` from kafka_columns for its batch; `resolve` None for
     a topic without a value schema. Raises only what `resolve` raises."""
-    offset, timestamp, key, value, headers = record
+    offset, timestamp, key, value, headers, attributes, stored_timestamp = record
     row_kafka = kafka.copy()
-    row_kafka["offset"] = offset
-    row_kafka["timestamp"] = timestamp * 1000  # Kafka's ms as timestamptz micros
-    row_headers = [{"key": k, "value": v} for k, v in headers] if headers else []
+    row_kafka[OFFSET] = offset
+    row_kafka[TIMESTAMP] = clamp_ms(timestamp) * 1000  # Kafka's ms as timestamptz micros
+    row_kafka[RECORD_ATTRIBUTES] = attributes or None
+    row_kafka[TIMESTAMP_MS] = timestamp_ms(timestamp, stored_timestamp)
+    row_headers = header_rows(headers) if headers else []
     if value is None:
-        return {"kafka": row_kafka, "headers": row_headers, "key_raw": key, "value_raw": None, "value_schema_id": None, "value_error": None, "value": None}, TOMBSTONE
+        return {KAFKA: row_kafka, HEADERS: row_headers, KEY_RAW: key, VALUE_RAW: None, VALUE_SCHEMA_ID: None, VALUE_ERROR: None, VALUE: None}, TOMBSTONE
     if resolve is None:  # a topic without a schema: what _value answers, without the call
-        return {"kafka": row_kafka, "headers": row_headers, "key_raw": key, "value_raw": value, "value_schema_id": None, "value_error": None, "value": None}, RAW
+        return {KAFKA: row_kafka, HEADERS: row_headers, KEY_RAW: key, VALUE_RAW: value, VALUE_SCHEMA_ID: None, VALUE_ERROR: None, VALUE: None}, RAW
     outcome, columns, error, schema_id = _value(value, resolve)
-    row = {"kafka": row_kafka, "headers": row_headers, "key_raw": key, "value_raw": None, "value_schema_id": schema_id, "value_error": error, "value": columns}
+    row = {KAFKA: row_kafka, HEADERS: row_headers, KEY_RAW: key, VALUE_RAW: None, VALUE_SCHEMA_ID: schema_id, VALUE_ERROR: error, VALUE: columns}
     if outcome == COLUMNS:
         row[PRODUCED_VALUE] = value
     else:
-        row["value_raw"] = value
+        row[VALUE_RAW] = value
     return row, outcome
+
+
+def timestamp_ms(timestamp: int, stored_timestamp: int | None) -> int | None:
+    """The kafka.timestamp_ms of a record (records.Record's two timestamps): the timestamp its
+    batch holds for it, when the timestamp column (clamped) does not say it."""
+    own = timestamp if stored_timestamp is None else stored_timestamp
+    return None if own == clamp_ms(timestamp) else own
+
+
+def header_rows(headers: Sequence[tuple[str | bytes, bytes | None]]) -> list[dict[str, Any]]:
+    """A record's headers as the headers column's elements: a key that is not UTF-8 (bytes) kept
+    exact in key_bytes, its text then lossy."""
+    return [
+        {HEADER_KEY: k, HEADER_VALUE: v, HEADER_KEY_BYTES: None} if type(k) is str else {HEADER_KEY: k.decode(errors="replace"), HEADER_VALUE: v, HEADER_KEY_BYTES: k}
+        for k, v in headers
+    ]
 
 
 def translate_batch(partition: int, batch: Batch, resolve: Resolver | None) -> Iterator[tuple[dict[str, Any], str]]:

@@ -29,6 +29,8 @@ from pyiceberg.typedef import Record as PartitionRecord
 from pyiceberg.types import TimestampType, TimestamptzType
 from pyiceberg.utils.datetime import date_to_days, datetime_to_micros, time_to_micros
 
+from table.layout import KAFKA, OFFSET, PARTITION, TIMESTAMP, VALUE, VALUE_ERROR, VALUE_RAW, VALUE_SCHEMA_ID
+
 from .columns import RawRows, records_to_rows
 from .layout import arrow_schema, rows_to_arrow
 from .records import Record
@@ -150,14 +152,14 @@ class TableWriter:
         """One row from the translator. A partition's rows come in offset order and together (all
         of one partition's rows, then the next's), so that they are one run of rows in each file."""
         spec_value = self._partition_of(row)
-        key = (row["value_schema_id"], spec_value)
+        key = (row[VALUE_SCHEMA_ID], spec_value)
         open_file = self._files.get(key)
         if open_file is None:
-            open_file = self._files[key] = self._open(row["value_schema_id"], spec_value)
+            open_file = self._files[key] = self._open(row[VALUE_SCHEMA_ID], spec_value)
         elif open_file.raw:
             self._flush(open_file)  # add_raw's rows first: the file keeps the order rows came in
-        kafka = row["kafka"]
-        partition, offset = kafka["partition"], kafka["offset"]
+        kafka = row[KAFKA]
+        partition, offset = kafka[PARTITION], kafka[OFFSET]
         span = open_file.offsets.get(partition)
         if span is None:
             open_file.offsets[partition] = OffsetSpan(open_file.record_count + len(open_file.rows), 1, offset, offset)
@@ -176,13 +178,13 @@ class TableWriter:
     def takes_raw(self) -> bool:
         """Whether add_raw and add_raw_rows can take rows of a topic without a schema (a table
         without a value column, and a spec on kafka.timestamp alone or none)."""
-        return self._raw_partition is not None and "value" not in self.arrow.names
+        return self._raw_partition is not None and VALUE not in self.arrow.names
 
     @property
     def takes_columns(self) -> bool:
         """Whether add_raw_rows can take rows whose values are in the value column (avro_columns.py:
         a spec on kafka.timestamp alone or none)."""
-        return self._raw_partition is not None and "value" in self.arrow.names
+        return self._raw_partition is not None and VALUE in self.arrow.names
 
     def add_raw(self, kafka: dict[str, Any], records: Sequence[Record]) -> bool:
         """The rows `translate(record, kafka, None)` makes of each of `records` (one decoded
@@ -195,7 +197,7 @@ class TableWriter:
         offsets = [r[0] for r in records]
         if not all(map(operator.lt, offsets, offsets[1:])):
             return False
-        return self.add_raw_rows(kafka["partition"], records_to_rows(kafka, records, self.arrow))
+        return self.add_raw_rows(kafka[PARTITION], records_to_rows(kafka, records, self.arrow))
 
     def add_raw_rows(self, partition: int, rows: RawRows) -> bool:
         """add_raw's rows as columns already (columns.decode_batches: consecutive batches of
@@ -364,10 +366,10 @@ class TableWriter:
 
 def _as_raw(row: dict[str, Any], reason: str) -> dict[str, Any]:
     raw = dict(row)
-    if raw.get("value_raw") is None:
-        raw["value_raw"] = raw.pop(PRODUCED_VALUE)
-    raw["value"] = None
-    raw["value_error"] = reason
+    if raw.get(VALUE_RAW) is None:
+        raw[VALUE_RAW] = raw.pop(PRODUCED_VALUE)
+    raw[VALUE] = None
+    raw[VALUE_ERROR] = reason
     return raw
 
 
@@ -377,12 +379,12 @@ def _dictionary_columns(arrow: pa.Schema) -> list[str]:
     value_raw are plain (and zstd): offsets and timestamps never repeat, raw values seldom, and a
     batch field repeated row after row zstd takes as well; a dictionary cost a quarter of the
     write of 100-byte raw values and made the file larger."""
-    if "value" not in arrow.names:
+    if VALUE not in arrow.names:
         return []
     sink = pa.BufferOutputStream()
     pq.ParquetWriter(sink, arrow, store_decimal_as_integer=True).close()  # a file of no rows: its schema
     parquet = pq.ParquetFile(pa.BufferReader(sink.getvalue())).schema
-    return [parquet.column(i).path for i in range(len(parquet)) if parquet.column(i).path.split(".")[0] == "value"]
+    return [parquet.column(i).path for i in range(len(parquet)) if parquet.column(i).path.split(".")[0] == VALUE]
 
 
 def _repeating_columns(rows: pa.Table, candidates: list[str]) -> list[str]:
@@ -471,7 +473,7 @@ def _raw_partitioner(schema: Schema, spec: PartitionSpec) -> Callable[[RawRows],
     spec on anything but kafka.timestamp)."""
     if not spec.fields:
         return lambda rows: [((), rows)]
-    if len(spec.fields) != 1 or schema.find_column_name(spec.fields[0].source_id) != "kafka.timestamp":
+    if len(spec.fields) != 1 or schema.find_column_name(spec.fields[0].source_id) != f"{KAFKA}.{TIMESTAMP}":
         return None
     pf = spec.fields[0]
     source_type = schema.find_type(pf.source_id)
@@ -479,7 +481,7 @@ def _raw_partitioner(schema: Schema, spec: PartitionSpec) -> Callable[[RawRows],
     transform = pf.transform.transform(source_type)
 
     def groups(rows: RawRows) -> list[tuple[tuple, RawRows]]:
-        micros = rows.timestamps * 1000  # columns.py keeps timestamps whose micros fit int64
+        micros = rows.timestamps * 1000  # clamped to years 1-9999 (table/layout.py)
         if per is not None:
             keys = micros // per  # numpy's // floors, as Python's does
             value_of: Callable[[Any], Any] = int

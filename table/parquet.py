@@ -27,6 +27,7 @@ from wal.store import ObjectStoreError
 
 from .config import TableReadConfig
 from .files import TableFiles
+from .layout import KAFKA, OFFSET, PARTITION
 
 FOOTERS_KEPT = 4096
 TAIL_GUESS = 64 * 1024  # most footers fit; a larger one costs a second GET
@@ -34,7 +35,7 @@ READ_AHEAD = 32 * 1024 * 1024
 """Bytes of the file past a row group's column chunks that the zone's chunk cache may read with
 them: the next row groups, read next by a catch-up, then lie in the same GET's bytes and are
 decoded from views of it instead of from chunks joined (cache/chunks.py)."""
-PARTITION, OFFSET = "kafka.partition", "kafka.offset"
+PARTITION_PATH, OFFSET_PATH = f"{KAFKA}.{PARTITION}", f"{KAFKA}.{OFFSET}"  # their Parquet column paths
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,7 @@ class ParquetRows:
         groups = [g.index for g in footer.row_groups if g.may_hold(partition, lo, hi)]
         if not groups:
             return None
-        wanted = ("kafka", *[c for c in columns if c != "kafka"])
+        wanted = (KAFKA, *[c for c in columns if c != KAFKA])
         decoded = await asyncio.gather(*(self.group(footer, g, wanted) for g in groups))
         return _select(decoded, partition, lo, hi)
 
@@ -169,7 +170,7 @@ def _parse_footer(path: str, size: int, tail_start: int, tail: bytes) -> Footer:
     groups = []
     for index in range(metadata.num_row_groups):
         rg = metadata.row_group(index)
-        groups.append(RowGroup(index, _bounds(rg, names.get(PARTITION)), _bounds(rg, names.get(OFFSET))))
+        groups.append(RowGroup(index, _bounds(rg, names.get(PARTITION_PATH)), _bounds(rg, names.get(OFFSET_PATH))))
     return Footer(path, size, metadata, tail_start, tail, tuple(groups))
 
 
@@ -233,7 +234,7 @@ def _decode(footer: Footer, pieces: dict[int, bytes | memoryview], group: int, c
     parquet = pq.ParquetFile(_Sparse(footer.size, pieces), metadata=footer.metadata)
     present = [c for c in columns if c in parquet.schema_arrow.names]
     rows = parquet.read_row_groups([group], columns=present, use_threads=False)
-    partitions = pc.struct_field(rows.column("kafka"), "partition").to_numpy(zero_copy_only=False)
+    partitions = pc.struct_field(rows.column(KAFKA), PARTITION).to_numpy(zero_copy_only=False)
     ordered = len(partitions) < 2 or bool((partitions[1:] >= partitions[:-1]).all())
     return Decoded(rows, partitions if ordered else None, rows.nbytes)
 
@@ -249,8 +250,8 @@ def _select(decoded: Sequence[Decoded], partition: int, lo: int, hi: int) -> pa.
             start, stop = np.searchsorted(group.partitions, [partition, partition + 1])
             rows = rows.slice(start, stop - start)
         else:
-            rows = rows.filter(pc.equal(pc.struct_field(rows.column("kafka"), "partition"), partition))
-        offsets = pc.struct_field(rows.column("kafka"), "offset").to_numpy(zero_copy_only=False)
+            rows = rows.filter(pc.equal(pc.struct_field(rows.column(KAFKA), PARTITION), partition))
+        offsets = pc.struct_field(rows.column(KAFKA), OFFSET).to_numpy(zero_copy_only=False)
         if len(offsets) > 1 and not (offsets[1:] > offsets[:-1]).all():
             order = np.argsort(offsets, kind="stable")
             rows, offsets = rows.take(order), offsets[order]
@@ -260,7 +261,7 @@ def _select(decoded: Sequence[Decoded], partition: int, lo: int, hi: int) -> pa.
     if not tables:
         return rows.slice(0, 0)
     rows = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-    offsets = pc.struct_field(rows.column("kafka"), "offset").to_numpy(zero_copy_only=False)
+    offsets = pc.struct_field(rows.column(KAFKA), OFFSET).to_numpy(zero_copy_only=False)
     if len(tables) > 1 and not (offsets[1:] > offsets[:-1]).all():
         rows = rows.take(np.argsort(offsets, kind="stable"))
     return rows

@@ -16,10 +16,17 @@ framed apart (wal.batch_builder.frame_batch: codec, header, CRC).
 
 Values come from value_raw, or for Avro values kept as columns from the writer schema's encoder
 (table/avro_values.py, one Python call per such value: the only per-record work left).
+
+What the fields cannot say is kept beside them and used here: each record's attributes byte, the
+batch's attribute bits above the control bit, a header key's bytes when it is not UTF-8, the
+exact ms of a timestamp its field holds clamped (or, in a LogAppendTime batch, the timestamp the
+record itself holds); and a batch whose records are no rows (stored_batch) is its stored bytes,
+served with the offset a fetch injects.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,16 +34,45 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from crc32c import crc32c
 
-from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, CODEC_NAMES, LOG_OVERHEAD
+from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, CODEC_NAMES, LOG_OVERHEAD, inject_offsets
 from wal.batch_builder import LOG_APPEND_TIME, NONE, codec_for, frame_batch, zigzag_varint
 
 from .avro_values import ValueEncoder
+from .layout import (
+    BASE_SEQUENCE,
+    BATCH_ATTRIBUTES,
+    BATCH_BASE_OFFSET,
+    BATCH_BASE_TIMESTAMP,
+    BATCH_COMPRESSION,
+    BATCH_MAX_TIMESTAMP,
+    EXACT_MS,
+    FLAGGED_ATTRIBUTES,
+    HEADER_KEY,
+    HEADER_KEY_BYTES,
+    HEADER_VALUE,
+    HEADERS,
+    IS_CONTROL,
+    IS_TRANSACTIONAL,
+    KAFKA,
+    KEY_RAW,
+    OFFSET,
+    PARTITION,
+    PRODUCER_EPOCH,
+    PRODUCER_ID,
+    RECORD_ATTRIBUTES,
+    STORED_BATCH,
+    TIMESTAMP,
+    TIMESTAMP_TYPE,
+    VALUE,
+    VALUE_RAW,
+    VALUE_SCHEMA_ID,
+)
 
 _MAX_VARINT = 10  # bytes of a 64-bit zigzag varint
 # Kafka's batch header (wal/batch.py's layout): the attribute bits besides the codec, and where
 # the CRC-32C sits (it covers the attributes to the batch's end)
 ATTRIBUTE_LOG_APPEND_TIME, ATTRIBUTE_TRANSACTIONAL, ATTRIBUTE_CONTROL = 0x08, 0x10, 0x20
-CRC_POSITION = 17
+CRC_POSITION, ATTRIBUTES_POSITION = 17, 21
 # the header's fields (BATCH_HEADER's), big-endian and packed: every batch's header at once
 _HEADER = np.dtype(
     [("base_offset", ">i8"), ("length", ">i4"), ("leader_epoch", ">i4"), ("magic", "i1"), ("crc", ">u4"), ("attributes", ">i2"), ("last_offset_delta", ">i4"),
@@ -85,18 +121,22 @@ def _zigzag(values: np.ndarray) -> _Zigzag:
     return _Zigzag(z, widths, most, int(widths.min()) != most)
 
 
-def _packed(pieces: list[_Zigzag | bytes], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(bytes, widths): each row's pieces (varints, or the same bytes on every row) one after
-    another, the rows end to end, row i taking widths[i] bytes. Each piece has a slot of its widest
+def _packed(pieces: list[_Zigzag | bytes | np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, widths): each row's pieces (varints, the same bytes on every row, or a byte a row
+    as a uint8 array) one after another, the rows end to end, row i taking widths[i] bytes. Each piece has a slot of its widest
     varint in an n-row matrix, filled a column at a time; the bytes past a row's varint are
     dropped at the end (one boolean selection), only when some piece's widths vary."""
     pieces = [p.same if isinstance(p, _Zigzag) and p.same is not None else p for p in pieces]
-    slots = sum(p.most if isinstance(p, _Zigzag) else len(p) for p in pieces)
+    slots = sum(p.most if isinstance(p, _Zigzag) else 1 if isinstance(p, np.ndarray) else len(p) for p in pieces)
     matrix = np.empty((n, slots), dtype=np.uint8)
     keep = np.ones((n, slots), dtype=bool) if any(isinstance(p, _Zigzag) and p.varying for p in pieces) else None
-    widths = np.full(n, sum(len(p) for p in pieces if not isinstance(p, _Zigzag)), dtype=np.int64)
+    widths = np.full(n, sum(1 if isinstance(p, np.ndarray) else len(p) for p in pieces if not isinstance(p, _Zigzag)), dtype=np.int64)
     at = 0
     for piece in pieces:
+        if isinstance(piece, np.ndarray):  # a byte a row (the records' attributes)
+            matrix[:, at] = piece
+            at += 1
+            continue
         if not isinstance(piece, _Zigzag):
             for byte in piece:  # a column at a time (numpy copies a row of a few bytes n times slowly)
                 matrix[:, at] = byte
@@ -199,15 +239,19 @@ def _headers(rows: pa.Table) -> tuple[pa.Array | bytes, np.ndarray | int]:
     """(each record's headerCount and headers as one binary value, their byte lengths); a
     constant count of zero (one byte) when no record has a header."""
     n = len(rows)
-    if "headers" not in rows.column_names:
+    if HEADERS not in rows.column_names:
         return b"\x00", 1
-    column = _array(rows.column("headers"))
+    column = _array(rows.column(HEADERS))
     bounds = column.offsets  # no record has a header when the first record's start is the last's end
     if not n or bounds[0] == bounds[n]:
         return b"\x00", 1
     counts = pc.list_value_length(column).to_numpy(zero_copy_only=False).astype(np.int64)
     flat = pc.list_flatten(column)
-    keys, values = _bytes(flat.field("key")), flat.field("value")
+    keys, values = _bytes(flat.field(HEADER_KEY)), flat.field(HEADER_VALUE)
+    if flat.type.get_field_index(HEADER_KEY_BYTES) >= 0:
+        exact = flat.field(HEADER_KEY_BYTES)
+        if exact.null_count < len(exact):  # keys that are not UTF-8: their bytes, not the text
+            keys = pc.if_else(exact.is_valid(), exact.cast(pa.binary()), keys)
     key_lengths, value_lengths = _lengths(keys), _lengths(values)
     key_prefix, key_widths = _varint_column(key_lengths)
     value_prefix, value_widths = _varint_column(value_lengths)
@@ -256,8 +300,8 @@ def rebuild_run(rows: pa.Table, compression: str, encoders: dict[int, ValueEncod
     `complete` (its rows may go on beyond these)."""
     if len(rows) == 0:
         return _NO_BATCHES
-    kafka = _array(rows.column("kafka"))
-    bases = kafka.field("batch_base_offset").to_numpy(zero_copy_only=False)
+    kafka = _array(rows.column(KAFKA))
+    bases = kafka.field(BATCH_BASE_OFFSET).to_numpy(zero_copy_only=False)
     starts = np.concatenate(([0], np.flatnonzero(bases[1:] != bases[:-1]) + 1))
     if not complete:
         rows, kafka, bases = rows.slice(0, int(starts[-1])), kafka.slice(0, int(starts[-1])), bases[: starts[-1]]
@@ -273,9 +317,9 @@ def rebuild_partitions(rows: pa.Table, compression: str, encoders: dict[int, Val
     is byte for byte what rebuild_batches makes of that partition's rows."""
     if len(rows) == 0:
         return np.zeros(0, dtype=np.int64), _NO_BATCHES
-    kafka = _array(rows.column("kafka"))
-    bases = kafka.field("batch_base_offset").to_numpy(zero_copy_only=False)
-    partitions = kafka.field("partition").to_numpy(zero_copy_only=False)
+    kafka = _array(rows.column(KAFKA))
+    bases = kafka.field(BATCH_BASE_OFFSET).to_numpy(zero_copy_only=False)
+    partitions = kafka.field(PARTITION).to_numpy(zero_copy_only=False)
     starts = np.concatenate(([0], np.flatnonzero((bases[1:] != bases[:-1]) | (partitions[1:] != partitions[:-1])) + 1))
     return starts, _encode(rows, kafka, bases, starts, compression, encoders)
 
@@ -288,18 +332,28 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     ends = np.append(starts[1:], n)
     first_rows = pa.array(starts, pa.int64())
 
-    def millis(column: pa.Array) -> np.ndarray:
-        return column.cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
+    def millis(name: str, rows: pa.Array | None = None) -> np.ndarray:
+        """A timestamp field's ms, or its exact ms where the field holds it clamped."""
+        column = kafka.field(name) if rows is None else kafka.field(name).take(rows)
+        ms = column.cast(pa.int64()).to_numpy(zero_copy_only=False) // 1000
+        if kafka.type.get_field_index(EXACT_MS[name]) < 0:  # a table's rows from before *_ms
+            return ms
+        exact = kafka.field(EXACT_MS[name]) if rows is None else kafka.field(EXACT_MS[name]).take(rows)
+        if exact.null_count == len(exact):
+            return ms
+        return np.where(exact.is_valid().to_numpy(zero_copy_only=False), exact.fill_null(0).to_numpy(zero_copy_only=False), ms)
 
-    offsets = np.asarray(kafka.field("offset").to_numpy(zero_copy_only=False), dtype=np.int64)
-    base_ts = millis(kafka.field("batch_base_timestamp").take(first_rows))
-    max_ts = millis(kafka.field("batch_max_timestamp").take(first_rows))
-    keys = _array(rows.column("key_raw")) if "key_raw" in rows.column_names else pa.nulls(n, pa.binary())
+    offsets = np.asarray(kafka.field(OFFSET).to_numpy(zero_copy_only=False), dtype=np.int64)
+    base_ts = millis(BATCH_BASE_TIMESTAMP, first_rows)
+    max_ts = millis(BATCH_MAX_TIMESTAMP, first_rows)
+    keys = _array(rows.column(KEY_RAW)) if KEY_RAW in rows.column_names else pa.nulls(n, pa.binary())
     values = _values(rows, encoders)
     key_lengths, value_lengths = _lengths(keys), _lengths(values)
     headers, header_sizes = _headers(rows)
 
-    timestamp = _zigzag(millis(kafka.field("timestamp")) - np.repeat(base_ts, ends - starts))
+    with np.errstate(over="ignore"):  # Kafka's delta is a Java long's difference: wrapped
+        timestamp = _zigzag(millis(TIMESTAMP) - np.repeat(base_ts, ends - starts))
+    attributes = _optional(kafka, RECORD_ATTRIBUTES, 0).astype(np.uint8)
     offset_delta = _zigzag(offsets - bases)
     key_prefix, value_prefix = _zigzag(key_lengths), _zigzag(value_lengths)
     # the record's length counts everything after itself: attributes (1 byte) to its last header
@@ -318,7 +372,8 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     # record's first (the room before a batch is zeros too, so before or after it is the same),
     # the last record's as one more row: the join takes a piece fewer
     trailing = isinstance(headers, bytes)
-    lead: list[_Zigzag | bytes] = [*([headers] if trailing else []), _zigzag(sizes), b"\x00", timestamp, offset_delta, key_prefix, *([value_prefix] if keyless else [])]
+    attribute = attributes if attributes.any() else b"\x00"
+    lead: list[_Zigzag | bytes | np.ndarray] = [*([headers] if trailing else []), _zigzag(sizes), attribute, timestamp, offset_delta, key_prefix, *([value_prefix] if keyless else [])]
     data, widths = _packed(lead, n)
     if trailing:  # the first record follows no other
         data, widths[0] = data[1:], widths[0] - 1
@@ -340,7 +395,7 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     def first(name: str) -> np.ndarray:
         return kafka.field(name).take(first_rows).to_numpy(zero_copy_only=False)
 
-    names = kafka.field("batch_compression").take(first_rows)
+    names = kafka.field(BATCH_COMPRESSION).take(first_rows)
     named = pc.index_in(names, value_set=_CODEC_NAMES)  # each batch's codec as its index, no Python string a batch
     if named.null_count:
         raise ValueError(f"batch compression {pc.filter(names, named.is_null())[0]} is none of {', '.join(CODEC_NAMES)}")
@@ -349,10 +404,12 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     head["base_offset"] = bases[starts]
     head["length"] = np.diff(bounds) - LOG_OVERHEAD
     head["magic"] = 2
-    head["attributes"] = np.where(first("timestamp_type") == LOG_APPEND_TIME, ATTRIBUTE_LOG_APPEND_TIME, 0) | ATTRIBUTE_TRANSACTIONAL * first("is_transactional") | ATTRIBUTE_CONTROL * first("is_control")
+    # the bits Kafka has no flag for here (above the control bit) as produced
+    extra = _optional(kafka, BATCH_ATTRIBUTES, 0, first_rows) & ~FLAGGED_ATTRIBUTES
+    head["attributes"] = np.where(first(TIMESTAMP_TYPE) == LOG_APPEND_TIME, ATTRIBUTE_LOG_APPEND_TIME, 0) | ATTRIBUTE_TRANSACTIONAL * first(IS_TRANSACTIONAL) | ATTRIBUTE_CONTROL * first(IS_CONTROL) | extra
     head["last_offset_delta"] = offsets[ends - 1] - bases[starts]
     head["base_timestamp"], head["max_timestamp"] = base_ts, max_ts
-    head["producer_id"], head["producer_epoch"], head["base_sequence"] = first("producer_id"), first("producer_epoch"), first("base_sequence")
+    head["producer_id"], head["producer_epoch"], head["base_sequence"] = first(PRODUCER_ID), first(PRODUCER_EPOCH), first(BASE_SEQUENCE)
     head["count"] = ends - starts
     # the uncompressed batches' headers, all at once, then each one's CRC (it covers the header's
     # fields after it): the bytes frame_batch would make of them
@@ -363,10 +420,16 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
     crcs = [crc32c(data[lo + CRC_POSITION + 4 : hi]) for lo, hi in zip(at.tolist(), bounds[plain + 1].tolist(), strict=True)]
     written[at[:, None] + np.arange(CRC_POSITION, CRC_POSITION + 4)] = np.array(crcs, dtype=">u4").view(np.uint8).reshape(-1, 4)
     lasts = offsets[ends - 1].tolist()
-    if len(plain) == len(starts):
+    stored = _optional(kafka, STORED_BATCH, False, first_rows).astype(bool)
+    if len(plain) == len(starts) and not stored.any():
         return Batches(lasts, data[: int(bounds[-1])], bounds.tolist())
+    raw = _array(rows.column(VALUE_RAW)).take(first_rows) if stored.any() else None
     framed: list[bytes | memoryview] = []  # the batches, the compressed ones framed apart
     for k, (lo, hi, codec) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist(), codecs.tolist(), strict=True)):
+        if stored[k]:  # a batch whose records are no rows: as stored, with the offset a fetch injects
+            assert raw is not None
+            framed.append(inject_offsets(raw[k].as_py(), int(bases[starts[k]])))
+            continue
         if codec == NONE:
             framed.append(data[lo:hi])
             continue
@@ -380,22 +443,39 @@ def _encode(rows: pa.Table, kafka: pa.Array, bases: np.ndarray, starts: np.ndarr
                 partition_leader_epoch=0, base_offset=int(h["base_offset"]),
             )
         )  # fmt: skip
+        if extra[k]:  # frame_batch sets the bits it has flags for: the others, and the CRC again
+            batch = bytearray(framed[-1])
+            struct.pack_into(">h", batch, ATTRIBUTES_POSITION, int(h["attributes"]) | int(codec) if int(h["count"]) else int(h["attributes"]))
+            struct.pack_into(">I", batch, CRC_POSITION, crc32c(memoryview(batch)[ATTRIBUTES_POSITION:]))
+            framed[-1] = bytes(batch)
     return Batches(lasts, memoryview(b"".join(framed)), [0, *np.cumsum([len(b) for b in framed]).tolist()])
+
+
+def _optional(kafka: pa.Array, name: str, default, rows: pa.Array | None = None) -> np.ndarray:
+    """An optional kafka field's values (of `rows`), `default` where null or where the rows are
+    from before the field."""
+    n = len(kafka) if rows is None else len(rows)
+    if kafka.type.get_field_index(name) < 0:
+        return np.full(n, default)
+    column = kafka.field(name) if rows is None else kafka.field(name).take(rows)
+    if column.null_count == n:
+        return np.full(n, default)
+    return column.fill_null(default).to_numpy(zero_copy_only=False)
 
 
 def _values(rows: pa.Table, encoders: dict[int, ValueEncoder | None]) -> pa.Array:
     """Each row's value bytes: value_raw where kept; the columns re-encoded where the value has a
     schema id and no raw bytes; null for a tombstone (neither)."""
     names = rows.column_names
-    raw = _array(rows.column("value_raw")).cast(pa.binary()) if "value_raw" in names else pa.nulls(len(rows), pa.binary())
-    if "value_schema_id" not in names or "value" not in names:
+    raw = _array(rows.column(VALUE_RAW)).cast(pa.binary()) if VALUE_RAW in names else pa.nulls(len(rows), pa.binary())
+    if VALUE_SCHEMA_ID not in names or VALUE not in names:
         return raw
-    ids = _array(rows.column("value_schema_id"))
+    ids = _array(rows.column(VALUE_SCHEMA_ID))
     wanted = np.flatnonzero(pc.and_(raw.is_null(), ids.is_valid()).to_numpy(zero_copy_only=False))
     if not len(wanted):
         return raw
     taken = pa.array(wanted, pa.int64())
-    columns = rows.column("value").take(taken).to_pylist()
+    columns = rows.column(VALUE).take(taken).to_pylist()
     encoded = []
     for i, schema_id, column in zip(wanted.tolist(), ids.take(taken).to_pylist(), columns, strict=True):
         encoder = encoders.get(schema_id)

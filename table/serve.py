@@ -44,13 +44,14 @@ from wal.store import ObjectStoreError
 
 from .avro_values import ValueEncoder
 from .config import TableReadConfig
+from .layout import BATCH_BASE_OFFSET, BATCH_MAX_TIMESTAMP_MS, HEADERS, KAFKA, KEY_RAW, OFFSET, TIMESTAMP, TIMESTAMP_MS, TIMESTAMP_TYPE, VALUE, VALUE_RAW, VALUE_SCHEMA_ID
 from .parquet import Footer, ParquetRows, RowGroup
 from .rebuild import Batches, rebuild_partitions, rebuild_run
 
 log = logging.getLogger("neve.table.serve")
 
-ROW_COLUMNS = ("headers", "key_raw", "value_raw", "value_schema_id", "value")
-GROUP_COLUMNS = ("kafka", *ROW_COLUMNS)  # as ParquetRows.read asks for them: one decode serves both ways
+ROW_COLUMNS = (HEADERS, KEY_RAW, VALUE_RAW, VALUE_SCHEMA_ID, VALUE)
+GROUP_COLUMNS = (KAFKA, *ROW_COLUMNS)  # as ParquetRows.read asks for them: one decode serves both ways
 MANIFESTS_INDEXED = 256  # cycle manifests whose partitions are kept by number
 GROUPS_REMEMBERED = 4096
 ROOM_LOOKS = 64  # least recently used runs a read ahead looks through for room  # row groups rebuilt whole, remembered so that each is rebuilt whole once
@@ -158,12 +159,12 @@ class CompactedReader:
             if window is None:
                 return None
             rows, hi, _ = window
-            kafka = rows.column("kafka")
-            ts = pc.divide(pc.struct_field(kafka, "timestamp").cast(pa.int64()), 1000)
+            kafka = rows.column(KAFKA)
+            ts = _timestamps(kafka)
             hits = pc.indices_nonzero(pc.greater_equal(ts, timestamp))
             if len(hits):
                 i = hits[0].as_py()
-                return pc.struct_field(kafka, "offset")[i].as_py(), ts[i].as_py()
+                return pc.struct_field(kafka, OFFSET)[i].as_py(), ts[i].as_py()
             offset = hi + 1
         return None
 
@@ -365,7 +366,7 @@ class CompactedReader:
             return None
         rows, hi, complete = window
         encoders = await self._encoders_for(rows)
-        bases = pc.struct_field(rows.column("kafka"), "batch_base_offset").to_numpy(zero_copy_only=False)
+        bases = pc.struct_field(rows.column(KAFKA), BATCH_BASE_OFFSET).to_numpy(zero_copy_only=False)
         # the carried batch's rows (two row groups' pieces) apart from the rest (one row group's
         # slice, as decoded) when more batches follow it
         carried = int(np.searchsorted(bases, bases[0], side="right")) if carry is not None and len(rows) else 0
@@ -406,7 +407,7 @@ class CompactedReader:
                 tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, start, hi, columns) for p in paths)) if t is not None and len(t)]
                 rows = await _joined_rows(tables)
                 if rows is not None and carry is None and start == offset:
-                    first = rows.column("kafka")[0]["batch_base_offset"].as_py()
+                    first = rows.column(KAFKA)[0][BATCH_BASE_OFFSET].as_py()
                     if first < offset:  # the offset is mid-batch: read the batch's rows before it too
                         tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, first, offset - 1, columns) for p in paths)) if t is not None and len(t)]
                         rows = await _joined_rows(tables)
@@ -428,9 +429,9 @@ class CompactedReader:
         raise ObjectStoreError(f"cycle manifest {entry.object_key} holds no partition {partition}")
 
     async def _encoders_for(self, rows: pa.Table) -> dict[int, ValueEncoder | None]:
-        if "value_schema_id" not in rows.column_names:
+        if VALUE_SCHEMA_ID not in rows.column_names:
             return {}
-        ids = {i for i in pc.unique(rows.column("value_schema_id")).to_pylist() if i is not None}
+        ids = {i for i in pc.unique(rows.column(VALUE_SCHEMA_ID)).to_pylist() if i is not None}
         out = {}
         for schema_id in ids:
             if schema_id not in self._encoders:
@@ -438,6 +439,17 @@ class CompactedReader:
                 self._encoders[schema_id] = ValueEncoder(schema_id, schema.text) if schema is not None else None
             out[schema_id] = self._encoders[schema_id]
         return out
+
+
+def _timestamps(kafka: pa.ChunkedArray) -> pa.Array:
+    """Each row's timestamp as Kafka has it, in ms: exact where the timestamp column holds it
+    clamped (a LogAppendTime batch's records have its maxTimestamp)."""
+    ts = pc.divide(pc.struct_field(kafka, TIMESTAMP).cast(pa.int64()), 1000)
+    names = {kafka.type.field(i).name for i in range(kafka.type.num_fields)}
+    if TIMESTAMP_MS not in names:  # rows from before the exact fields
+        return ts
+    log_append = pc.equal(pc.struct_field(kafka, TIMESTAMP_TYPE), 1)
+    return pc.if_else(log_append, pc.coalesce(pc.struct_field(kafka, BATCH_MAX_TIMESTAMP_MS), ts), pc.coalesce(pc.struct_field(kafka, TIMESTAMP_MS), ts))
 
 
 def _one_file(part: PartitionCompaction) -> str | None:
@@ -464,9 +476,9 @@ def _rebuild_held(rows: pa.Table, partitions: np.ndarray, held: dict[int, tuple[
     the rows of the held partitions are rebuilt in one pass. A partition whose rows are not in
     offset order, or hold a batch reaching outside its cycle's offsets, is left out (the
     window's way sorts or cuts them)."""
-    kafka = rows.column("kafka")
-    offsets = pc.struct_field(kafka, "offset").to_numpy(zero_copy_only=False)
-    bases = pc.struct_field(kafka, "batch_base_offset").to_numpy(zero_copy_only=False)
+    kafka = rows.column(KAFKA)
+    offsets = pc.struct_field(kafka, OFFSET).to_numpy(zero_copy_only=False)
+    bases = pc.struct_field(kafka, BATCH_BASE_OFFSET).to_numpy(zero_copy_only=False)
     unordered = set(np.unique(partitions[1:][(partitions[1:] == partitions[:-1]) & (offsets[1:] <= offsets[:-1])]).tolist())
     wanted = sorted(p for p in held if p not in unordered)
     if not wanted:
@@ -511,14 +523,14 @@ def _concat_sorted(tables: list[pa.Table]) -> pa.Table:
     if len(tables) == 1:
         return tables[0]
     rows = pa.concat_tables(tables, promote_options="permissive")
-    offsets = pc.struct_field(rows.column("kafka"), "offset").to_numpy(zero_copy_only=False)
+    offsets = pc.struct_field(rows.column(KAFKA), OFFSET).to_numpy(zero_copy_only=False)
     if (offsets[1:] > offsets[:-1]).all():
         return rows
     return rows.take(np.argsort(offsets, kind="stable"))
 
 
 def _batches_in(rows: pa.Table) -> int:
-    return len(pc.unique(pc.struct_field(rows.column("kafka"), "batch_base_offset")))
+    return len(pc.unique(pc.struct_field(rows.column(KAFKA), BATCH_BASE_OFFSET)))
 
 
 def _joined(pieces: list[memoryview]) -> bytes | memoryview | None:

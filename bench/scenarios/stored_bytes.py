@@ -18,6 +18,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from table.layout import KAFKA, OFFSET, PARTITION
+
 from .. import procstat, table_load
 from ..load import create_topic
 from ..options import size
@@ -115,8 +117,8 @@ def table_files(data_dir: Path, topic: str) -> dict:
     files = table.inspect.files().to_pylist()
     data = [f for f in files if f["content"] == 0]
     per = Counter(str(sorted((f["partition"] or {}).items())) for f in data)
-    kafka = table.scan(selected_fields=("kafka",)).to_arrow().column("kafka").combine_chunks()
-    keys = kafka.field("partition").to_numpy().astype(np.int64) << 40 | kafka.field("offset").to_numpy().astype(np.int64)
+    kafka = table.scan(selected_fields=(KAFKA,)).to_arrow().column(KAFKA).combine_chunks()
+    keys = kafka.field(PARTITION).to_numpy().astype(np.int64) << 40 | kafka.field(OFFSET).to_numpy().astype(np.int64)
     return {
         "files": len(data),
         "bytes": sum(f["file_size_in_bytes"] for f in data),

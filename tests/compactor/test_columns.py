@@ -165,13 +165,45 @@ CORRUPT = {
     "header key null": record(0, 0, b"\x01", b"\x01", b"\x02\x01\x01"),
     "header key not UTF-8": record(0, 0, b"\x01", b"\x01", b"\x02" + zigzag_varint(2) + b"\xc3\x28\x01"),
     "more headers than bytes": record(0, 0, b"\x01", b"\x01", zigzag_varint(1000)),
-    "timestamp beyond int64 micros": record(2**62, 0, b"\x01", b"\x01"),
     "offset delta beyond int64": record(0, 2**62, b"\x01", b"\x01"),
     "offset delta of -2**63": record(0, -(2**63), b"\x01", b"\x01"),
-    "timestamp delta of -2**63": record(-(2**63), 0, b"\x01", b"\x01"),
     "bytes after the last record": b"\x00",
     "record cut short": GOOD[:-1],
 }
+
+
+# Timestamps no column can hold as they are (beyond Iceberg's years 1-9999, or their micros beyond
+# int64, or base + delta past int64) still decode: the column clamped, the exact ms beside it.
+EXTREME = {  # the middle record's timestamp delta from the batch's base timestamp T0
+    "timestamp beyond int64 micros": 2**62,
+    "timestamp delta of -2**63": -(2**63),
+    "a nanosecond timestamp": 1_700_000_000_000_000_000 - T0,
+    "year 10000": 253_402_300_800_000 - T0,
+    "before year 1": -62_135_596_800_001 - T0,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXTREME))
+@pytest.mark.parametrize("log_append", [False, True])
+def test_records_with_timestamps_outside_the_columns_range_decode_both_ways(name, log_append):
+    data = framed(GOOD + record(EXTREME[name], 0, b"\x01", b"\x01") + GOOD, 3, log_append)
+    assert check(data, 10) == [True]
+    view, batches, payloads = split(data, 10)
+    rows, _, _ = decode_batches(PARTITION, batches, payloads, 0, SCHEMA)
+    kafka = rows.rows.column("kafka")
+    own = (T0 + EXTREME[name] + 2**63) % 2**64 - 2**63  # as Kafka adds them: Java longs
+    visible = T0 + 9 if log_append else own  # a LogAppendTime batch's records have its maxTimestamp
+    clamped = min(max(visible, -62_135_596_800_000), 253_402_300_799_999)
+    assert kafka.field("timestamp").cast(pa.int64()).to_pylist()[1] == clamped * 1000
+    assert kafka.field("timestamp_ms").to_pylist() == [T0 + 1 if log_append else None, own, T0 + 1 if log_append else None]
+
+
+def test_record_attributes_decode_both_ways():
+    assert len(GOOD) < 64  # its length one byte, its attributes the next
+    with_bits = b"".join(GOOD[:1] + bytes([a]) + GOOD[2:] for a in (0x80, 0x01))
+    assert check(framed(with_bits, 2), 3) == [True]
+    view, (batch,), _ = split(framed(with_bits, 2), 3)
+    assert [r.attributes for r in decode_records(view, batch)] == [0x80, 0x01]
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPT))
@@ -182,21 +214,36 @@ def test_a_batch_whose_records_do_not_decode_is_left_to_records_py(name):
     assert check(good + bad + good, 10) == [True, False, True]
 
 
-def test_odd_but_valid_records_decode_as_records_py_reads_them():
-    negative_count = record(-5, 0, b"\x01", zigzag_varint(2) + b"ab", zigzag_varint(-3))  # a negative header count: no headers
-    negative_lengths = record(0, 1, zigzag_varint(-7), zigzag_varint(-2))  # any negative length is null
-    padded_varint = record(0, 2, b"\x80\x00", b"\x01")  # a key length of 0 in two bytes
-    many_headers = record(0, 3, b"\x01", b"\x01", zigzag_varint(70) + (zigzag_varint(1) + b"h" + zigzag_varint(-1)) * 70)
-    data = framed(negative_count + negative_lengths + padded_varint, 3) + framed(many_headers, 1, log_append=True)
-    assert check(data, 0) == [True, False]  # more headers than the decoder steps through: records.py's way
+def test_records_kafka_reads_but_the_rebuild_would_write_otherwise_are_not_rows():
+    """Kafka reads these (and produce takes a padded varint or a null length other than -1), but
+    rows would lose how they were written: their batches are not rows either way (the task keeps
+    each as stored)."""
+    odd = {
+        "a negative header count": record(-5, 0, b"\x01", zigzag_varint(2) + b"ab", zigzag_varint(-3)),
+        "a null key of length -7": record(0, 0, zigzag_varint(-7), zigzag_varint(-1)),
+        "a null value of length -2": record(0, 0, zigzag_varint(-1), zigzag_varint(-2)),
+        "a null header value of length -3": record(0, 0, b"\x01", b"\x01", zigzag_varint(1) + zigzag_varint(1) + b"h" + zigzag_varint(-3)),
+        "a key length of 0 in two bytes": record(0, 0, b"\x80\x00", b"\x01"),
+        "a timestamp delta of 1 in two bytes": zigzag_varint(len(GOOD)) + b"\x00\x82\x00" + GOOD[3:],  # GOOD's body, a byte longer
+        "a record length in two bytes": bytes([GOOD[0] | 0x80, 0x00]) + GOOD[1:],
+    }
+    for name, bytes_ in odd.items():
+        data = framed(GOOD + bytes_ + GOOD, 3)
+        assert check(data, 0) == [False], name
+        view, (batch,), _ = split(data, 0)
+        with pytest.raises(CorruptBatch):
+            decode_records(view, batch)
+    many_headers = record(0, 0, b"\x01", b"\x01", zigzag_varint(70) + (zigzag_varint(1) + b"h" + zigzag_varint(-1)) * 70)
+    data = framed(many_headers, 1, log_append=True)
+    assert check(data, 0) == [False]  # more headers than the decoder steps through: records.py's way
     view, batches, _ = split(data, 0)
-    assert [r.headers for r in decode_records(view, batches[1])] == [(("h", None),) * 70]
+    assert [r.headers for r in decode_records(view, batches[0])] == [(("h", None),) * 70]
 
 
 def test_records_of_the_commonest_size_laid_out_otherwise_decode_as_records_py_reads_them():
     """Records of one size are read at once after the first of them: those of that size whose
-    fields lie elsewhere (deltas of other widths, a key or headers where the first has none, a
-    negative header count, a padded key length) or that do not decode are read one by one."""
+    fields lie elsewhere (deltas of other widths, a key or headers where the first has none) or
+    that do not decode are read one by one."""
 
     def common(i: int, ts: int = 1, key: bytes = zigzag_varint(-1), value: int = 100, headers: bytes = b"\x00") -> bytes:
         return record(ts, i, key, zigzag_varint(value) + b"v" * value, headers)
@@ -206,8 +253,6 @@ def test_records_of_the_commonest_size_laid_out_otherwise_decode_as_records_py_r
         3: common(3, ts=64),  # a timestamp delta of 2 bytes, an offset delta of 1: that size too
         100: common(100, key=zigzag_varint(0)),  # an empty key where the others have none
         101: common(101, value=97, headers=zigzag_varint(1) + zigzag_varint(1) + b"h" + zigzag_varint(-1)),  # a header
-        102: common(102, headers=zigzag_varint(-1)),  # a negative header count: none
-        103: common(103, key=b"\x81\x00", value=99),  # a key length of -1 in two bytes
     }
     records = [odd.get(i, common(i)) for i in range(150)]
     assert all(len(r) == size for r in odd.values())
@@ -269,9 +314,10 @@ def test_the_writer_files_the_columns_as_it_files_rows(tmp_path_factory, partiti
         assert pq.read_table(a.path, partitioning=None).equals(pq.read_table(b.path, partitioning=None))
 
 
-def test_a_task_keeps_rows_the_writer_takes_only_one_by_one(tmp_path):
-    """Offsets that go back within a batch (to another day's file) are refused as columns: the task
-    files that batch record by record, as before, and the batches around it as columns."""
+def test_a_batch_whose_offsets_go_back_is_kept_as_stored(tmp_path):
+    """Offsets that go back within a batch (which produce never accepts) are refused as columns, and
+    as rows too (its records could not be rebuilt in their order): the batch is one row holding it
+    as stored, at its last offset; the batches around it are columns."""
     before = build_batch([(i, T0, None, b"a%d" % i, ()) for i in range(3)])
     back = build_batch([(0, T0, None, b"x", ()), (2, T0 + DAY, None, b"y", ()), (1, T0 - DAY, None, None, ())], last_offset_delta=2)
     after = build_batch([(i, T0, b"k", b"b%d" % i, ()) for i in range(2)])
@@ -287,12 +333,10 @@ def test_a_task_keeps_rows_the_writer_takes_only_one_by_one(tmp_path):
     result = run_task(context, Task((Run("t", PARTITION, (entry,), 0),), (ObjectRead("obj", 0, len(data)),)))
     by_day = {f.partition: pq.read_table(f.path, partitioning=None).to_pylist() for f in result.files}
     day = T0 // DAY
-    assert {d: [(r["kafka"]["offset"], r["value_raw"]) for r in rows] for (d,), rows in by_day.items()} == {
-        day: [(100, b"a0"), (101, b"a1"), (102, b"a2"), (103, b"x"), (106, b"b0"), (107, b"b1")],
-        day + 1: [(105, b"y")],
-        day - 1: [(104, None)],
+    assert {d: [(r["kafka"]["offset"], r["value_raw"], r["kafka"]["stored_batch"]) for r in rows] for (d,), rows in by_day.items()} == {
+        day: [(100, b"a0", None), (101, b"a1", None), (102, b"a2", None), (105, back, True), (106, b"b0", None), (107, b"b1", None)],
     }
-    assert result.partition_outcomes[PARTITION]["raw"] == 7 and result.partition_outcomes[PARTITION]["tombstone"] == 1
+    assert result.partition_outcomes[PARTITION]["raw"] == 5 and result.partition_outcomes[PARTITION]["malformed"] == 1
 
 
 def test_a_batch_that_fails_after_a_run_of_one_size_leaves_no_starts_behind():

@@ -15,6 +15,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -27,9 +29,12 @@ from compactor.planner import ObjectRead, Run, Task, plan
 from compactor.translator import COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, writer_schema
 from metadata.model import IndexEntry, ObjectType
 from metadata.store import load_metadata_store
+from table.rebuild import rebuild_run
 from tests.batches import GZIP, frame_batch, make_batch
 from tests.compactor.produced import EVENT, T0, Produced, check_rows, ms, produce_avro, produce_raw
 from tests.fixtures import free_port
+from wal.batch import inject_offsets
+from wal.batch_builder import zigzag_varint
 from wal.store import ObjectNotFound
 
 # -- batches that do not decode (no node) ---------------------------------------------------------
@@ -98,8 +103,8 @@ def test_batches_that_do_not_decode_are_one_row_each_and_the_rest_is_kept(tmp_pa
     result = run_task(_context(tmp_path), task)
     rows = _rows([result])
     good = {o: r for o, r in enumerate(_records(10, 0)) if o not in (3, 4, 5)}
-    # A batch the checkpoint falls inside has its row at the checkpoint.
-    malformed_at = {max(3, first_offset): 3, 5: 5, 10: 10, 13: 13}
+    # Each at its batch's last offset (a read of any of its offsets finds it), the batch's first as its base.
+    malformed_at = {4: 3, 5: 5, 12: 10, 14: 13}
     assert [row["kafka"]["offset"] for row in rows] == sorted(o for o in (*good, *malformed_at) if o >= first_offset)
     for row in rows:
         offset, kafka = row["kafka"]["offset"], row["kafka"]
@@ -107,25 +112,50 @@ def test_batches_that_do_not_decode_are_one_row_each_and_the_rest_is_kept(tmp_pa
         if offset in good:
             key, value, headers, timestamp = good[offset]
             assert (row["key_raw"], row["value_raw"], row["value_error"], kafka["timestamp"]) == (key, value, None, ms(timestamp))
-            assert row["headers"] == [{"key": k, "value": v} for k, v in headers]
+            assert row["headers"] == [{"key": k, "value": v, "key_bytes": None} for k, v in headers]
             continue
         batch_offset = malformed_at[offset]
         assert (row["key_raw"], row["headers"], row["value_schema_id"], kafka["batch_base_offset"]) == (None, [], None, batch_offset)
         assert row["value_raw"] == bad[batch_offset], offset
         assert row["value_error"].startswith("batch does not decode: ")
         assert {3: "fails its CRC-32C", 5: "records do not decode", 10: "does not fit", 13: "magic 1"}[batch_offset] in row["value_error"]
+        # a batch whose framing is sound is served back as stored; bytes that are no batch are not
+        assert kafka["stored_batch"] is (batch_offset in (3, 5)), offset
     by_offset = {row["kafka"]["offset"]: row["kafka"] for row in rows}
     # Header fields where they parse: all of the CRC failure's, the undecodable and the cut batch's; none of magic 1's.
-    crc_row = by_offset[max(3, first_offset)]
+    crc_row = by_offset[4]
     assert (crc_row["producer_id"], crc_row["producer_epoch"], crc_row["base_sequence"], crc_row["batch_compression"], crc_row["timestamp"]) == (7, 1, 3, "gzip", ms(T0 + 3))
     assert (by_offset[5]["producer_id"], by_offset[5]["base_sequence"], by_offset[5]["timestamp"]) == (7, 5, ms(T0 + 5))
-    assert (by_offset[10]["producer_id"], by_offset[10]["batch_compression"], by_offset[10]["timestamp"]) == (8, "none", ms(T0 + 10))
-    assert (by_offset[13]["producer_id"], by_offset[13]["batch_magic"], by_offset[13]["batch_compression"], by_offset[13]["timestamp"]) == (-1, 1, "unknown", ms(T0 + 99))
+    assert (by_offset[12]["producer_id"], by_offset[12]["batch_compression"], by_offset[12]["timestamp"]) == (8, "none", ms(T0 + 10))
+    assert (by_offset[14]["producer_id"], by_offset[14]["batch_magic"], by_offset[14]["batch_compression"], by_offset[14]["timestamp"]) == (-1, 1, "unknown", ms(T0 + 99))
     assert result.partition_outcomes == {3: {COLUMNS: 0, COLUMNS_RAW: 0, RAW: sum(o >= first_offset for o in good), TOMBSTONE: 0, MALFORMED: 4}}
     assert [(p, o) for p, o, _ in result.malformed] == [(3, o) for o in sorted(malformed_at)]
     assert result.bytes_read == sum(e.size for e in entries)
     assert [f.offsets[3].first for f in result.files] == [first_offset]
     assert sum(f.record_count for f in result.files) == len(rows)
+
+
+@pytest.mark.parametrize("schemas", [{}, {1: (json.dumps(EVENT), None)}], ids=["raw topic", "topic with a schema"])
+def test_a_batch_whose_records_cannot_become_rows_is_one_row_served_back_as_stored(tmp_path, schemas):
+    """A poison batch (sound framing and CRC; a record whose offset delta runs past the batch's
+    range and past int64) never fails the task: it is one row holding the batch, at its last
+    offset, and the rebuild serves it back as the WAL does, the batches around it too."""
+    body = b"\x00" + zigzag_varint(0) + zigzag_varint(2**63 - 1) + zigzag_varint(-1) + zigzag_varint(1) + b"v" + zigzag_varint(0)
+    poison = frame_batch(zigzag_varint(len(body)) + body, record_count=1, last_offset_delta=0, base_timestamp=T0, max_timestamp=T0, producer_id=7, producer_epoch=1, base_sequence=1)
+    data = make_batch(_records(1, 0), producer_id=7, producer_epoch=1) + poison + make_batch(_records(2, 2), producer_id=7, producer_epoch=1, base_sequence=2)
+    _put(tmp_path, "obj", data)
+    entry = IndexEntry(0, 3, "obj", ObjectType.WAL, 0, len(data), T0 + 3)
+    context = dataclasses.replace(_context(tmp_path), schemas=schemas)
+    result = run_task(context, Task((Run("t", 0, (entry,), 0),), (ObjectRead("obj", 0, len(data)),)))
+    rows = _rows([result])
+    assert [row["kafka"]["offset"] for row in rows] == [0, 1, 2, 3]
+    stored = rows[1]
+    assert (stored["kafka"]["stored_batch"], stored["value_raw"], stored["kafka"]["batch_base_offset"]) == (True, poison, 1)
+    assert "outside 1-1" in stored["value_error"]
+    assert [(p, o) for p, o, _ in result.malformed] == [(0, 1)]
+    table = pa.concat_tables([pq.read_table(f.path, partitioning=None) for f in result.files])
+    table = table.take(pc.sort_indices(pc.struct_field(table.column("kafka"), "offset")))
+    assert bytes(rebuild_run(table, "producer", {}, complete=True).data) == bytes(inject_offsets(data, 0))
 
 
 def test_a_failed_task_deletes_its_files_and_so_do_the_tasks_before_it(tmp_path, corrupt_wal):

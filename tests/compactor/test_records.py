@@ -32,7 +32,7 @@ def test_every_codec_decodes_with_offsets_assigned_from_the_entry(codec):
     assert batches[0].base_timestamp == T0 and batches[0].max_timestamp == T0 + 60
     assert (batches[0].magic, batches[0].partition_leader_epoch, batches[0].timestamp_type) == (2, 0, 0)
     got = [tuple(r) for b in batches for r in b.records]
-    want = [(1000 + i, ts, k, v, tuple(h)) for i, (k, v, h, ts) in enumerate(first + second)]
+    want = [(1000 + i, ts, k, v, tuple(h), 0, None) for i, (k, v, h, ts) in enumerate(first + second)]
     assert got == want
 
 
@@ -60,7 +60,7 @@ def test_control_and_transactional_batches_are_decoded_and_flagged():
     data_batch, control = decode_range(data, 10)
     assert (data_batch.is_transactional, data_batch.is_control) == (True, False)
     assert (control.is_transactional, control.is_control, control.base_offset) == (True, True, 12)
-    assert control.records[0] == (12, T0, struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 3), ())
+    assert control.records[0] == (12, T0, struct.pack(">hh", 0, 1), struct.pack(">hi", 0, 3), (), 0, None)
 
 
 def _corrupt_payload_batch(payload: bytes, count: int = 1) -> bytes:

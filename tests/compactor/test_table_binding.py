@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import uuid
 
-import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
@@ -17,13 +16,15 @@ from compactor import tables
 from compactor.binding import TOPIC_PROPERTY, TableNotBound
 from compactor.committer import CYCLE, TOPIC_ID
 from compactor.config import CompactorConfig
+from compactor.layout import first_raw_schema
 from compactor.maintenance import TableMaintenance
+from compactor.records import Batch, Record
 from compactor.retention import DROP_PROPERTY, TableRetention, purge
 from compactor.rewrites import ManifestCache, reindex
+from compactor.translator import kafka_columns, translate
+from compactor.writer import TableWriter
 from metadata.store import load_metadata_store
 from wal.store import MemoryObjectStore
-
-ROWS = pa.table({"n": pa.array([1, 2, 3], pa.int64())})
 
 
 @pytest.fixture
@@ -41,11 +42,19 @@ async def store():
 
 
 def older_neves_table(catalog, *cycle_topic_ids: str):
-    """A table as a neve before binding made it: no property, one cycle snapshot per topic id given."""
+    """A table as a neve before binding made it (its first raw columns, no property), one cycle
+    snapshot of three rows per topic id given."""
     catalog.create_namespace_if_not_exists("neve")
-    table = catalog.create_table("neve.t", ROWS.schema)
+    table = catalog.create_table("neve.t", first_raw_schema())
+    batch = Batch(0, 0, 100, 0, 0, 2, 0, 1, 1_700_000_000_000, 1_700_000_000_000, -1, -1, -1, 3)
     for i, topic_id in enumerate(cycle_topic_ids):
-        table.append(ROWS, snapshot_properties={CYCLE: f"c{i}", TOPIC_ID: topic_id})
+        writer = TableWriter(table.schema(), table.spec(), table.location() + "/data", table.io)
+        for offset in range(3 * i, 3 * i + 3):
+            writer.add(translate(Record(offset, 1_700_000_000_000, b"k", b"v", ()), kafka_columns(0, batch), None)[0], "raw")
+        with table.transaction() as tx, tx.update_snapshot(snapshot_properties={CYCLE: f"c{i}", TOPIC_ID: topic_id}).fast_append() as append:
+            for written in writer.close():
+                append.append_data_file(written.data_file(table.spec()))
+        table = table.refresh()
     return catalog.load_table("neve.t")
 
 

@@ -9,6 +9,7 @@ import io
 import json
 import uuid
 
+import pytest
 from fastavro import schemaless_reader, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -143,9 +144,26 @@ def test_the_kafka_columns_of_a_row():
         "batch_base_offset": 40, "batch_leader_epoch": 0, "batch_magic": 2, "batch_compression": "zstd",
         "batch_base_timestamp": 1_700_000_000_000_000, "batch_max_timestamp": 1_700_000_000_900_000,
         "producer_id": 7, "producer_epoch": 1, "base_sequence": 12, "is_control": False, "is_transactional": False,
+        "batch_attributes": None, "batch_base_timestamp_ms": None, "batch_max_timestamp_ms": None, "record_attributes": None, "timestamp_ms": None,
     }
-    assert row["headers"] == [{"key": "h", "value": b"1"}, {"key": "n", "value": None}]
+    assert row["headers"] == [{"key": "h", "value": b"1", "key_bytes": None}, {"key": "n", "value": None, "key_bytes": None}]
     assert row["key_raw"] == b"key"
+
+
+def test_a_header_key_that_is_not_utf8_is_kept_as_its_bytes():
+    row, _ = translate(record(b"v")._replace(headers=((b"\xc3\x28", b"1"), ("k", None))), KAFKA, None)
+    assert row["headers"] == [{"key": "\ufffd(", "value": b"1", "key_bytes": b"\xc3\x28"}, {"key": "k", "value": None, "key_bytes": None}]
+
+
+@pytest.mark.parametrize("ms", [1_700_000_000_000_000_000, 253_402_300_800_000, -62_135_596_800_001, -(2**63), 2**63 - 1])
+def test_a_timestamp_outside_the_columns_range_is_clamped_and_kept_exact(ms):
+    batch = Batch(0, 0, 100, 40, 0, 2, 0x44, 0, ms, ms, 7, 1, 12, 1)
+    row, _ = translate(Record(40, ms, None, b"v", (), 0x81), kafka_columns(3, batch), None)
+    clamped = max(-62_135_596_800_000, min(ms, 253_402_300_799_999)) * 1000
+    kafka = row["kafka"]
+    assert (kafka["timestamp"], kafka["batch_base_timestamp"], kafka["batch_max_timestamp"]) == (clamped, clamped, clamped)
+    assert (kafka["timestamp_ms"], kafka["batch_base_timestamp_ms"], kafka["batch_max_timestamp_ms"]) == (ms, ms, ms)
+    assert (kafka["record_attributes"], kafka["batch_attributes"]) == (0x81, 0x44)
 
 
 def test_fields_with_no_iceberg_type_keep_the_bytes_and_the_rest_as_columns():

@@ -108,7 +108,7 @@ def test_rows_of_every_type_read_back_exactly_with_field_ids(writer_setup):
         assert value == {**order(i), "at": 86_399_999_000, "at_us": 1}, i
         assert row["kafka"]["offset"] == 10 + i and row["kafka"]["timestamp"] == datetime.datetime.fromtimestamp((T0 + i) / 1000, UTC)
         assert row["kafka"]["batch_max_timestamp"] == datetime.datetime.fromtimestamp((T0 + 2 * DAY_MS) / 1000, UTC)
-        assert (row["key_raw"], row["headers"], row["value_raw"], row["value_schema_id"], row["value_error"]) == (f"k{i}".encode(), [{"key": "h", "value": b"v"}], None, 21, None)
+        assert (row["key_raw"], row["headers"], row["value_raw"], row["value_schema_id"], row["value_error"]) == (f"k{i}".encode(), [{"key": "h", "value": b"v", "key_bytes": None}], None, 21, None)
     # Field ids as the table schema has them, on every column, and timestamps as TIMESTAMP_MICROS.
     parquet = pq.read_metadata(written.path)
     ids = {parquet.schema.column(i).path: parquet.schema.column(i) for i in range(parquet.num_columns)}

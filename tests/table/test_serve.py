@@ -16,14 +16,17 @@ import pytest
 
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
-from compactor.layout import arrow_schema, rows_to_arrow, table_schema
+from compactor.job import TaskContext, run_task
+from compactor.layout import arrow_schema, partition_spec, rows_to_arrow, table_schema
+from compactor.planner import ObjectRead, Run, Task
 from compactor.records import Batch, Record, decode_records, iter_batches
 from compactor.translator import kafka_columns, translate
 from metadata.model import IndexEntry, ObjectType
 from table.files import TableFiles
 from table.parquet import ParquetRows
 from table.serve import CompactedReader
-from wal.batch import BATCH_HEADER, LOG_OVERHEAD
+from tests.batches import frame_batch, make_batch
+from wal.batch import BATCH_HEADER, LOG_OVERHEAD, inject_offsets, iter_headers
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
 from wal.store import MemoryObjectStore
 
@@ -243,5 +246,52 @@ def test_a_row_groups_partitions_are_rebuilt_together_byte_for_byte_as_each_alon
                     footer = await grouped.rows.footer((await grouped._parts_of(entries[0].object_key))[0].slices[0].path)
                     whole = {p for p in range(12) if sum(g.may_hold(p, 0, 10**6) for g in footer.row_groups) == 1}
                     assert len(whole) >= 6 and not whole & set(read_apart), (whole, read_apart)
+
+    asyncio.run(check())
+
+
+def test_a_batch_kept_as_stored_is_served_whole_from_any_of_its_offsets(tmp_path):
+    """A batch whose records are no rows is one row at its last offset (compactor/job.py): a fetch
+    from any of its offsets gets it whole, as the WAL gave it, then the batches after it."""
+    t0 = 1_700_000_000_000
+    batches = [
+        make_batch([(b"k%d" % i, b"v%d" % i, [], t0 + i) for i in range(3)]),
+        frame_batch(b"\xd0\x0f" + b"x" * 10, record_count=3, last_offset_delta=2, base_timestamp=t0 + 3, max_timestamp=t0 + 5),  # records that do not decode
+        make_batch([(b"k%d" % i, b"v%d" % i, [], t0 + i) for i in range(6, 8)]),
+    ]
+    data = b"".join(batches)
+    (tmp_path / "objects").mkdir()
+    (tmp_path / "objects" / "wal").write_bytes(data)
+    schema = table_schema()
+    context = TaskContext(
+        cycle_id="c", topic="t", objects_url=f"file://{tmp_path / 'objects'}", data_location=f"file://{tmp_path / 'data'}", io_properties={},
+        table_schema=schema.model_dump_json(), partition_spec=partition_spec(schema).model_dump_json(), table_properties={},
+    )  # fmt: skip
+    result = run_task(context, Task((Run("t", 0, (IndexEntry(0, 7, "wal", ObjectType.WAL, 0, len(data), 0),), 0),), (ObjectRead("wal", 0, len(data)),)))
+    (written,) = result.files
+    rows = pq.read_table(written.path.removeprefix("file://"), partitioning=None)
+    assert rows.column("kafka").combine_chunks().field("offset").to_pylist() == [0, 1, 2, 5, 6, 7]
+    path = tmp_path / "rows.parquet"
+    pq.write_table(rows, path, row_group_size=2)  # the stored batch's row in a row group of its own
+    manifest = CycleManifest(
+        new_cycle_id(), TOPIC_ID, "t", "neve.t", (PartitionCompaction(0, (WalRange("wal/x", 0, len(data), 0, 7, 0),), (FileSlice(path.as_uri(), 0, 6, 0, 7),)),),
+    )  # fmt: skip
+    wal = MemoryObjectStore()
+    asyncio.run(wal.put(manifest.key, manifest.encode()))
+    entry = IndexEntry(0, 7, manifest.key, ObjectType.PARQUET, 0, len(data), 0)
+    firsts = [0, 3, 6]
+
+    async def check():
+        for budget in (1, 1_000_000):  # a batch a fetch, or all at once
+            reader = reader_over(wal, 64 << 20)
+            for offset in range(8):
+                got, at, complete = b"", offset, False
+                while not complete and at <= 7:
+                    served_bytes, complete = await reader.read(TOPIC_ID, 0, entry, at, budget, first=True)
+                    got += bytes(served_bytes or b"")
+                    headers = list(iter_headers(got))
+                    at = headers[-1].base_offset + headers[-1].last_offset_delta + 1 if headers else at
+                k = max(i for i, f in enumerate(firsts) if f <= offset)
+                assert got == bytes(inject_offsets(b"".join(batches[k:]), firsts[k])), (offset, budget)
 
     asyncio.run(check())
