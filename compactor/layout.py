@@ -196,7 +196,7 @@ def partition_spec(schema: Schema, partition_by: str | None = DEFAULT_PARTITION_
 
 
 def _find(schema: Schema, column: str) -> NestedField:
-    for candidate in (column, f"kafka.{column}") if "." not in column else (column,):
+    for candidate in (column, f"{table_layout.KAFKA}.{column}") if "." not in column else (column,):
         try:
             return schema.find_field(candidate)
         except ValueError:

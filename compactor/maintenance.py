@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from metadata.model import TopicInfo
 from metadata.store import MetadataStore
+from table.layout import KAFKA, OFFSET, PARTITION
 from wal.store import ObjectStore
 
 from . import binding, metrics
@@ -301,8 +302,8 @@ def sorted_by_offset(rows):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    kafka = rows.column("kafka")
-    keys = pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")})
+    kafka = rows.column(KAFKA)
+    keys = pa.table({"p": pc.struct_field(kafka, PARTITION), "o": pc.struct_field(kafka, OFFSET)})
     return rows.take(pc.sort_indices(keys, sort_keys=[("p", "ascending"), ("o", "ascending")]))
 
 

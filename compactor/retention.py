@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.store import MetadataError, MetadataStore
+from table.layout import KAFKA, OFFSET, PARTITION, TIMESTAMP
 
 from . import binding, metrics
 from .rewrites import OFFSET_COLUMN, PARTITION_COLUMN, bounds
@@ -47,7 +48,7 @@ DROP_ON_DELETE = "neve.iceberg.drop.on.delete"
 # Table properties marking a table to drop once its topic is gone (read at a compactor's start).
 DROP_PROPERTY = "neve.drop-on-delete"
 TOPIC_PROPERTY = binding.TOPIC_PROPERTY
-TIMESTAMP_COLUMN = "kafka.timestamp"
+TIMESTAMP_COLUMN = f"{KAFKA}.{TIMESTAMP}"
 PAGE = 4096
 
 
@@ -107,10 +108,10 @@ def first_unexpired(table, ranges: Mapping[int, tuple[int, int]], cutoff_ms: int
         return {}
     wanted = functools.reduce(Or, [_range_filter(p, first, last) for p, (first, last) in sorted(ranges.items())])
     row_filter = And(GreaterThanOrEqual(TIMESTAMP_COLUMN, cutoff_ms * 1000), wanted)
-    kafka = table.scan(row_filter=row_filter, selected_fields=("kafka",)).to_arrow().column("kafka")
+    kafka = table.scan(row_filter=row_filter, selected_fields=(KAFKA,)).to_arrow().column(KAFKA)
     if len(kafka) == 0:
         return {}
-    found = pa.table({"p": pc.struct_field(kafka, "partition"), "o": pc.struct_field(kafka, "offset")}).group_by("p").aggregate([("o", "min")])
+    found = pa.table({"p": pc.struct_field(kafka, PARTITION), "o": pc.struct_field(kafka, OFFSET)}).group_by("p").aggregate([("o", "min")])
     return dict(zip(found.column("p").to_pylist(), found.column("o_min").to_pylist(), strict=True))
 
 
@@ -154,9 +155,9 @@ def delete_before(table, starts: Mapping[int, int], snapshot_properties: Mapping
             if ob[0] >= max(held):
                 continue
         rows = ArrowScan(table.metadata, table.io, schema, AlwaysTrue()).to_table([task])
-        kafka = rows.column("kafka")
-        partitions = pc.struct_field(kafka, "partition").to_numpy(zero_copy_only=False)
-        offsets = pc.struct_field(kafka, "offset").to_numpy(zero_copy_only=False)
+        kafka = rows.column(KAFKA)
+        partitions = pc.struct_field(kafka, PARTITION).to_numpy(zero_copy_only=False)
+        offsets = pc.struct_field(kafka, OFFSET).to_numpy(zero_copy_only=False)
         inside = partitions < len(limit)
         keep = ~inside | (offsets >= limit[np.where(inside, partitions, 0)])
         if keep.all():

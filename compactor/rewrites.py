@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.store import MetadataStore, UnknownTopic
+from table.layout import KAFKA, OFFSET, PARTITION
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, new_cycle_id
 from wal.store import ObjectStore
 
@@ -36,8 +37,8 @@ from . import binding
 
 log = logging.getLogger("neve.compactor.rewrites")
 
-PARTITION_COLUMN = "kafka.partition"
-OFFSET_COLUMN = "kafka.offset"
+PARTITION_COLUMN = f"{KAFKA}.{PARTITION}"
+OFFSET_COLUMN = f"{KAFKA}.{OFFSET}"
 PAGE = 4096
 
 
@@ -118,8 +119,8 @@ def kafka_columns(io, path: str):
     import pyarrow.parquet as pq
 
     with io.new_input(path).open() as f:
-        kafka = pq.ParquetFile(f).read(columns=[PARTITION_COLUMN, OFFSET_COLUMN]).column("kafka").combine_chunks()
-    return pc.struct_field(kafka, "partition").to_numpy(zero_copy_only=False), pc.struct_field(kafka, "offset").to_numpy(zero_copy_only=False)
+        kafka = pq.ParquetFile(f).read(columns=[PARTITION_COLUMN, OFFSET_COLUMN]).column(KAFKA).combine_chunks()
+    return pc.struct_field(kafka, PARTITION).to_numpy(zero_copy_only=False), pc.struct_field(kafka, OFFSET).to_numpy(zero_copy_only=False)
 
 
 def slices_for(io, files: Iterable[CurrentFile], partition: int, first: int, last: int, columns: dict) -> list[FileSlice]:
