@@ -457,7 +457,7 @@ def _widths(values: np.ndarray) -> np.ndarray:
     if not len(v):
         return np.ones(0, dtype=np.int64)
     lo, hi = int(v.min()), int(v.max())
-    if lo >= 0 and hi < 64:  # all one byte: most lengths, deltas and counts
+    if lo >= -64 and hi < 64:  # all one byte: most deltas, counts and null lengths
         return np.ones(len(v), dtype=np.int64)
     z = ((v << 1) ^ (v >> 63)).view(np.uint64)
     top = max((lo << 1) ^ (lo >> 63), (hi << 1) ^ (hi >> 63))
@@ -761,15 +761,16 @@ def _to_arrow(partition: int, batches: Sequence[Batch], buffer: pa.Buffer, field
             attributes = fields.attributes[kept]
             kafka_arrays.append(pa.array(attributes.astype(np.int32), mask=attributes == 0, type=f.type) if attributes.any() else pa.nulls(n, f.type))
         elif f.name == BATCH_ATTRIBUTES:
-            attributes = np.repeat(per_batch[f.name], repeats)
+            attributes = per_batch[f.name]
             plain = (attributes & ~FLAGGED_ATTRIBUTES) == 0
-            kafka_arrays.append(pa.nulls(n, f.type) if plain.all() else pa.array(attributes.astype(np.int32), mask=plain, type=f.type))
+            kafka_arrays.append(pa.nulls(n, f.type) if plain.all() else pa.array(np.repeat(attributes, repeats).astype(np.int32), mask=np.repeat(plain, repeats), type=f.type))
         elif f.name == TIMESTAMP_MS:
             stored = fields.stored_timestamps[kept]
             kafka_arrays.append(_exact(stored, stored == timestamps, f.type))
         elif f.name in (BATCH_BASE_TIMESTAMP_MS, BATCH_MAX_TIMESTAMP_MS):
-            stored = np.repeat(per_batch[f.name], repeats)
-            kafka_arrays.append(_exact(stored, (stored >= MIN_MS) & (stored <= MAX_MS), f.type))
+            stored = per_batch[f.name]
+            held = (stored >= MIN_MS) & (stored <= MAX_MS)
+            kafka_arrays.append(pa.nulls(n, f.type) if held.all() else _exact(np.repeat(stored, repeats), np.repeat(held, repeats), f.type))
         elif f.name == STORED_BATCH:
             kafka_arrays.append(pa.nulls(n, f.type))
         else:
