@@ -125,8 +125,9 @@ def test_evolution_adds_optional_fields_and_promotes():
     evolution = evolve(table, _value_type(("a", "long"), ("f", "double"), ("d", {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}), ("new", "string")))
     assert evolution.changed and evolution.incompatible is None
     value = evolution.schema.find_field("value").field_type
+    first = table.find_field("value.a").field_id  # the value fields' ids follow the raw columns'
     assert [(f.field_id, f.name, f.field_type, f.required) for f in value.fields] == [
-        (26, "a", LongType(), False), (27, "f", DoubleType(), False), (28, "d", DecimalType(12, 2), False), (29, "new", StringType(), False),
+        (first, "a", LongType(), False), (first + 1, "f", DoubleType(), False), (first + 2, "d", DecimalType(12, 2), False), (first + 3, "new", StringType(), False),
     ]
     # Old columns keep their ids; the raw columns are untouched.
     assert evolution.schema.find_field("kafka.offset") == table.find_field("kafka.offset")

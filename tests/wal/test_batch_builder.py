@@ -122,7 +122,7 @@ def assert_neve_reads(data: bytes, records, kw) -> None:
         max_timestamp=batch.max_timestamp, producer_id=batch.producer_id, producer_epoch=batch.producer_epoch,
         base_sequence=batch.base_sequence, record_count=batch.record_count,
     ) == expected_header(records, kw)
-    assert [tuple(r) for r in batch.records] == expected_records(records, kw)
+    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in batch.records] == expected_records(records, kw)
 
 
 def assert_clients_read(data: bytes, records, kw) -> None:
