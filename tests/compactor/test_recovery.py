@@ -6,7 +6,6 @@ service's metadata store, tasks or maintenance fail, or its lead is lost, as a t
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 from pathlib import Path
@@ -16,14 +15,12 @@ from prometheus_client import REGISTRY
 
 from compactor import service as service_module
 from compactor.config import CompactorConfig
-from compactor.service import CompactionService
 from metadata.model import ObjectType
-from metadata.store import MetadataUnavailable, load_metadata_store
-from registry.client import StoreLookup
+from metadata.store import MetadataUnavailable
 from tests.compactor.produced import Produced, produce_raw
+from tests.compactor.test_maintenance import with_service
 from tests.compactor.test_service import table_offsets
 from tests.fixtures import NeveNode
-from wal.store import load_object_store
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -56,22 +53,6 @@ def copy_of(produced, tmp_path: Path) -> tuple[Path, CompactorConfig]:
     return copy, config
 
 
-async def with_service(data_dir: Path, config: CompactorConfig, work):
-    """`work(service, metadata)` with a compaction service over the stopped node's data dir."""
-    objects_url = f"file://{data_dir.resolve() / 'objects'}"
-    async with contextlib.AsyncExitStack() as stack:
-        metadata = load_metadata_store(f"sqlite:///{data_dir.resolve() / 'metadata.db'}")
-        await metadata.start()
-        stack.push_async_callback(metadata.close)
-        objects = load_object_store(objects_url)
-        stack.push_async_callback(objects.close)
-        lookup = StoreLookup(metadata)
-        stack.push_async_callback(lookup.close)
-        service = CompactionService(config, metadata, objects, objects_url, lookup)
-        stack.push_async_callback(service.close)
-        return await work(service, metadata)
-
-
 def wal_entries(metadata, topic: str) -> int:
     info = metadata.topics()[topic]
     return sum(e.object_type == ObjectType.WAL for p in range(info.partitions) for e in metadata.entries(info.topic_id, p, 0, max_entries=10_000))
@@ -94,7 +75,7 @@ def test_a_swap_failed_after_its_commit_is_finished_by_the_next_cycle_without_a_
     data_dir, config = copy_of(produced, tmp_path)
     p = produced[1]
 
-    async def work(service, metadata):
+    async def work(service, metadata, _objects):
         replace, calls = metadata.replace_entries, []
 
         async def times_out_once(*args, **kwargs):  # etcd timing out on the first swap, after its commit
@@ -107,7 +88,7 @@ def test_a_swap_failed_after_its_commit_is_finished_by_the_next_cycle_without_a_
         await run_until_compacted(service, metadata, p.topic)
         return len(calls)
 
-    swaps = asyncio.run(with_service(data_dir, config, work))
+    swaps = asyncio.run(with_service(data_dir, config, None, work))
     assert swaps > 2
     assert table_offsets(data_dir, p.topic) == sorted(p.want)  # every offset once
 
@@ -117,7 +98,7 @@ def test_a_topic_failing_in_a_row_is_reported_and_a_failed_maintenance_apart(pro
     data_dir, config = copy_of(produced, tmp_path)
     p = produced[1]
 
-    async def work(service, metadata):
+    async def work(service, metadata, _objects):
         run_tasks, maintain = service._run_tasks, service.maintenance.maintain
         poisoned = []
 
@@ -153,7 +134,7 @@ def test_a_topic_failing_in_a_row_is_reported_and_a_failed_maintenance_apart(pro
         assert failing(p.topic, "RuntimeError") is None
         return seen, lag, recovered, maintenance_failures
 
-    seen, lag, recovered, maintenance_failures = asyncio.run(with_service(data_dir, config, work))
+    seen, lag, recovered, maintenance_failures = asyncio.run(with_service(data_dir, config, None, work))
     assert seen == [None, None, float(service_module.FAILING_AFTER)]
     assert all(n and n > 0 for n in lag)  # the lag is there to see while the topic fails
     assert (recovered, maintenance_failures) == (0.0, 1.0)
@@ -169,7 +150,7 @@ def test_a_compactor_that_loses_its_lead_mid_cycle_stops_before_its_commit_and_t
     data_dir, config = copy_of(produced, tmp_path)
     p = produced[1]
 
-    async def work(service, metadata):
+    async def work(service, metadata, _objects):
         service.leadership = await metadata.campaign("compactor", "first")
         successor = await metadata.campaign("compactor", "second")
         run_tasks = service._run_tasks
@@ -186,6 +167,6 @@ def test_a_compactor_that_loses_its_lead_mid_cycle_stops_before_its_commit_and_t
         await run_until_compacted(service, metadata, p.topic)
         return nothing
 
-    assert asyncio.run(with_service(data_dir, config, work)) == []  # no commit after the lead was lost
+    assert asyncio.run(with_service(data_dir, config, None, work)) == []  # no commit after the lead was lost
     assert table_offsets(data_dir, p.topic) == sorted(p.want)
     assert [r.getMessage() for r in caplog.records if "leadership lost" in r.getMessage()] == ["compactor leadership lost; this run stops"]
