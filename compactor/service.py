@@ -117,6 +117,9 @@ class CompactionService:
         self._checkpoints: dict[tuple, int] = {}
         self._recovered: set[str] = set()  # tables with no cycle committed and not swapped (as far as this process knows)
         self.leadership = None  # metadata.store.Leadership this service cycles under; None: it cycles regardless
+        # compactor.sharing.Sharing: the topics this compactor takes among the live compactors
+        # sharing them (its `leadership` then its own membership); None: every topic
+        self.sharing = None
         self._fence = None  # the lead's fence this run's swaps carry
         self._failing: dict[str, Failing] = {}  # by topic name
         self._maintenance_failing: dict[str, Failing] = {}
@@ -156,8 +159,12 @@ class CompactionService:
                 self._recovered.clear()
             self._fence = fence
         try:
+            if self.sharing is not None:
+                await self.sharing.refresh()
             await self.drop_deleted_tables()
             for info in sorted(self.metadata.topics().values(), key=lambda t: t.name):
+                if self.sharing is not None and not self.sharing.owns(info.topic_id):
+                    continue
                 if not tables.is_enabled(info.configs, self.config.tables_by_default):
                     await self._expire_wal(info)
                     continue
