@@ -162,11 +162,26 @@ def _without_blind_retries(table):
     return Table(table.name(), metadata, table.metadata_location, table.io, table.catalog)
 
 
+def _with_stored_retries(table, stored):
+    """`table` (a copy _without_blind_retries made) with the retry settings the table stores."""
+    from pyiceberg.table import Table
+
+    properties = {k: v for k, v in table.metadata.properties.items() if k not in NO_RETRIES}
+    properties.update({k: stored[k] for k in NO_RETRIES if k in stored})
+    return Table(table.name(), table.metadata.model_copy(update={"properties": properties}), table.metadata_location, table.io, table.catalog)
+
+
 def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10) -> CommittedCycle:
     """Append `data_files` (pyiceberg DataFiles) in one snapshot recording `manifest`, unless the
     table already holds the cycle. Returns the snapshot that holds it. Another writer's commit in
     between (CommitFailedException) is retried on the refreshed table; an attempt whose outcome is
     unknown is read back before the next. Raises the last error after `attempts`."""
+    return commit_cycle_table(table, manifest, data_files, attempts=attempts)[0]
+
+
+def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10):
+    """commit_cycle, with the table as the commit left it (the metadata the catalog answered with:
+    the next cycle starts from it without reading the table again)."""
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
     props = summary_properties(manifest)
@@ -175,11 +190,12 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
         if attempt:
             table = table.refresh()
         binding.require(table, manifest.topic_id, manifest.topic)
+        stored = table.metadata.properties
         table = _without_blind_retries(table)
         if (done := committed_cycle(table, manifest.cycle_id)) is not None:
             if attempt:
                 log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})
-            return done
+            return done, _with_stored_retries(table, stored)
         if (held := overlap(table, str(manifest.topic_id), manifest.offsets())) is not None:
             raise CycleOverlap(f"offsets of cycle {manifest.cycle_id} are in the table already: {held}")
         try:
@@ -195,5 +211,5 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
         done = committed_cycle(table, manifest.cycle_id)
         if done is None:  # the transaction returned but its snapshot is not current: read it back
             continue
-        return done
+        return done, _with_stored_retries(table, stored)
     raise error if error is not None else RuntimeError(f"cycle {manifest.cycle_id} not found in the table after {attempts} commits")

@@ -43,8 +43,13 @@ class CompactorConfig:
     """Where a cycle's tasks run: `spark` (the session above; started on the first cycle that has
     work) or `in-process` (threads of the compactor itself: no JVM, for small machines and tests)."""
     parallelism: int = 2
-    """Tasks a cycle is cut into at most per topic (about the executors' cores; in-process, the
-    threads they run on)."""
+    """The executors' cores (in-process: the threads tasks run on). A topic's due bytes are cut
+    into at most this many tasks, and a cycle's job into about this many Spark tasks, each a bundle
+    of whole tasks of about as many bytes, whatever the number of topics."""
+    tables_in_parallel: int = 8
+    """Topics whose tables a cycle reads, commits to and swaps at the same time (the tasks of
+    every topic run in one job): the catalog's and object store's round trips of many small tables
+    overlap."""
     interval_ms: int = 1000
     """Pause between cycles that found nothing due (a cycle with work is followed at once)."""
     freshness_ms: int = 2000

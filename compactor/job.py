@@ -11,9 +11,10 @@ import asyncio
 import gc
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -211,13 +212,36 @@ def run_task_tuple(item: tuple[TaskContext, int, Task]) -> TaskResult:
     return run_task(context, task, index, spark_task.attemptNumber() if spark_task is not None else 0)
 
 
-def run_tasks(spark: SparkSession, context: TaskContext, tasks: Sequence[Task]) -> list[TaskResult]:
-    """Every task on Spark's executors, one Spark task each; the results in task order. Blocks for
-    the whole job: call it off the event loop. A failed job raises (Spark's error); the files its
-    finished tasks wrote stay behind, uncommitted (docs/GAPS.md)."""
-    if not tasks:
-        return []
-    items = [(context, i, task) for i, task in enumerate(tasks)]
+@dataclass(frozen=True, slots=True)
+class TaskFailed:
+    """What a task that raised sends back in place of its TaskResult: its topic's other tasks go
+    on, and only that topic's cycle fails (a cycle's job holds the tasks of many topics)."""
+
+    index: int
+    error: str
+    trace: str
+
+
+class CycleTaskError(Exception):
+    """A task of a topic's cycle failed (on an executor or here): the cycle of that topic fails,
+    retried at the next; the files its other tasks wrote are deleted."""
+
+
+Work = tuple[TaskContext, Sequence[Task]]  # one topic's tasks, with their context
+Item = tuple[int, TaskContext, int, Task]  # (the topic's place in the job, its context, the task's index, the task)
+
+
+def run_cycle(spark: SparkSession, work: Sequence[Work], slices: int) -> list[list[TaskResult] | Exception]:
+    """The tasks of every topic of a cycle in one Spark job of about `slices` Spark tasks (the
+    executors' cores), each a bundle of whole compaction tasks of about as many WAL bytes: a job's
+    fixed cost is paid once a cycle, not once a topic, and a thousand small topics are not a
+    thousand Spark tasks. Per topic, in `work`'s order: its results in task order, or the error
+    that failed it (CycleTaskError, its files deleted). Blocks for the whole job: call it off the
+    event loop. A job that fails as a whole (an executor lost) raises."""
+    items = [(w, context, i, task) for w, (context, tasks) in enumerate(work) for i, task in enumerate(tasks)]
+    if not items:
+        return [[] for _ in work]
+    bundles = bundle(items, slices)
     with warnings.catch_warnings():
         # pyspark 3.5 leaves the local socket a job's results are read from to the garbage
         # collector: its ResourceWarning is pyspark's, not a leak of ours (an error where warnings are)
@@ -225,39 +249,95 @@ def run_tasks(spark: SparkSession, context: TaskContext, tasks: Sequence[Task]) 
         # SparkContext.runJob, not collect(): Spark 3.5 cleans an action's closures at every job,
         # parsing with ASM the class each was defined in, and collect's is RDD (180 KB) where
         # runJob's is PythonRDD (44 KB): 6-8 ms of the JVM's 41-46 ms a job
-        rdd = spark.sparkContext.parallelize(items, numSlices=len(items))
-        results = spark.sparkContext.runJob(rdd, _run_partition)
+        rdd = spark.sparkContext.parallelize(bundles, numSlices=len(bundles))
+        outcomes = spark.sparkContext.runJob(rdd, _run_bundles)
         gc.collect()
-    return results
+    return _by_topic(work, outcomes)
 
 
-def _run_partition(items: Iterable[tuple[TaskContext, int, Task]]) -> list[TaskResult]:
-    """run_tasks' Spark partition (one task each): its results."""
-    return [run_task_tuple(item) for item in items]
+def run_cycle_in_process(work: Sequence[Work], threads: int) -> list[list[TaskResult] | Exception]:
+    """run_cycle on `threads` threads of this process (Spark off: tests, small machines). A task's
+    Parquet encoding and compression release the GIL, so one task's writing runs beside another's
+    decoding."""
+    items = [(w, context, i, task) for w, (context, tasks) in enumerate(work) for i, task in enumerate(tasks)]
+    if not items:
+        return [[] for _ in work]
+    with ThreadPoolExecutor(max_workers=max(1, min(threads, len(items))), thread_name_prefix="compaction-task") as pool:
+        outcomes = list(pool.map(lambda item: (item[0], _run_item(item, on_spark=False)), items))
+    return _by_topic(work, outcomes)
+
+
+def bundle(items: Sequence[Item], slices: int) -> list[list[Item]]:
+    """`items` in at most `slices` bundles of about as many WAL bytes (the largest task first, each
+    to the lightest bundle so far), each bundle's items in their order."""
+    n = max(1, min(slices, len(items)))
+    loads = [0] * n
+    bundles: list[list[tuple[int, Item]]] = [[] for _ in range(n)]
+    for at in sorted(range(len(items)), key=lambda k: -items[k][3].size):
+        lightest = loads.index(min(loads))
+        bundles[lightest].append((at, items[at]))
+        loads[lightest] += items[at][3].size
+    return [[item for _, item in sorted(b, key=lambda x: x[0])] for b in bundles if b]
+
+
+def _run_bundles(bundles: Iterable[list[Item]]) -> list[tuple[int, TaskResult | TaskFailed]]:
+    """run_cycle's Spark partition: its bundles' tasks, one after another."""
+    return [(item[0], _run_item(item, on_spark=True)) for items in bundles for item in items]
+
+
+def _run_item(item: Item, on_spark: bool) -> TaskResult | TaskFailed:
+    _, context, index, task = item
+    try:
+        return run_task_tuple((context, index, task)) if on_spark else run_task(context, task, index)
+    except Exception as e:  # this topic's cycle fails; the job's other topics go on
+        return TaskFailed(index, f"{type(e).__name__}: {e}", traceback.format_exc())
+
+
+def _by_topic(work: Sequence[Work], outcomes: Iterable[tuple[int, TaskResult | TaskFailed]]) -> list[list[TaskResult] | Exception]:
+    results: list[list[TaskResult | TaskFailed]] = [[] for _ in work]
+    for w, outcome in outcomes:
+        results[w].append(outcome)
+    out: list[list[TaskResult] | Exception] = []
+    for (context, _), got in zip(work, results, strict=True):
+        got.sort(key=lambda r: r.index)
+        failed = [r for r in got if isinstance(r, TaskFailed)]
+        if not failed:
+            out.append(got)  # type: ignore[arg-type]
+            continue
+        _delete_written(context, [r for r in got if isinstance(r, TaskResult)])
+        out.append(CycleTaskError(f"task {failed[0].index} of topic {context.topic!r} failed: {failed[0].error}\n{failed[0].trace}"))
+    return out
+
+
+def _delete_written(context: TaskContext, results: Sequence[TaskResult]) -> None:
+    """The files of a failed topic's tasks that did finish: never committed, deleted at once."""
+    paths = [written.path for result in results for written in result.files]
+    if not paths:
+        return
+    from pyiceberg.io import load_file_io
+
+    io = load_file_io(context.io_properties, context.data_location)
+    for path in paths:
+        _delete_quietly(io, path)
+
+
+def run_tasks(spark: SparkSession, context: TaskContext, tasks: Sequence[Task]) -> list[TaskResult]:
+    """One topic's tasks on Spark (run_cycle), one Spark task each; the results in task order.
+    Raises the first failed task's error (CycleTaskError)."""
+    return _one(run_cycle(spark, [(context, tasks)], len(tasks)))
 
 
 def run_tasks_in_process(context: TaskContext, tasks: Sequence[Task], threads: int | None = None) -> list[TaskResult]:
-    """Every task here, on `threads` threads (default: one a task), the results in task order
-    (Spark off: tests, small machines). A task's Parquet encoding and compression release the GIL,
-    so one task's writing runs beside another's decoding. If one fails, the files of the others
-    are deleted too, then the first error (in task order) raised."""
-    if not tasks:
-        return []
-    with ThreadPoolExecutor(max_workers=max(1, min(threads or len(tasks), len(tasks))), thread_name_prefix="compaction-task") as pool:
-        futures = [pool.submit(run_task, context, task, i) for i, task in enumerate(tasks)]
-        wait(futures)
-    failed = next((f.exception() for f in futures if f.exception() is not None), None)
-    if failed is None:
-        return [f.result() for f in futures]
-    done = [f.result() for f in futures if f.exception() is None]
-    if done:
-        from pyiceberg.io import load_file_io
+    """One topic's tasks here (run_cycle_in_process), on `threads` threads (default: one a task).
+    If one fails, the files of the others are deleted, then its error raised (CycleTaskError)."""
+    return _one(run_cycle_in_process([(context, tasks)], threads or len(tasks)))
 
-        io = load_file_io(context.io_properties, context.data_location)
-        for result in done:
-            for written in result.files:
-                _delete_quietly(io, written.path)
-    raise failed
+
+def _one(outcomes: list[list[TaskResult] | Exception]) -> list[TaskResult]:
+    (outcome,) = outcomes
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
 
 
 # -- reading ----------------------------------------------------------------------------------------

@@ -87,11 +87,12 @@ class TableMaintenance:
         self._pending: dict[str, dict[str, float]] = {}  # table -> files to delete -> since when they were unnamed
         self.retention = TableRetention(metadata, clock=clock)  # table retention and the drop-on-delete mark (retention.py)
 
-    async def maintain(self, catalog, info: TopicInfo, identifier: str, committed: bool = False) -> MaintenanceOutcome:
+    async def maintain(self, catalog, info: TopicInfo, identifier: str, committed: bool = False, table=None) -> MaintenanceOutcome:
         """One round for `info`'s table: merge and expire when due, re-index when needed, delete
         the files whose grace has passed. Nothing, not even a read of the table, when none of that
         is due, the table was checked within `table_check_interval_ms` and the compactor has not
-        `committed` to it since."""
+        `committed` to it since. `table`: the table as the compactor's commit just left it (current
+        then: no read of the catalog needed), or None to load it."""
         from pyiceberg.exceptions import NoSuchTableError
 
         outcome = MaintenanceOutcome()
@@ -101,10 +102,11 @@ class TableMaintenance:
         if not (due or committed) and now - self._last_check.get(identifier, -math.inf) < self.config.table_check_interval_ms / 1000:
             return outcome
         self._last_check[identifier] = now
-        try:
-            table = await asyncio.to_thread(catalog.load_table, identifier)
-        except NoSuchTableError:
-            return outcome
+        if table is None:
+            try:
+                table = await asyncio.to_thread(catalog.load_table, identifier)
+            except NoSuchTableError:
+                return outcome
         binding.require(table, info.topic_id, info.name)  # before the mark, retention, merge and re-index below
         table = await self.retention.mark(table, info)
         if due:

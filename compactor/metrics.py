@@ -32,6 +32,17 @@ def set_lag(topic: str, partition: int, offsets: int, seconds: float) -> None:
     LAG_SECONDS.labels(topic, str(partition)).set(seconds)
 
 
+def forget_lag(topic: str, partitions: int) -> None:
+    """A topic this compactor no longer cycles (another compactor took it, or it was deleted):
+    its lag is that compactor's to export."""
+    for p in range(partitions):
+        for gauge in (LAG_OFFSETS, LAG_SECONDS):
+            try:
+                gauge.remove(topic, str(p))
+            except KeyError:
+                pass
+
+
 def observe_cycle(cycle, seconds: float, task_seconds=()) -> None:
     CYCLES.labels(cycle.topic).inc()
     for t in task_seconds:

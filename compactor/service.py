@@ -31,13 +31,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import os
 import signal
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.store import Fenced, MetadataError, MetadataStore
@@ -45,7 +48,7 @@ from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange
 from wal.store import ObjectStore
 
 from . import metrics, planner, tables, wal_expiry
-from .committer import CycleOverlap, commit_cycle
+from .committer import CycleOverlap, commit_cycle_table
 from .config import CompactorConfig
 from .maintenance import TableMaintenance
 from .reindex import finish_last_cycle, swap
@@ -66,6 +69,17 @@ class Failing:
     reasons: set[str] = field(default_factory=set)  # kinds logged with their traceback already
 
 
+class _TableKey(NamedTuple):
+    """What a kept table is the table of: a topic config change loads it again."""
+
+    topic_id: uuid.UUID
+    partition_by: str | None
+
+    @classmethod
+    def of(cls, info: TopicInfo) -> _TableKey:
+        return cls(info.topic_id, info.configs.get(tables.PARTITION_BY))
+
+
 @dataclass(slots=True)
 class TopicCycle:
     """What one cycle did to one topic's table."""
@@ -80,6 +94,19 @@ class TopicCycle:
     bytes_written: int = 0
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     outcomes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Due:
+    """A topic with tasks in this cycle, between its plan and its commit."""
+
+    info: TopicInfo
+    cycle: TopicCycle
+    table: Any  # pyiceberg Table
+    context: Any  # job.TaskContext
+    plan: planner.Plan
+    started: float
+    results: list | None = None  # job.TaskResult of each task, once the job ran
 
 
 class InjectedFault(Exception):
@@ -122,6 +149,10 @@ class CompactionService:
         self.sharing = None
         self._fence = None  # the lead's fence this run's swaps carry
         self._failing: dict[str, Failing] = {}  # by topic name
+        self._failed_now: set[str] = set()  # topics whose cycle failed in this run
+        self._owned: dict = {}  # topic id -> TopicInfo: the topics the last run cycled
+        # identifier -> (what it is the table of, the pyiceberg Table as this process last committed to it)
+        self._tables: dict[str, tuple[_TableKey, Any]] = {}
         self._maintenance_failing: dict[str, Failing] = {}
         self._faults_to_raise = set(filter(None, config.fault_raise_at.split(",")))
         self.maintenance = TableMaintenance(config, metadata, objects, spark=self._maintenance_spark, fault=self._fault, clock=clock)
@@ -147,11 +178,14 @@ class CompactionService:
                     pass
 
     async def run_once(self) -> list[TopicCycle]:
-        """One cycle over every topic whose table is on. A topic that fails is logged and counted;
-        the others still run. First, the tables of deleted topics that asked for it are dropped.
-        A topic without a table has what retention hid let go (wal_expiry.py)."""
-        done = []
+        """One cycle over every topic whose table is on (of those this compactor owns, when
+        compactors share them): the tables of deleted topics that asked for it are dropped first;
+        then every topic with something due is planned and the tasks of all of them run in one job
+        (`_cycle`). A topic that fails is logged and counted; the others still run. A topic
+        without a table has what retention hid let go (wal_expiry.py)."""
+        done: list[TopicCycle] = []
         self.failed = []
+        self._failed_now = set()
         if self.leadership is not None:
             fence = self.leadership.fence()
             if self._fence is None or fence.epoch != self._fence.epoch:
@@ -162,24 +196,107 @@ class CompactionService:
             if self.sharing is not None:
                 await self.sharing.refresh()
             await self.drop_deleted_tables()
+            topics = []
             for info in sorted(self.metadata.topics().values(), key=lambda t: t.name):
                 if self.sharing is not None and not self.sharing.owns(info.topic_id):
                     continue
                 if not tables.is_enabled(info.configs, self.config.tables_by_default):
                     await self._expire_wal(info)
                     continue
-                try:
-                    done.append(await self.compact_topic(info))
-                except Fenced:
-                    raise
-                except Exception as e:
-                    self._topic_failed(info, e)
-                    continue
-                self._topic_recovered(info)
-                await self._maintain(info, committed=done[-1].cycle_id is not None)
+                topics.append(info)
+            self._owning(topics)
+            await self._cycle(topics, done)
         except Fenced as e:  # another compactor leads now: what this one had not done is its to do
             log.warning("compactor leadership lost; this run stops", extra={"reason": str(e)})
         return done
+
+    async def _cycle(self, topics: list[TopicInfo], done: list[TopicCycle]) -> None:
+        """One cycle of `topics`: each one's table recovered when needed and its due WAL entries
+        planned (several topics at a time); the tasks of every topic with something due in one job
+        (job.run_cycle: a Spark job's fixed cost once a cycle, not once a topic); then each of
+        those topics' manifest, Iceberg commit and index swap, `tables_in_parallel` tables at a
+        time; last, each topic's table maintenance. A topic failing at any step is that topic's
+        failure alone (`_topic_failed`); a lost lead (Fenced) stops the cycle."""
+        live = tables.live_topic_ids(self.metadata)  # once a cycle: each table's binding check reads it
+        prepared = await self._each(topics, lambda info: self._prepare(info, live))
+        due: list[_Due] = []
+        for outcome in prepared:
+            if isinstance(outcome, _Due):
+                due.append(outcome)
+            elif outcome is not None:
+                done.append(outcome)
+        if due:
+            self._check_lead()
+            started = time.monotonic()
+            try:
+                ran = await self._run_job(due)
+            except Exception as e:  # the job failed as a whole (an executor lost, say): so did each of its topics
+                ran = [e] * len(due)
+            tasks = sum(len(d.plan.tasks) for d in due)
+            log.info("cycle's tasks ran", extra={"topics": len(due), "tasks": tasks, "bytes": sum(d.plan.size for d in due), "seconds": round(time.monotonic() - started, 3), "runner": self.config.runner})
+            for d, results in zip(due, ran, strict=True):
+                if isinstance(results, Exception):
+                    self._topic_failed(d.info, results)
+                    self._tables.pop(d.cycle.table, None)
+                else:
+                    d.results = results
+            committed = await self._each([d for d in due if d.results is not None], self._commit, key=lambda d: d.info)
+            done.extend(c for c in committed if c is not None)
+        failed = self._failed_now
+        cycled = {c.topic for c in done if c.cycle_id is not None}
+        for info in topics:
+            if info.name in failed:
+                continue
+            self._topic_recovered(info)
+            await self._maintain(info, committed=info.name in cycled)
+
+    async def _each(self, items: list, step: Callable[[Any], Awaitable[Any]], key: Callable[[Any], TopicInfo] = lambda info: info) -> list:
+        """`step` of each item, `tables_in_parallel` at a time, their outcomes in order: None for
+        an item whose step failed (`_topic_failed` of its topic). Fenced, raised by any, is raised
+        once every step under way has ended."""
+        limit = asyncio.Semaphore(max(1, self.config.tables_in_parallel))
+        fenced: list[Fenced] = []
+
+        async def one(item):
+            async with limit:
+                if fenced:
+                    return None
+                try:
+                    return await step(item)
+                except Fenced as e:
+                    fenced.append(e)
+                except Exception as e:
+                    self._topic_failed(key(item), e)
+                return None
+
+        outcomes = await asyncio.gather(*(one(item) for item in items))
+        if fenced:
+            raise fenced[0]
+        return outcomes
+
+    def _owning(self, topics: list[TopicInfo]) -> None:
+        """The topics this compactor cycles from now on: one it did not cycle before (gained from
+        another compactor, or new) has its table recovered first; one it no longer cycles has its
+        table let go and its lag no longer exported here."""
+        owned = {info.topic_id: info for info in topics}
+        for topic_id, info in self._owned.items():
+            if topic_id not in owned:
+                identifier = tables.table_identifier(self.config.namespace, info.name, info.configs) if self._table_named(info) else None
+                if identifier is not None:
+                    self._recovered.discard(identifier)
+                    self._tables.pop(identifier, None)
+                metrics.forget_lag(info.name, info.partitions)
+        for topic_id, info in owned.items():
+            if topic_id not in self._owned and self._table_named(info):
+                self._recovered.discard(tables.table_identifier(self.config.namespace, info.name, info.configs))
+        self._owned = owned
+
+    def _table_named(self, info: TopicInfo) -> bool:
+        try:
+            tables.table_identifier(self.config.namespace, info.name, info.configs)
+        except ValueError:
+            return False
+        return True
 
     def _check_lead(self) -> None:
         """Fenced once this service's lead is lost (or taken again: another lead in between)."""
@@ -190,6 +307,7 @@ class CompactionService:
         """A topic's cycle failed: retried next cycle, counted, logged (its traceback the first time
         for each kind of failure), and once FAILING_AFTER in a row, reported by the gauge."""
         reason = type(e).__name__
+        self._failed_now.add(info.name)
         failing = self._failing.setdefault(info.name, Failing(reason))
         if failing.reason != reason:
             metrics.TOPIC_FAILING.labels(info.name, failing.reason).set(0)
@@ -234,27 +352,42 @@ class CompactionService:
     # -- one topic ------------------------------------------------------------------------------
 
     async def compact_topic(self, info: TopicInfo) -> TopicCycle:
+        """One cycle of one topic alone, its failure raised (tests, the compaction bench)."""
+        prepared = await self._prepare(info, tables.live_topic_ids(self.metadata))
+        if isinstance(prepared, TopicCycle):
+            return prepared
+        (results,) = await self._run_job([prepared])
+        if isinstance(results, Exception):
+            raise results
+        prepared.results = results
+        return await self._commit(prepared)
+
+    async def _prepare(self, info: TopicInfo, live: frozenset[str] | None) -> TopicCycle | _Due:
+        """A topic's part of a cycle before its tasks run: its last cycle's index swap finished
+        when this compactor has not seen it through (reindex.finish_last_cycle), its due WAL
+        entries planned, and when there are any, its table evolved by the topic's value schemas
+        and the context its tasks need. A topic with nothing due costs no catalog, table metadata
+        or registry read (its table loaded once, when this compactor takes it on)."""
         from .job import TaskContext
 
         started = time.monotonic()
-        catalog = await self._load_catalog()
         identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
-        cycle = TopicCycle(info.name, identifier)
         table = None
         if identifier not in self._recovered:  # the table first: its last cycle may move index entries
             self._check_lead()
-            table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY), info.topic_id, tables.live_topic_ids(self.metadata))
+            self._tables.pop(identifier, None)  # read as it is now, not as this process last knew it
+            table = await self._table(info, identifier, live)
             await finish_last_cycle(self.metadata, self.objects, table, self._fence)
             self._recovered.add(identifier)
         plan = await self._plan(info)
-        if not plan.tasks:  # a topic with nothing due costs no catalog, table metadata or registry read
-            return cycle
+        if not plan.tasks:
+            return TopicCycle(info.name, identifier)
         if table is None:
-            table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY), info.topic_id, tables.live_topic_ids(self.metadata))
+            table = await self._table(info, identifier, live)
         versions = await self.schemas.subject_schemas(tables.value_subject(info.name))
         table, resolved = await asyncio.to_thread(tables.apply_schemas, table, versions)
-
-        cycle.cycle_id = new_cycle_id()
+        self._keep_table(info, identifier, table)
+        cycle = TopicCycle(info.name, identifier, new_cycle_id())
         context = TaskContext.for_table(
             table,
             topic=info.name,
@@ -263,24 +396,56 @@ class CompactionService:
             schemas={sid: (r.text, r.raw_reason) for sid, r in resolved.items()},
             subject=tables.value_subject(info.name),
         )
-        self._check_lead()
-        results = await self._run_tasks(context, plan.tasks)
+        return _Due(info, cycle, table, context, plan, started)
+
+    async def _table(self, info: TopicInfo, identifier: str, live: frozenset[str] | None):
+        """The topic's table as this compactor last committed to it, or loaded (created, bound, a
+        deleted topic's table set aside: tables.load_or_create) when it has not kept it. A table
+        changed by another writer since is not wrong to start from: the commit finds the change
+        (its snapshot check fails) and re-reads the table before it tries again (committer.py)."""
+        kept = self._tables.get(identifier)
+        if kept is not None and kept[0] == _TableKey.of(info):
+            return kept[1]
+        catalog = await self._load_catalog()
+        table = await asyncio.to_thread(tables.load_or_create, catalog, identifier, info.configs.get(tables.PARTITION_BY), info.topic_id, live)
+        self._keep_table(info, identifier, table)
+        return table
+
+    def _keep_table(self, info: TopicInfo, identifier: str, table) -> None:
+        self._tables[identifier] = (_TableKey.of(info), table)
+
+    async def _run_job(self, due: list[_Due]):
+        """The tasks of every topic in `due` in one job: per topic its results, or the error that
+        failed it. Raises when the job failed as a whole."""
+        from . import job
+
+        work = [(d.context, d.plan.tasks) for d in due]
+        if self.config.runner == "in-process":
+            return await asyncio.to_thread(job.run_cycle_in_process, work, self.config.parallelism)
+        return await asyncio.to_thread(job.run_cycle, await self._spark_session(), work, self.config.parallelism)
+
+    async def _commit(self, d: _Due) -> TopicCycle:
+        """A topic's part of a cycle after its tasks ran: the cycle's manifest, its one Iceberg
+        commit (committer.py) and the index swap (reindex.py)."""
+        info, cycle, identifier, results = d.info, d.cycle, d.cycle.table, d.results
         written = [f for r in results for f in r.files]
         self._fault("written")
-        manifest = await asyncio.to_thread(_manifest, cycle.cycle_id, info, identifier, plan, written)
+        manifest = await asyncio.to_thread(_manifest, cycle.cycle_id, info, identifier, d.plan, written)
         data = await asyncio.to_thread(manifest.encode)
         await self.objects.put(manifest.key, data)
-        spec = table.spec()
-        data_files = [f.data_file(spec, table.format_version) for f in written]
+        spec = d.table.spec()
+        data_files = [f.data_file(spec, d.table.format_version) for f in written]
         self._check_lead()
         # Until this cycle is swapped, the next one finishes it first (a failure may come between).
         self._recovered.discard(identifier)
+        self._tables.pop(identifier, None)  # kept again once committed: a failed commit re-reads it
         try:
-            committed = await asyncio.to_thread(commit_cycle, table, manifest, data_files)
+            committed, table = await asyncio.to_thread(commit_cycle_table, d.table, manifest, data_files)
         except CycleOverlap as e:  # another cycle committed these offsets first (the next cycle swaps it): ours are not needed
             log.warning("cycle not committed: another cycle holds its offsets", extra={"topic": info.name, "cycle": cycle.cycle_id, "reason": str(e)})
-            await asyncio.to_thread(_delete_files, table.io, [f.path for f in written])
+            await asyncio.to_thread(_delete_files, d.table.io, [f.path for f in written])
             return TopicCycle(info.name, identifier)
+        self._keep_table(info, identifier, table)
         self._fault("committed")
         self._check_lead()
         outcome = await swap(self.metadata, manifest, self._fence)
@@ -299,7 +464,7 @@ class CompactionService:
         for r in results:
             for name, n in r.outcomes.items():
                 cycle.outcomes[name] = cycle.outcomes.get(name, 0) + n
-        metrics.observe_cycle(cycle, time.monotonic() - started, [r.seconds for r in results])
+        metrics.observe_cycle(cycle, time.monotonic() - d.started, [r.seconds for r in results])
         log.info(
             "cycle committed",
             extra={"topic": info.name, "table": identifier, "cycle": cycle.cycle_id, "snapshot": committed.snapshot_id, "rows": cycle.rows, "files": cycle.files, "partitions": len(manifest.partitions)},
@@ -329,10 +494,17 @@ class CompactionService:
 
     async def maintain_topic(self, info: TopicInfo, committed: bool = False):
         """The table maintenance of `info`'s table (maintenance.py): merge and expiry when due,
-        the index re-pointed at the files any rewrite made (`committed`: a cycle just committed)."""
+        the index re-pointed at the files any rewrite made (`committed`: a cycle just committed,
+        and the table it left is read no more). A table maintenance changed is read again by the
+        next cycle."""
         catalog = await self._load_catalog()
         identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
-        return await self.maintenance.maintain(catalog, info, identifier, committed)
+        kept = self._tables.get(identifier) if committed else None
+        table = kept[1] if kept is not None and kept[0] == _TableKey.of(info) else None
+        outcome = await self.maintenance.maintain(catalog, info, identifier, committed, table=table)
+        if any(dataclasses.astuple(outcome)):
+            self._tables.pop(identifier, None)
+        return outcome
 
     async def drop_deleted_tables(self) -> list[str]:
         """Drop the tables of topics deleted with `neve.iceberg.drop.on.delete` (retention.py)."""
@@ -400,13 +572,6 @@ class CompactionService:
 
             self._catalog = await asyncio.to_thread(load_catalog, self.config)
         return self._catalog
-
-    async def _run_tasks(self, context, tasks):
-        from . import job
-
-        if self.config.runner == "in-process":
-            return await asyncio.to_thread(job.run_tasks_in_process, context, tasks, self.config.parallelism)
-        return await asyncio.to_thread(job.run_tasks, await self._spark_session(), context, tasks)
 
     async def _spark_session(self):
         if self._spark is None:

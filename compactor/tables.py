@@ -105,6 +105,9 @@ def load_or_create(catalog, identifier: str, partition_by: str | None, topic_id:
         catalog.create_namespace(namespace)
     except NamespaceAlreadyExistsError:
         pass
+    except Exception:  # made meanwhile by another table's creation (the SQL catalog's check and insert race)
+        if not catalog.namespace_exists(namespace):
+            raise
     schema = layout.table_schema()
     try:
         table = catalog.create_table(

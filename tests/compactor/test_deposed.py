@@ -89,14 +89,14 @@ async def two_compactors(metadata_url: str, data_dir: Path, config: CompactorCon
         assert not leader.leadership.is_leader()
 
         in_task, go_on = asyncio.Event(), asyncio.Event()
-        run_tasks = deposed._run_tasks
+        run_job = deposed._run_job
 
-        async def paused(context, tasks):
+        async def paused(due):
             in_task.set()
             await go_on.wait()
-            return await run_tasks(context, tasks)
+            return await run_job(due)
 
-        deposed._run_tasks = paused
+        deposed._run_job = paused
         deposed_run = asyncio.create_task(deposed.run_once())
         await asyncio.wait_for(in_task.wait(), LEAD_S)
 

@@ -99,16 +99,16 @@ def test_a_topic_failing_in_a_row_is_reported_and_a_failed_maintenance_apart(pro
     p = produced[1]
 
     async def work(service, metadata, _objects):
-        run_tasks, maintain = service._run_tasks, service.maintenance.maintain
+        run_job, maintain = service._run_job, service.maintenance.maintain
         poisoned = []
 
-        async def poison(context, tasks):
+        async def poison(due):
             if len(poisoned) < service_module.FAILING_AFTER:
-                poisoned.append(tasks)
+                poisoned.append(due)
                 raise ValueError("a batch that cannot become rows")
-            return await run_tasks(context, tasks)
+            return await run_job(due)
 
-        service._run_tasks = poison
+        service._run_job = poison
         seen = []
         for _ in range(service_module.FAILING_AFTER):
             assert [c.cycle_id for c in await service.run_once()] == []
@@ -153,16 +153,16 @@ def test_a_compactor_that_loses_its_lead_mid_cycle_stops_before_its_commit_and_t
     async def work(service, metadata, _objects):
         service.leadership = await metadata.campaign("compactor", "first")
         successor = await metadata.campaign("compactor", "second")
-        run_tasks = service._run_tasks
+        run_job = service._run_job
 
-        async def deposed_meanwhile(context, tasks):
+        async def deposed_meanwhile(due):
             await service.leadership.resign()  # as a lease lapsing would: the other holder leads
-            return await run_tasks(context, tasks)
+            return await run_job(due)
 
-        service._run_tasks = deposed_meanwhile
+        service._run_job = deposed_meanwhile
         assert await service.run_once() == []
         nothing = table_offsets(data_dir, p.topic)
-        service._run_tasks, service.leadership = run_tasks, successor
+        service._run_job, service.leadership = run_job, successor
         assert successor.is_leader()
         await run_until_compacted(service, metadata, p.topic)
         return nothing
