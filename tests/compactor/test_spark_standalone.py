@@ -30,6 +30,7 @@ from tests.readers import rows_pyiceberg
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900), pytest.mark.xdist_group("spark")]
 
 PER_CODEC = 400  # records per codec: 2,000 over two partitions, every ninth a tombstone
+SMALL_TOPICS = 3  # topics of a few records beside it
 COMPACT_TIMEOUT_S = 600.0  # a driver JVM, an executor JVM and the jars shipped to it, on a busy 2-core machine
 
 
@@ -45,9 +46,10 @@ def test_the_compactor_runs_its_tasks_on_a_spark_standalone_cluster(storage, nev
     node = neve_factory(env={"NEVE_WAL_LINGER_MS": "5", **stores})  # the compactor off (tests/fixtures.py)
     produced = produce_raw(node.bootstrap, per_codec=PER_CODEC)
     assert len(produced.want) == len(CODECS) * PER_CODEC and set(produced.counts()) == set(range(PARTITIONS))
+    small = [produce_raw(node.bootstrap, per_codec=30 + i) for i in range(SMALL_TOPICS)]  # compacted in the same cycle, by the same job
     assert node.stop() == 0
     data_dir = node.data_dir.resolve()
-    assert index_types(data_dir, produced.topic) == {ObjectType.WAL}
+    assert {t for p in (produced, *small) for t in index_types(data_dir, p.topic)} == {ObjectType.WAL}
 
     # SPARK_LOCAL_IP: the driver binds and advertises loopback (the Helm chart sets the pod IP);
     # without it Spark picks the host's first non-loopback address for executors to call back to
@@ -58,11 +60,17 @@ def test_the_compactor_runs_its_tasks_on_a_spark_standalone_cluster(storage, nev
     output = log.read_text(errors="replace")
     assert done.returncode == 0, output[-3000:]
     assert "tasks run spark" in output
-    assert re.search(rf"^caught up: \d+ cycles, {len(produced.want)} rows$", output, re.MULTILINE), output[-3000:]
+    rows = len(produced.want) + sum(len(p.want) for p in small)
+    assert re.search(rf"^caught up: {1 + SMALL_TOPICS} cycles, {rows} rows$", output, re.MULTILINE), output[-3000:]
+    # one cycle, one job: the tasks of every topic ran in it
+    assert re.findall(r"cycle's tasks ran.*", output) and all(f'"topics": {1 + SMALL_TOPICS}' in line for line in re.findall(r"cycle's tasks ran.*", output)), output[-3000:]
 
     catalog = SqlCatalog("neve", uri=f"sqlite:///{data_dir / 'catalog.db'}", warehouse=f"file://{data_dir / 'warehouse'}", **io)
     table = catalog.load_table("neve." + produced.topic.replace("-", "_"))
     check_rows(produced, rows_pyiceberg(table), where="standalone")
+    for p in small:
+        check_rows(p, rows_pyiceberg(catalog.load_table("neve." + p.topic.replace("-", "_"))), where="standalone")
+        assert index_types(data_dir, p.topic) == {ObjectType.PARQUET}
     warehouse = stores.get("NEVE_COMPACTOR_WAREHOUSE", f"file://{data_dir / 'warehouse'}")
     files = table.inspect.files().column("file_path").to_pylist()
     assert files and all(f.startswith(f"{warehouse}/") for f in files), files
