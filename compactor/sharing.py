@@ -43,7 +43,7 @@ from .retention import TopicDrops
 log = logging.getLogger("neve.compactor.sharing")
 
 MEMBERS = "compactor-members/"  # + a compactor's id: its membership's leadership name
-DROPS = "compactor"  # the single-leader mode's leadership; its holder drops deleted topics' tables
+LEADERSHIP = "compactor"  # the single-leader mode's leadership; in this mode, its holder drops deleted topics' tables
 
 
 def weight(member: str, topic_id: uuid.UUID) -> int:
@@ -77,7 +77,7 @@ class Sharing:
         """Join: campaign for this compactor's membership (the service's `leadership`) and for the
         drops of deleted topics' tables."""
         self.membership = await self.metadata.campaign(self.name, self.member_id)
-        self.drops = await self.metadata.campaign(DROPS, self.member_id)
+        self.drops = await self.metadata.campaign(LEADERSHIP, self.member_id)
         return self.membership
 
     async def stop(self) -> None:
