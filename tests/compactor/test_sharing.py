@@ -12,7 +12,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 
+from compactor import metrics
 from compactor.config import CompactorConfig
 from compactor.retention import TopicDrops
 from compactor.service import CompactionService
@@ -82,9 +84,14 @@ async def test_compactors_on_one_store_divide_the_topics_and_one_that_leaves_giv
         await a.start()
         assert await a.refresh() is True  # alone: every topic, gained
         assert all(a.owns(t) for t in ids)
+        for i in range(30):  # a's lag gauges, as its cycles export them
+            metrics.set_lag(f"t{i}", 1, 5, 2.0)
         await b.start()
         assert await b.refresh() is True
         assert await a.refresh() is False  # a gained nothing: it only lost b's share
+        # a reports the lag of its own topics only: b's are b's to report
+        reported = [REGISTRY.get_sample_value("neve_compactor_table_lag_seconds", {"topic": f"t{i}", "partition": "1"}) for i in range(30)]
+        assert reported == [2.0 if a.owns(t) else None for t in ids]
         assert a.members == b.members == (MEMBERS + "a:1", MEMBERS + "b:2")
         owners = [(a.owns(t), b.owns(t)) for t in ids]
         assert all(x != y for x, y in owners)  # each topic exactly one owner
