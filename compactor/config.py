@@ -64,6 +64,15 @@ class CompactorConfig:
     in_node: bool = False
     """Run the compactor inside the node (`neve dev`: true, with a SQLite catalog and a warehouse
     in the data dir unless `catalog_url` names another). A cluster runs `neve compactor` instead."""
+    share_topics: bool = False
+    """false: one compactor of the cluster cycles, the holder of the "compactor" leadership, over
+    every topic (the others stand by and take over within the lease TTL); the default, and what one
+    machine needs. true: the live compactors (`neve compactor` processes, and the compactor inside
+    each node that has `in_node` set) divide the topics among themselves (sharing.py), each its own
+    share, so that adding compactors keeps tables fresh at many topics; one that dies has its
+    topics taken over within the lease TTL, one that joins takes only its share. Set it alike on
+    every compactor of a cluster: a single leader beside sharing compactors works the topics twice
+    (safely, never a row twice, but for nothing)."""
     metrics_port: int = 0
     """Prometheus metrics HTTP port of `neve compactor` (on broker.host); 0: off. A node with the
     compactor inside serves the compactor's metrics with its own, on broker.metrics_port."""

@@ -302,6 +302,12 @@ class TopicDrops:
         self._seen: dict[uuid.UUID, SeenTopic] = {}
         self._started = False
 
+    def restart(self) -> None:
+        """Forget the topics seen: the next check is a start's (every marked table of the namespace
+        whose topic is gone), for a compactor taking this work back after another did it."""
+        self._seen.clear()
+        self._started = False
+
     async def check(self, catalog) -> list[str]:
         """Drop the tables of the topics gone since the last check (at the first, of every marked
         table of the namespace whose topic is gone): the tables dropped. Nothing while the metadata

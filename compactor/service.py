@@ -193,9 +193,10 @@ class CompactionService:
                 self._recovered.clear()
             self._fence = fence
         try:
-            if self.sharing is not None:
-                await self.sharing.refresh()
-            await self.drop_deleted_tables()
+            if self.sharing is not None and await self.sharing.refresh():
+                self._recovered.clear()  # topics gained: their last owner may have left a cycle unswapped
+            if self.sharing is None or self.sharing.drops_tables(self.drops):  # one compactor's work, not per topic
+                await self.drop_deleted_tables()
             topics = []
             for info in sorted(self.metadata.topics().values(), key=lambda t: t.name):
                 if self.sharing is not None and not self.sharing.owns(info.topic_id):

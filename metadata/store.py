@@ -143,6 +143,15 @@ class Fence(NamedTuple):
     epoch: int
 
 
+class Holder(NamedTuple):
+    """A live leadership as the store sees it (`MetadataStore.holders`): its name, who holds it,
+    and its epoch (`Leadership.epoch`, `Fence`)."""
+
+    name: str
+    holder: str
+    epoch: int
+
+
 class Leadership:
     """A holder's claim on a named leadership (`MetadataStore.campaign`): of every holder
     campaigning for one name, through the stores on one storage, at most one leads at a time. The
@@ -416,6 +425,13 @@ class MetadataStore(abc.ABC):
 
         leadership._resign = resign
         return leadership
+
+    async def holders(self, prefix: str) -> list[Holder]:
+        """The leaderships held now whose name starts with `prefix`, by name: for a group of
+        processes that each lead a name of their own (e.g. the compactors sharing the topics, each
+        leading `compactor-members/<its id>`), the live members. One that resigns, closes or (etcd)
+        whose lease expires is no longer listed."""
+        return sorted(Holder(name, holders[0].holder, holders[0].epoch) for name, holders in self._campaigns.items() if name.startswith(prefix) and holders and holders[0].is_leader())
 
     def _next_epoch(self) -> int:
         self._epochs += 1

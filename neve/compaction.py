@@ -15,6 +15,7 @@ from cache.reader import ObjectReader
 from compactor.catalog import CatalogError, catalog_target, load_catalog
 from compactor.config import CompactorConfig
 from compactor.service import CompactionService, TopicCycle
+from compactor.sharing import LEADERSHIP, Sharing
 from metadata.store import MetadataStore
 from registry.client import load_lookup
 from registry.config import RegistrySettings
@@ -71,14 +72,14 @@ def serve_metrics(host: str, port: int) -> None:
         raise StartupError(f"cannot serve metrics on {host}:{port}: {e.strerror or e}") from None
 
 
-LEADERSHIP = "compactor"
-
 
 class CompactionLoop(CompactionService):
     """The service with a word on each committed cycle (`on_cycle`), for what a node prints, that
     cycles only while it leads "compactor" in the metadata store (`leadership`; None: cycle
     regardless, `neve compactor --once`): a second compactor on a cluster stands by, and takes over
-    when the first stops or dies (its lease expires). The service checks the lead between the
+    when the first stops or dies (its lease expires). With `share_topics`, its `leadership` is its
+    membership among the compactors sharing the topics (compactor/sharing.py), which it leads at
+    once: it cycles over its share. The service checks the lead between the
     steps of a cycle and fences its index swaps with it (service.py)."""
 
     on_cycle: Callable[[TopicCycle], None] | None = None
@@ -87,11 +88,11 @@ class CompactionLoop(CompactionService):
     async def run_once(self) -> list[TopicCycle]:
         if self.leadership is not None and not self.leadership.is_leader():
             if not self._standing_by:
-                log.info("compactor_standing_by", extra={"leadership": LEADERSHIP, "holder": self.leadership.holder})
+                log.info("compactor_standing_by", extra={"leadership": self.leadership.name, "holder": self.leadership.holder})
             self._standing_by = True
             return []
         if self._standing_by:
-            log.info("compactor_leading", extra={"leadership": LEADERSHIP, "holder": self.leadership.holder})
+            log.info("compactor_leading", extra={"leadership": self.leadership.name, "holder": self.leadership.holder})
             self._standing_by = False
         cycles = await super().run_once()
         if self.on_cycle is not None:
@@ -132,14 +133,22 @@ class RunningCompactor:
 
             job.register_local_reader(self.objects_url, self.reader.read, asyncio.get_running_loop())
         self._task = asyncio.create_task(self._run())
-        log.info("compactor_started", extra={"catalog": self.settings.catalog_url, "runner": self.settings.runner, "namespace": self.settings.namespace})
+        log.info("compactor_started", extra={"catalog": self.settings.catalog_url, "runner": self.settings.runner, "namespace": self.settings.namespace, "share_topics": self.settings.share_topics})
 
     async def _run(self) -> None:
-        self.service.leadership = await self.metadata.campaign(LEADERSHIP, f"{socket.gethostname()}:{os.getpid()}")
+        holder = f"{socket.gethostname()}:{os.getpid()}"
+        if self.settings.share_topics:  # its own membership is its lead: it cycles over its share (compactor/sharing.py)
+            self.service.sharing = Sharing(self.metadata, holder)
+            self.service.leadership = await self.service.sharing.start()
+        else:
+            self.service.leadership = await self.metadata.campaign(LEADERSHIP, holder)
         try:
             await self.service.run(self._stop)
         finally:
-            await self.service.leadership.resign()
+            if self.service.sharing is not None:
+                await self.service.sharing.stop()  # the others take its topics at their next run
+            else:
+                await self.service.leadership.resign()
 
     async def run_until_caught_up(self, on_cycle=None, max_rounds: int = 1000) -> list[TopicCycle]:
         """`neve compactor --once`: cycles until one finds nothing due; `on_cycle` sees each topic's.

@@ -6,8 +6,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from urllib.parse import unquote
 
-from ..store import Leadership
+from ..store import Holder, Leadership
 
 log = logging.getLogger("neve.metadata.etcd")
 
@@ -28,6 +29,14 @@ class _Leaders:
 
         leadership._resign = resign
         return leadership
+
+    async def holders(self, prefix: str) -> list[Holder]:
+        # A name's key is its quoted name: quoting goes character by character, so the keys of the
+        # names starting with `prefix` are those starting with the quoted prefix. A key lives on its
+        # holder's lease: one whose lease expired or was revoked is gone from the range.
+        root = self.keys.leader("")
+        found = await self._read(self._client.get_prefix(self.keys.leader(prefix)))
+        return sorted(Holder(unquote(kv.key[len(root) :].decode()), bytes(kv.value).decode(), kv.create_revision) for kv in found)
 
     async def _campaign(self, leadership: Leadership) -> None:
         # Every third of the lease's TTL: keep the lease alive, and, not leading, put the key if it

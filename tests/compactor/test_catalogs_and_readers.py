@@ -210,6 +210,30 @@ def test_an_unreachable_catalog_is_one_clear_error(postgres_server):
         load_catalog(CompactorConfig(catalog_url=f"postgresql://postgres@127.0.0.1:{postgres_server.port}/no_such_db", warehouse="file:///tmp/w"))
 
 
+def test_compactors_starting_together_on_a_new_catalog_all_open_it(postgres_db, tmp_path):
+    # several compactors started at once (sharing the topics) each create the SQL catalog's tables
+    # if missing: on PostgreSQL the creations race, and each must still open the catalog
+    import threading
+
+    config = CompactorConfig(catalog_url=postgres_db, warehouse=f"file://{tmp_path}")
+    start = threading.Barrier(6)
+    outcomes: list[object] = []
+
+    def open_catalog() -> None:
+        start.wait()
+        try:
+            outcomes.append(load_catalog(config).list_namespaces())
+        except CatalogError as e:
+            outcomes.append(e)
+
+    threads = [threading.Thread(target=open_catalog) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert outcomes == [[]] * 6
+
+
 def test_spark_settings(tmp_path):
     rest = CompactorConfig(catalog_url="rest+http://127.0.0.1:8181", warehouse="s3://warehouse/", s3_endpoint="http://127.0.0.1:8333", s3_access_key_id="a", s3_secret_access_key="s", spark_master="spark://h:7077")
     jars = spark_jars(catalog_target(rest))

@@ -9,7 +9,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from metadata.store import MetadataStore, load_metadata_store
+from metadata.store import Holder, MetadataStore, load_metadata_store
 
 ROOT = Path(__file__).resolve().parents[2]
 LEAD_BOUND_S = 60.0  # generous: a lead changes hands within a lease TTL and a campaign round
@@ -26,6 +26,26 @@ async def test_one_holder_leads_until_it_resigns(store: MetadataStore):
     assert not first.is_leader()
     assert await second.wait_leading(LEAD_BOUND_S)
     assert not first.is_leader()
+
+
+async def test_holders_lists_the_live_leaderships_under_a_prefix(store: MetadataStore):
+    a = await store.campaign("members/a:1", "host-a")
+    b = await store.campaign("members/b:2", "host-b")
+    other = await store.campaign("membersx", "host-c")  # starts with the prefix's letters, not with it
+    standby = await store.campaign("members/a:1", "host-z")  # waits its turn: not listed
+    for lead in (a, b, other):
+        assert await lead.wait_leading(LEAD_BOUND_S)
+    assert await store.holders("members/") == [Holder("members/a:1", "host-a", a.epoch), Holder("members/b:2", "host-b", b.epoch)]
+    assert a.epoch != b.epoch
+    await b.resign()
+    assert await store.holders("members/") == [Holder("members/a:1", "host-a", a.epoch)]
+    await a.resign()
+    assert await standby.wait_leading(LEAD_BOUND_S)  # the name again, another holder, another epoch
+    assert await store.holders("members/") == [Holder("members/a:1", "host-z", standby.epoch)]
+    assert standby.epoch != a.epoch
+    await standby.resign()
+    assert await store.holders("members/") == []
+    assert [h.name for h in await store.holders("")] == ["membersx"]
 
 
 async def _etcd_stores(etcd_server, n: int) -> list[MetadataStore]:
@@ -63,7 +83,7 @@ from metadata.store import load_metadata_store
 async def main():
     store = load_metadata_store(sys.argv[1], lease_ttl_s=2)
     await store.start()
-    leadership = await store.campaign("wal-sweeper", "a")
+    leadership = await store.campaign(sys.argv[2] if len(sys.argv) > 2 else "wal-sweeper", "a")
     print("leading" if await leadership.wait_leading(60) else "not leading", flush=True)
     await asyncio.Event().wait()
 
@@ -101,3 +121,27 @@ async def test_etcd_a_holder_that_resigns_can_campaign_again(etcd_server):
         assert not first.is_leader()
     finally:
         await a.close()
+
+
+async def test_etcd_a_dead_holder_leaves_the_holders_when_its_lease_expires(etcd_server):
+    url = f"{etcd_server.url}/leaders-{uuid.uuid4().hex[:8]}"
+    holder = await asyncio.create_subprocess_exec(sys.executable, "-c", HOLDER_PROCESS, url, "members/dead:1", stdout=asyncio.subprocess.PIPE, cwd=ROOT)
+    b = load_metadata_store(url, lease_ttl_s=2)
+    await b.start()
+    try:
+        assert await asyncio.wait_for(holder.stdout.readline(), LEAD_BOUND_S) == b"leading\n"
+        live = await b.campaign("members/live:2", "b")
+        assert await live.wait_leading(LEAD_BOUND_S)
+        assert [(h.name, h.holder) for h in await b.holders("members/")] == [("members/dead:1", "a"), ("members/live:2", "b")]
+        holder.kill()  # dies without revoking its lease: listed until the lease expires
+        await holder.wait()
+        deadline = asyncio.get_running_loop().time() + LEAD_BOUND_S
+        while len(listed := await b.holders("members/")) > 1:
+            assert asyncio.get_running_loop().time() < deadline, listed
+            await asyncio.sleep(0.2)  # etcd tells no one when a lease expires: read again
+        assert listed == [Holder("members/live:2", "b", live.epoch)]
+    finally:
+        if holder.returncode is None:
+            holder.kill()
+            await holder.wait()
+        await b.close()
