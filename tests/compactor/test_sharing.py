@@ -86,9 +86,12 @@ async def test_compactors_on_one_store_divide_the_topics_and_one_that_leaves_giv
         assert all(a.owns(t) for t in ids)
         for i in range(30):  # a's lag gauges, as its cycles export them
             metrics.set_lag(f"t{i}", 1, 5, 2.0)
+        cycling = CompactionService(CompactorConfig(), store, None, "", None)  # a's service, over its share
+        cycling._owning([info for info in store.topics().values() if a.owns(info.topic_id)])
         await b.start()
         assert await b.refresh() is True
         assert await a.refresh() is False  # a gained nothing: it only lost b's share
+        cycling._owning([info for info in store.topics().values() if a.owns(info.topic_id)])
         # a reports the lag of its own topics only: b's are b's to report
         reported = [REGISTRY.get_sample_value("neve_compactor_table_lag_seconds", {"topic": f"t{i}", "partition": "1"}) for i in range(30)]
         assert reported == [2.0 if a.owns(t) else None for t in ids]
@@ -174,14 +177,14 @@ async def two_owners(metadata_url: str, data_dir: Path, config: CompactorConfig,
 
         def paused(service: CompactionService) -> tuple[asyncio.Event, asyncio.Event]:
             in_task, go_on = asyncio.Event(), asyncio.Event()
-            run_tasks = service._run_tasks
+            run_job = service._run_job
 
-            async def run(context, tasks):
+            async def run(due):
                 in_task.set()
                 await go_on.wait()
-                return await run_tasks(context, tasks)
+                return await run_job(due)
 
-            service._run_tasks = run
+            service._run_job = run
             return in_task, go_on
 
         old = await compactor("old:1")
