@@ -123,6 +123,15 @@ def overlap(table, topic_id: str, offsets: dict[int, tuple[int, int]]) -> str | 
     return None
 
 
+def _may_hold(table, topic_id: str, offsets: dict[int, tuple[int, int]]) -> bool:
+    """Whether the table may hold some of `offsets` (this cycle's, or another's): unless the
+    committed offsets the table keeps in its properties, written with every cycle's append, cover
+    each of their partitions below them. Only then is its snapshot history walked (`_cycles`, a
+    step per snapshot the table keeps: a commit every few seconds keeps many)."""
+    committed = committed_offsets(table, topic_id)
+    return any(p not in committed or first <= committed[p][0] for p, (first, _last) in offsets.items())
+
+
 def overlapping_cycle(table, topic_id: str, offsets: dict[int, tuple[int, int]]) -> CommittedCycle | None:
     """A cycle of topic `topic_id` in the table's snapshot history holding some of `offsets`
     (what tables made before the committed-offsets property tell)."""
@@ -192,12 +201,13 @@ def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, 
         binding.require(table, manifest.topic_id, manifest.topic)
         stored = table.metadata.properties
         table = _without_blind_retries(table)
-        if (done := committed_cycle(table, manifest.cycle_id)) is not None:
-            if attempt:
-                log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})
-            return done, _with_stored_retries(table, stored)
-        if (held := overlap(table, str(manifest.topic_id), manifest.offsets())) is not None:
-            raise CycleOverlap(f"offsets of cycle {manifest.cycle_id} are in the table already: {held}")
+        if _may_hold(table, str(manifest.topic_id), manifest.offsets()):
+            if (done := committed_cycle(table, manifest.cycle_id)) is not None:
+                if attempt:
+                    log.info("cycle found committed on re-reading the table", extra={"cycle": manifest.cycle_id, "snapshot": done.snapshot_id})
+                return done, _with_stored_retries(table, stored)
+            if (held := overlap(table, str(manifest.topic_id), manifest.offsets())) is not None:
+                raise CycleOverlap(f"offsets of cycle {manifest.cycle_id} are in the table already: {held}")
         try:
             with table.transaction() as txn:
                 txn.set_properties(commit_properties(table, manifest))

@@ -106,6 +106,37 @@ async def test_a_cycle_committed_twice_is_appended_once_and_its_offsets_are_in_t
     assert len(table.refresh().metadata.snapshots) == 1
 
 
+async def test_a_new_cycle_past_the_offsets_the_table_keeps_reads_no_snapshot_history(table, tmp_path, store, monkeypatch):
+    """A commit's cost must not grow with the snapshots a table keeps: the committed offsets in
+    the table's properties tell that a new cycle's offsets are not held, and the history is read
+    only to find the appended snapshot (the current one)."""
+    from compactor import committer
+
+    info = await store.create_topic("t", 1)
+    table = bind(table, info.topic_id)
+    entries = await commit_wal(store, info.topic_id, 0, [1] * 12)
+    for i, entry in enumerate(entries[:10]):
+        table = table.refresh()
+        commit_cycle(table, manifest_for(info.topic_id, 0, [entry], f"{tmp_path}/{i}.parquet"), [write_rows(table, tmp_path, str(i), [(0, entry.base_offset, None)])])
+    walked = []
+    cycles = committer._cycles
+
+    def counted(table):
+        for cycle in cycles(table):
+            walked.append(cycle.cycle_id)
+            yield cycle
+
+    monkeypatch.setattr(committer, "_cycles", counted)
+    table = table.refresh()
+    manifest = manifest_for(info.topic_id, 0, entries[10:11], f"{tmp_path}/new.parquet")
+    done = commit_cycle(table, manifest, [write_rows(table, tmp_path, "new", [(0, 10, None)])])
+    assert walked == [manifest.cycle_id] and done.offsets == {0: (10, 10)}
+    # one it holds (a retry whose answer was lost) is still found, by the history
+    walked.clear()
+    assert commit_cycle(table.refresh(), manifest, []).snapshot_id == done.snapshot_id and walked == [manifest.cycle_id]
+    assert rows_of(table) == [(0, o) for o in range(11)]
+
+
 async def test_the_snapshot_before_a_cycle_holds_exactly_the_earlier_rows(table, tmp_path, store):
     info = await store.create_topic("t", 1)
     table = bind(table, info.topic_id)
