@@ -18,6 +18,7 @@ Synchronous (pyiceberg is): the service runs it off the event loop.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterable, Sequence
@@ -180,6 +181,35 @@ def _with_stored_retries(table, stored):
     return Table(table.name(), table.metadata.model_copy(update={"properties": properties}), table.metadata_location, table.io, table.catalog)
 
 
+def _transaction(table):
+    """A pyiceberg transaction on `table` whose staged metadata is computed once per change
+    (`_staged_once`)."""
+    return _staged_once()(table)
+
+
+@functools.cache
+def _staged_once():
+    """pyiceberg's Transaction, but its `table_metadata` (the table's metadata with the staged
+    updates applied) computed once per change instead of at every read: each read deep-copies the
+    whole metadata, snapshots included, and an append reads it a dozen times, so a commit's CPU
+    grew with the snapshots the table keeps (apache/iceberg-python #2673; the fix proposed there
+    is not in 0.12). The metadata models are frozen: one copy shared between reads is safe."""
+    from pyiceberg.table import Transaction
+    from pyiceberg.table.update import update_table_metadata
+
+    class StagedOnce(Transaction):
+        _staged: tuple | None = None
+
+        @property
+        def table_metadata(self):
+            staged = self._staged
+            if staged is None or staged[0] is not self._table.metadata or staged[1] is not self._updates:
+                staged = self._staged = (self._table.metadata, self._updates, update_table_metadata(self._table.metadata, self._updates))
+            return staged[2]
+
+    return StagedOnce
+
+
 def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10) -> CommittedCycle:
     """Append `data_files` (pyiceberg DataFiles) in one snapshot recording `manifest`, unless the
     table already holds the cycle. Returns the snapshot that holds it. Another writer's commit in
@@ -209,7 +239,7 @@ def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, 
             if (held := overlap(table, str(manifest.topic_id), manifest.offsets())) is not None:
                 raise CycleOverlap(f"offsets of cycle {manifest.cycle_id} are in the table already: {held}")
         try:
-            with table.transaction() as txn:
+            with _transaction(table) as txn:
                 txn.set_properties(commit_properties(table, manifest))
                 with txn.update_snapshot(snapshot_properties=props).fast_append() as append:
                     for data_file in data_files:

@@ -3,7 +3,8 @@ index is checked against the table's snapshots and re-indexed when a rewrite mov
 (rewrites.py); every `maintenance_interval_ms`, a table partition's small files are merged into
 files of the target size sorted by kafka.partition, kafka.offset (on Spark, Iceberg's action behind
 `rewrite_data_files`; in-process, pyarrow and pyiceberg's overwrite), then re-indexed,
-and snapshots older than `snapshot_max_age_ms` are expired, the data files only they held being
+and snapshots older than `snapshot_max_age_ms` are expired (and all but the newest
+`snapshot_max_count`, once a table holds twice as many, checked after each commit), the data files only they held being
 deleted once no index entry's manifest names them and `file_delete_grace_ms` has passed; files in
 the data directory that nothing holds (a crashed cycle's or Spark job's), and the metadata
 files of commits that never landed, are deleted once older than `orphan_file_age_ms`. Before
@@ -99,6 +100,7 @@ class TableMaintenance:
         now = self._clock()
         interval = self.config.maintenance_interval_ms / 1000
         due = interval > 0 and now - self._last_run.get(identifier, 0.0) >= interval
+        keep = self.config.snapshot_max_count
         if not (due or committed) and now - self._last_check.get(identifier, -math.inf) < self.config.table_check_interval_ms / 1000:
             return outcome
         self._last_check[identifier] = now
@@ -133,8 +135,8 @@ class TableMaintenance:
             metrics.PARTITIONS_REINDEXED.labels(info.name).inc(len(done.partitions))
             if not done.conflicts:
                 self._verified[identifier] = done.snapshot_id
-        if due:
-            expired, gone = await asyncio.to_thread(expire_snapshots, table, int((now - self.config.snapshot_max_age_ms / 1000) * 1000))
+        if due or (keep > 0 and len(table.metadata.snapshots) > 2 * keep):
+            expired, gone = await asyncio.to_thread(expire_snapshots, table, int((now - self.config.snapshot_max_age_ms / 1000) * 1000), keep)
             outcome.snapshots_expired = expired
             metrics.SNAPSHOTS_EXPIRED.labels(info.name).inc(expired)
             pending = self._pending.setdefault(identifier, {})
@@ -420,14 +422,17 @@ def snapshot_files(table, snapshots, manifests_seen: dict[str, set[str]]) -> set
     return files
 
 
-def expire_snapshots(table, cutoff_ms: int) -> tuple[int, set[str]]:
-    """Expire the snapshots older than `cutoff_ms` (never the current one, nor a branch or tag
-    head): how many, and the files only they held (the caller deletes them when it may)."""
-    current = table.current_snapshot()
-    old = [s for s in table.snapshots() if s.timestamp_ms < cutoff_ms and (current is None or s.snapshot_id != current.snapshot_id)]
+def expire_snapshots(table, cutoff_ms: int, keep: int = 0) -> tuple[int, set[str]]:
+    """Expire the snapshots older than `cutoff_ms` and, when `keep`, all but the newest `keep`
+    (never the current one, nor a branch or tag head): how many, and the files only they held
+    (the caller deletes them when it may)."""
+    heads = {ref.snapshot_id for ref in table.metadata.refs.values()}
+    newest = sorted(table.snapshots(), key=lambda s: (s.timestamp_ms, s.sequence_number or 0), reverse=True)
+    kept = {s.snapshot_id for s in newest[:keep]} if keep > 0 else None
+    old = [s for s in newest if s.snapshot_id not in heads and (s.timestamp_ms < cutoff_ms or (kept is not None and s.snapshot_id not in kept))]
     if not old:
         return 0, set()
-    table.maintenance.expire_snapshots().older_than(dt.datetime.fromtimestamp(cutoff_ms / 1000, dt.UTC)).commit()
+    table.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in old]).commit()
     table = table.refresh()
     retained = table.snapshots()
     kept = {s.snapshot_id for s in retained}

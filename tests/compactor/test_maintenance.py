@@ -276,6 +276,36 @@ def test_neves_merge_leaves_one_file_per_table_partition_and_every_offset_reads_
     check_kafka_reads(data_dir, p)
 
 
+def test_a_table_keeps_its_newest_snapshots_and_its_tags_once_it_holds_twice_as_many(produced, sqlite_catalog, tmp_path, one_entry_a_cycle):
+    """Every commit's cost grows with the snapshots a table keeps: past twice `snapshot_max_count`,
+    the check after a commit (no maintenance round due) expires all but the newest, never a tag's;
+    the rows, the index and the Kafka view are as they were."""
+    p = produced[1]
+    data_dir, config, cycles = copy_of(produced, tmp_path, sqlite_catalog)
+    identifier = f"{config.namespace}.{p.topic.replace('-', '_')}"
+    table = load_catalog(config).load_table(identifier)
+    history = sorted(table.snapshots(), key=lambda s: s.timestamp_ms)
+    keep = 1
+    assert len(history) == cycles >= 4
+    table.manage_snapshots().create_tag(history[0].snapshot_id, "first").commit()
+    before = read_index(data_dir, p.topic)
+
+    config = dataclasses.replace(config, snapshot_max_count=cycles // 2, maintenance_interval_ms=0)  # not past twice as many: nothing
+    assert maintain(data_dir, config, p.topic).snapshots_expired == 0
+    config = dataclasses.replace(config, snapshot_max_count=keep)
+    outcome = maintain(data_dir, config, p.topic)
+    table = table.refresh()
+    left = {s.snapshot_id for s in table.snapshots()}
+    assert outcome.snapshots_expired == cycles - keep - 1 and outcome.files_rewritten == 0
+    assert left == {s.snapshot_id for s in history[-keep:]} | {history[0].snapshot_id}
+    assert table.current_snapshot().snapshot_id == history[-1].snapshot_id
+    after = read_index(data_dir, p.topic)
+    assert after == before
+    check_index_reads(after, table, p)
+    check_rows(p, rows_pyiceberg(table), where="pyiceberg")
+    check_kafka_reads(data_dir, p)
+
+
 # -- (c) killed between the merge's commit and the re-index -------------------------------------------
 
 
