@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import logging
 import math
 import time
@@ -84,6 +85,7 @@ class TableMaintenance:
         self._clock = clock
         self._verified: dict[str, int] = {}  # table -> the snapshot its topic's index was last found right for
         self._last_run: dict[str, float] = {}  # table -> when merge and expiry last ran
+        self._started = clock()
         self._last_check: dict[str, float] = {}  # table -> when it was last read here
         self._pending: dict[str, dict[str, float]] = {}  # table -> files to delete -> since when they were unnamed
         self.retention = TableRetention(metadata, clock=clock)  # table retention and the drop-on-delete mark (retention.py)
@@ -99,7 +101,7 @@ class TableMaintenance:
         outcome = MaintenanceOutcome()
         now = self._clock()
         interval = self.config.maintenance_interval_ms / 1000
-        due = interval > 0 and now - self._last_run.get(identifier, 0.0) >= interval
+        due = interval > 0 and now - self._last_run.setdefault(identifier, self._first_phase(identifier, now, interval)) >= interval
         keep = self.config.snapshot_max_count
         if not (due or committed) and now - self._last_check.get(identifier, -math.inf) < self.config.table_check_interval_ms / 1000:
             return outcome
@@ -148,6 +150,14 @@ class TableMaintenance:
             outcome.files_deleted += outcome.orphans_deleted
         metrics.FILES_DELETED.labels(info.name).inc(outcome.files_deleted)
         return outcome
+
+    def _first_phase(self, identifier: str, now: float, interval: float) -> float:
+        """When a table's first merge and expiry count as last run: a phase of its own within the
+        interval from the compactor's start (its name's hash), so that a compactor of a thousand
+        tables spreads their rounds over the interval instead of running them all in one cycle
+        (a cycle's freshness waits for its maintenance)."""
+        phase = int.from_bytes(hashlib.blake2b(identifier.encode(), digest_size=4).digest(), "big") / 2**32
+        return min(now, self._started) - interval * (1 - phase)
 
     def forget(self, identifier: str) -> None:
         """Drop what is kept about a table that was dropped (a table made again under its name starts afresh)."""

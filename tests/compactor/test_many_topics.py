@@ -143,3 +143,17 @@ def test_a_jobs_bundles_are_about_as_many_bytes_whatever_the_number_of_topics():
     assert loads[1] - loads[0] <= max(sizes)  # the largest first, each to the lighter bundle
     assert all([item[0] for item in b] == sorted(item[0] for item in b) for b in bundles)
     assert len(job.bundle(items[:1], 8)) == 1 and job.bundle(items[:3], 8) == [[items[0]], [items[1]], [items[2]]]
+
+
+def test_the_first_maintenance_rounds_of_many_tables_are_spread_over_the_interval():
+    """A compactor starting with a thousand tables does not merge and expire all of them in its
+    first cycle (which the freshness of every topic waits for): each table's first round comes at a
+    phase of its own within the interval."""
+    from compactor.maintenance import TableMaintenance
+
+    now = [1_000.0]
+    maintenance = TableMaintenance(CompactorConfig(maintenance_interval_ms=600_000), None, None, spark=None, clock=lambda: now[0])
+    first = sorted(maintenance._first_phase(f"neve.topic_{i}", now[0], 600.0) + 600.0 for i in range(1_000))
+    assert now[0] <= first[0] and first[-1] < now[0] + 600.0
+    per_minute = [sum(1 for t in first if now[0] + 60 * m <= t < now[0] + 60 * (m + 1)) for m in range(10)]
+    assert all(60 <= n <= 140 for n in per_minute), per_minute
