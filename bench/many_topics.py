@@ -116,8 +116,8 @@ def produce(
     started = time.monotonic()
     i = 0
     while not (i % ask_every == 0 and until()):
-        wait = started + due(i, rate) - time.monotonic()
-        if wait > 0.01:
+        # poll() returns as soon as it has served an acknowledgement: wait again until due
+        while (wait := started + due(i, rate) - time.monotonic()) > 0.01:
             producer.poll(wait)
         topic, partition = target(i, len(names), partitions)
         value = pool[i % len(pool)]

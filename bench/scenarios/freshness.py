@@ -135,7 +135,7 @@ def run(r) -> None:
         expect[slot] = acks.offsets[slot][-1] if acks.offsets[slot] else -1
     expected.set()
     produced_mb_s = acks.value_bytes / acks.seconds / MB
-    r.progress.line(f"{acks.acked:,} records acknowledged ({produced_mb_s:.2f} MB/s offered); waiting for the sampled tables to show theirs")
+    r.progress.line(f"{acks.acked:,} records acknowledged ({acks.acked / acks.seconds:,.1f} records/s, {produced_mb_s:.3f} MB/s); waiting for the sampled tables to show theirs")
     # The reader's answer is read before it is joined: a process exits only once what it put on a
     # queue has been taken (182,000 offsets are more than a pipe holds).
     try:
@@ -173,6 +173,7 @@ def run(r) -> None:
         "offered_records_per_s": round(rate, 1),
         "offered_mb_per_s": round(rate * a.record_bytes / MB, 4),
         "produced_mb_per_s": round(produced_mb_s, 4),
+        "produce_s": round(acks.seconds, 3),
         "load_average": [load_before, load_after],
         "lag_timeline": timeline,
         "compactor": _settings(system),

@@ -76,6 +76,7 @@ def test_freshness_over_several_topics(tmp_path) -> None:
     f, s = doc["derived"]["freshness"], doc["derived"]["freshness_s"]
     assert (f["topics"], f["partitions"], f["sampled_topics"]) == (3, 1, 3)
     assert f["offered_records_per_s"] == 6.0
+    assert f["acked"] <= 6.0 * f["produce_s"] + 1  # paced: the i-th record is sent no sooner than i/6 s after the start
     assert f["records_in_window"] > 0 and s["count"] == f["records_in_window"] and f["not_visible"] == 0
     assert f["table_rows"] == f["acked"] == f["sampled_acked"] and f["duplicate_rows"] == 0
     assert 0 < s["p50"] <= s["p99"] <= s["max"]
