@@ -1,8 +1,10 @@
-"""A reader polling a topic's Iceberg table through pyiceberg, in a process of its own (so its work
-and the producer's do not share a GIL): each new snapshot's added data files are read for their
-(partition, offset) columns, stamped with the wall-clock time of the poll that first saw them.
-When told the last offsets to expect, it stops once it has seen them (or at its deadline), checks
-the whole table for duplicate offsets, and sends everything back."""
+"""A reader polling topics' Iceberg tables through pyiceberg, in a process of its own (so its work
+and the producer's do not share a GIL): the tables are loaded one after another, round after
+round (a round takes at least the poll interval), and each new snapshot's added data files are
+read for their (partition, offset) columns, stamped with the wall-clock time of the load that first
+saw them. A table's offsets are reported by slot: its index in the plan times the partitions, plus
+the partition. When told the last offsets to expect, it stops once it has seen them (or when told
+to stop), checks each whole table for duplicate offsets, and sends everything back."""
 
 from __future__ import annotations
 
@@ -17,25 +19,24 @@ from table.layout import KAFKA, OFFSET, PARTITION
 @dataclass(frozen=True)
 class PollPlan:
     data_dir: str  # the neve dev node's data dir: its catalog and warehouse
-    topic: str
-    partitions: int
-    poll_s: float
+    topics: tuple[str, ...]
+    partitions: int  # of each topic
+    poll_s: float  # the shortest round over every table
 
 
-def poll_main(plan: PollPlan, expect, first_seen, stop, results) -> None:
-    """`expect`: a shared array of the last offset to wait for per partition (-1 until the producer
-    is done); `first_seen`: an Event set at the first snapshot; `stop`: an Event that ends the
-    polling at once; `results`: a Queue that gets one dict."""
+def poll_main(plan: PollPlan, expect, expected, highest, stop, results) -> None:
+    """`expect`: a shared array of the last offset to wait for per slot (-1: none), read once the
+    `expected` Event is set; `highest`: a shared array the reader keeps at the highest offset seen
+    per slot (-1 before any); `stop`: an Event that ends the polling at once; `results`: a Queue
+    that gets one dict."""
     try:
-        results.put(_poll(plan, expect, first_seen, stop))
+        results.put(_poll(plan, expect, expected, highest, stop))
     except Exception as e:  # the parent reports it; nothing to retry here
         results.put({"error": f"{type(e).__name__}: {e}"})
 
 
-def _poll(plan: PollPlan, expect, first_seen, stop) -> dict:
-    import pyarrow.parquet as pq
+def _poll(plan: PollPlan, expect, expected, highest, stop) -> dict:
     from pyiceberg.exceptions import NoSuchTableError
-    from pyiceberg.manifest import ManifestEntryStatus
 
     from compactor import tables
     from compactor.catalog import load_catalog
@@ -44,52 +45,67 @@ def _poll(plan: PollPlan, expect, first_seen, stop) -> dict:
 
     settings = compactor_settings(load_config(None, dev=True, data_dir=plan.data_dir), plan.data_dir)
     catalog = load_catalog(settings)
-    identifier = tables.table_identifier(settings.namespace, plan.topic, {})
+    identifiers = [tables.table_identifier(settings.namespace, topic, {}) for topic in plan.topics]
     seen: set[int] = set()
-    parts, offsets, times = [], [], []
-    highest = np.full(plan.partitions, -1, dtype=np.int64)
-    polls = 0
-    table = None
+    slots, offsets, times = [], [], []
+    high = np.frombuffer(highest, dtype=np.int64) if not isinstance(highest, np.ndarray) else highest
+    loaded: list = [None] * len(identifiers)
+    polls, rounds = 0, []
     while not stop.is_set():
         started = time.monotonic()
-        try:
-            table = catalog.load_table(identifier)
-        except NoSuchTableError:
-            table = None
-        now = time.time()  # the table as loaded: its snapshots were committed by now
-        polls += 1
-        for snapshot in table.snapshots() if table is not None else ():
-            if snapshot.snapshot_id in seen:
+        for k, identifier in enumerate(identifiers):
+            try:
+                table = catalog.load_table(identifier)
+            except NoSuchTableError:
                 continue
-            seen.add(snapshot.snapshot_id)
-            first_seen.set()
-            for manifest in snapshot.manifests(table.io):
-                if manifest.added_snapshot_id != snapshot.snapshot_id:
-                    continue
-                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-                    if entry.status != ManifestEntryStatus.ADDED or entry.snapshot_id != snapshot.snapshot_id:
-                        continue
-                    with table.io.new_input(entry.data_file.file_path).open() as f:
-                        kafka = pq.read_table(f, columns=[KAFKA]).column(KAFKA).combine_chunks()
-                    p = kafka.field(PARTITION).to_numpy()
-                    o = kafka.field(OFFSET).to_numpy()
-                    parts.append(p)
-                    offsets.append(o)
-                    times.append(np.full(len(p), now))
-                    np.maximum.at(highest, p, o)
-        targets = np.frombuffer(expect, dtype=np.int64) if not isinstance(expect, np.ndarray) else expect
-        if (targets >= 0).all() and (highest >= targets).all():
-            break
+            now = time.time()  # the table as loaded: its snapshots were committed by now
+            polls += 1
+            loaded[k] = table
+            for slot, offset in _added(table, seen):
+                slots.append(slot + k * plan.partitions)
+                offsets.append(offset)
+                times.append(np.full(len(offset), now))
+                np.maximum.at(high, slots[-1], offset)
+            if stop.is_set():
+                break
+        if expected.is_set():
+            targets = np.frombuffer(expect, dtype=np.int64) if not isinstance(expect, np.ndarray) else expect
+            if (high >= targets).all():
+                break
         time.sleep(max(0.0, plan.poll_s - (time.monotonic() - started)))
-    out = {
+        rounds.append(time.monotonic() - started)  # from one load of a table to its next
+    checks = [_exactly_once(table) for table in loaded]
+    return {
         "polls": polls,
+        "rounds": len(rounds),
+        "round_s": {"p50": round(float(np.median(rounds)), 3), "max": round(float(np.max(rounds)), 3)} if rounds else None,
         "snapshots": len(seen),
-        "partition": np.concatenate(parts).tolist() if parts else [],
+        "slot": np.concatenate(slots).tolist() if slots else [],
         "offset": np.concatenate(offsets).tolist() if offsets else [],
         "time": np.concatenate(times).tolist() if times else [],
+        "table_rows": [rows for rows, _ in checks],
+        "duplicates": [dups for _, dups in checks],
     }
-    out["table_rows"], out["duplicates"] = _exactly_once(table)
-    return out
+
+
+def _added(table, seen: set[int]):
+    """(partitions, offsets) arrays of the data files each snapshot of `table` not in `seen` added."""
+    import pyarrow.parquet as pq
+    from pyiceberg.manifest import ManifestEntryStatus
+
+    for snapshot in table.snapshots():
+        if snapshot.snapshot_id in seen:
+            continue
+        seen.add(snapshot.snapshot_id)
+        for manifest in snapshot.manifests(table.io):
+            if manifest.added_snapshot_id != snapshot.snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                if entry.status != ManifestEntryStatus.ADDED or entry.snapshot_id != snapshot.snapshot_id:
+                    continue
+                with table.io.new_input(entry.data_file.file_path).open() as f:
+                    kafka = pq.read_table(f, columns=[KAFKA]).column(KAFKA).combine_chunks()
+                yield kafka.field(PARTITION).to_numpy().astype(np.int64), kafka.field(OFFSET).to_numpy().astype(np.int64)
 
 
 def _exactly_once(table) -> tuple[int, int]:

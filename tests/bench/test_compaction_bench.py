@@ -65,3 +65,20 @@ def test_freshness_in_process(tmp_path) -> None:
     assert f["node_cores"] > 0 and f["node_cpu_s_per_gib"] > 0  # the node's tree worked in the window
     assert [t["name"] for t in doc["targets"]] == ["table freshness p99 (s)"]
     assert "Acknowledgement to visible row" in (out / "results.md").read_text()
+    assert (f["topics"], f["partitions"], f["sampled_topics"], f["sampled_acked"]) == (1, 2, 1, f["acked"])
+
+
+def test_freshness_over_several_topics(tmp_path) -> None:
+    """Three topics of one partition at two records a second each: the reader follows every one
+    (fewer than the sample), each table holds every acknowledged offset of its topic once."""
+    doc, out = run_bench(tmp_path, "freshness", "--broker-env", "NEVE_COMPACTOR_RUNNER=in-process", "--topics", "3", "--records-per-topic-s", "2", "--record-bytes", "100", "--duration", "6")
+    _document(doc, "freshness")
+    f, s = doc["derived"]["freshness"], doc["derived"]["freshness_s"]
+    assert (f["topics"], f["partitions"], f["sampled_topics"]) == (3, 1, 3)
+    assert f["offered_records_per_s"] == 6.0
+    assert f["acked"] <= 6.0 * f["produce_s"] + 1  # paced: the i-th record is sent no sooner than i/6 s after the start
+    assert f["records_in_window"] > 0 and s["count"] == f["records_in_window"] and f["not_visible"] == 0
+    assert f["table_rows"] == f["acked"] == f["sampled_acked"] and f["duplicate_rows"] == 0
+    assert 0 < s["p50"] <= s["p99"] <= s["max"]
+    assert f["poll_round_s"]["p50"] <= f["poll_round_s"]["max"]
+    assert "3 x 1" in (out / "results.md").read_text()
