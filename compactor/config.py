@@ -49,7 +49,8 @@ class CompactorConfig:
     tables_in_parallel: int = 8
     """Topics whose tables a cycle reads, commits to and swaps at the same time (the tasks of
     every topic run in one job): the catalog's and object store's round trips of many small tables
-    overlap."""
+    overlap. A compactor inside a node takes at most 2: a commit is mostly pyiceberg's CPU, which
+    more threads do not add to, and the broker's event loop shares that process's interpreter."""
     interval_ms: int = 1000
     """Pause between cycles that found nothing due (a cycle with work is followed at once)."""
     freshness_ms: int = 2000

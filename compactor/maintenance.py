@@ -90,18 +90,19 @@ class TableMaintenance:
         self._pending: dict[str, dict[str, float]] = {}  # table -> files to delete -> since when they were unnamed
         self.retention = TableRetention(metadata, clock=clock)  # table retention and the drop-on-delete mark (retention.py)
 
-    async def maintain(self, catalog, info: TopicInfo, identifier: str, committed: bool = False, table=None) -> MaintenanceOutcome:
+    async def maintain(self, catalog, info: TopicInfo, identifier: str, committed: bool = False, table=None, rounds: bool = True) -> MaintenanceOutcome:
         """One round for `info`'s table: merge and expire when due, re-index when needed, delete
         the files whose grace has passed. Nothing, not even a read of the table, when none of that
         is due, the table was checked within `table_check_interval_ms` and the compactor has not
         `committed` to it since. `table`: the table as the compactor's commit just left it (current
-        then: no read of the catalog needed), or None to load it."""
+        then: no read of the catalog needed), or None to load it. Not `rounds`: a merge and expiry
+        due stay due, for a later call."""
         from pyiceberg.exceptions import NoSuchTableError
 
         outcome = MaintenanceOutcome()
         now = self._clock()
         interval = self.config.maintenance_interval_ms / 1000
-        due = interval > 0 and now - self._last_run.setdefault(identifier, self._first_phase(identifier, now, interval)) >= interval
+        due = interval > 0 and now - self._last_run.setdefault(identifier, self._first_phase(identifier, now, interval)) >= interval and rounds
         keep = self.config.snapshot_max_count
         if not (due or committed) and now - self._last_check.get(identifier, -math.inf) < self.config.table_check_interval_ms / 1000:
             return outcome

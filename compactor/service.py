@@ -223,6 +223,7 @@ class CompactionService:
         those topics' manifest, Iceberg commit and index swap, `tables_in_parallel` tables at a
         time; last, each topic's table maintenance. A topic failing at any step is that topic's
         failure alone (`_topic_failed`); a lost lead (Fenced) stops the cycle."""
+        started = time.monotonic()
         live = tables.live_topic_ids(self.metadata)  # once a cycle: each table's binding check reads it
         prepared = await self._each(topics, lambda info: self._prepare(info, live))
         due: list[_Due] = []
@@ -233,13 +234,13 @@ class CompactionService:
                 done.append(outcome)
         if due:
             self._check_lead()
-            started = time.monotonic()
+            job_started = time.monotonic()
             try:
                 ran = await self._run_job(due)
             except Exception as e:  # the job failed as a whole (an executor lost, say): so did each of its topics
                 ran = [e] * len(due)
             tasks = sum(len(d.plan.tasks) for d in due)
-            log.info("cycle's tasks ran", extra={"topics": len(due), "tasks": tasks, "bytes": sum(d.plan.size for d in due), "seconds": round(time.monotonic() - started, 3), "runner": self.config.runner})
+            log.info("cycle's tasks ran", extra={"topics": len(due), "tasks": tasks, "bytes": sum(d.plan.size for d in due), "seconds": round(time.monotonic() - job_started, 3), "runner": self.config.runner})
             for d, results in zip(due, ran, strict=True):
                 if isinstance(results, Exception):
                     self._topic_failed(d.info, results)
@@ -250,11 +251,14 @@ class CompactionService:
             done.extend(c for c in committed if c is not None)
         failed = self._failed_now
         cycled = {c.topic for c in done if c.cycle_id is not None}
+        # Merges and expiries due take at most as long as the cycle's compaction did (at least one
+        # a cycle): the others wait for the next cycle, and no topic's freshness waits for all of them.
+        rounds_until = time.monotonic() + (time.monotonic() - started)
         for info in topics:
             if info.name in failed:
                 continue
             self._topic_recovered(info)
-            await self._maintain(info, committed=info.name in cycled)
+            await self._maintain(info, committed=info.name in cycled, rounds=time.monotonic() < rounds_until)
 
     async def _each(self, items: list, step: Callable[[Any], Awaitable[Any]], key: Callable[[Any], TopicInfo] = lambda info: info) -> list:
         """`step` of each item, `tables_in_parallel` at a time, their outcomes in order: None for
@@ -337,12 +341,12 @@ class CompactionService:
             metrics.TOPIC_FAILING.labels(info.name, failing.reason).set(0)
             log.info("topic's compaction recovered", extra={"topic": info.name, "failures": failing.count})
 
-    async def _maintain(self, info: TopicInfo, committed: bool) -> None:
+    async def _maintain(self, info: TopicInfo, committed: bool, rounds: bool = True) -> None:
         """maintain_topic, whose failure is reported as a maintenance failure (retried at its next
         round) and never as the topic's compaction failing."""
         self._check_lead()
         try:
-            await self.maintain_topic(info, committed=committed)
+            await self.maintain_topic(info, committed=committed, rounds=rounds)
         except Fenced:
             raise
         except Exception as e:
@@ -501,16 +505,16 @@ class CompactionService:
         except MetadataError as e:
             log.warning("topic's expired WAL entries kept this cycle", extra={"topic": info.name, "reason": repr(e)})
 
-    async def maintain_topic(self, info: TopicInfo, committed: bool = False):
-        """The table maintenance of `info`'s table (maintenance.py): merge and expiry when due,
-        the index re-pointed at the files any rewrite made (`committed`: a cycle just committed,
-        and the table it left is read no more). A table maintenance changed is read again by the
-        next cycle."""
+    async def maintain_topic(self, info: TopicInfo, committed: bool = False, rounds: bool = True):
+        """The table maintenance of `info`'s table (maintenance.py): merge and expiry when due
+        (and `rounds`: otherwise they stay due), the index re-pointed at the files any rewrite
+        made (`committed`: a cycle just committed, and the table it left is read no more). A table
+        maintenance changed is read again by the next cycle."""
         catalog = await self._load_catalog()
         identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
         kept = self._tables.get(identifier) if committed else None
         table = kept[1] if kept is not None and kept[0] == _TableKey.of(info) else None
-        outcome = await self.maintenance.maintain(catalog, info, identifier, committed, table=table)
+        outcome = await self.maintenance.maintain(catalog, info, identifier, committed, table=table, rounds=rounds)
         if any(dataclasses.astuple(outcome)):
             self._tables.pop(identifier, None)
         return outcome

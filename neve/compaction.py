@@ -28,8 +28,10 @@ log = logging.getLogger("neve.compaction")
 
 def compactor_settings(config: Config, data_dir: str) -> CompactorConfig:
     """The [compactor] section, with a node's local defaults filled in: a SQLite catalog and a
-    warehouse in the data dir when no catalog is named."""
+    warehouse in the data dir when no catalog is named, and at most 2 tables at a time."""
     c = config.compactor
+    if c.in_node:  # its commits' CPU is taken from the broker's event loop (compactor/config.py)
+        c = replace(c, tables_in_parallel=min(c.tables_in_parallel, 2))
     if not c.catalog_url:
         c = replace(c, catalog_url=f"sqlite://{os.path.join(data_dir, 'catalog.db')}", warehouse=c.warehouse or f"file://{os.path.join(data_dir, 'warehouse')}")
     return c
