@@ -90,6 +90,11 @@ class CompactorConfig:
     merge_target_file_bytes: int = 128 * 1024 * 1024
     """The merge rewrites a table partition's files smaller than three quarters of this into files
     of about this size, sorted by kafka.partition and kafka.offset."""
+    merge_on_spark_min_bytes: int = 32 * 1024 * 1024
+    """With the Spark runner, a table's merge of fewer bytes than this runs in the compactor's own
+    process (pyarrow and pyiceberg, as the in-process runner's): a Spark job's fixed cost (0.2-0.4 s
+    a table on the 2-core machine) is more than pyarrow's whole rewrite of a few MiB, and at a
+    thousand small topics merging was most of the compactor's time. 0: every merge on Spark."""
     merge_min_files: int = 5
     """A table partition is merged once it has at least this many small files."""
     snapshot_max_age_ms: int = 3 * 86_400_000

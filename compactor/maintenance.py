@@ -2,7 +2,8 @@
 index is checked against the table's snapshots and re-indexed when a rewrite moved rows it names
 (rewrites.py); every `maintenance_interval_ms`, a table partition's small files are merged into
 files of the target size sorted by kafka.partition, kafka.offset (on Spark, Iceberg's action behind
-`rewrite_data_files`; in-process, pyarrow and pyiceberg's overwrite), then re-indexed,
+`rewrite_data_files`; in-process, pyarrow and pyiceberg's overwrite, as is a merge of fewer than
+`merge_on_spark_min_bytes` with the Spark runner), then re-indexed,
 and snapshots older than `snapshot_max_age_ms` are expired (and all but the newest
 `snapshot_max_count`, once a table holds twice as many, checked after each commit), the data files only they held being
 deleted once no index entry's manifest names them and `file_delete_grace_ms` has passed; files in
@@ -187,9 +188,12 @@ class TableMaintenance:
     async def merge(self, table, identifier: str) -> int:
         """Merge the small files of `table`: how many files were rewritten (0: none due)."""
         target, min_files = self.config.merge_target_file_bytes, self.config.merge_min_files
-        if not await asyncio.to_thread(small_file_groups, table, target, min_files):
+        groups = await asyncio.to_thread(small_file_groups, table, target, min_files)
+        if not groups:
             return 0
         spark = await self._spark()
+        if spark is not None and sum(f.file_size_in_bytes for group in groups for f in group) < self.config.merge_on_spark_min_bytes:
+            spark = None  # a Spark job would cost more than the whole rewrite (merge_on_spark_min_bytes)
         if spark is not None:
             from .catalog import catalog_target
             from .spark import register_catalog
@@ -198,7 +202,7 @@ class TableMaintenance:
             # the table as pyiceberg resolved it (namespace levels, name), never re-parsed from text
             rewritten = await asyncio.to_thread(merge_on_spark, spark, catalog, table.name(), target, min_files)
         else:
-            rewritten = await asyncio.to_thread(merge_in_process, table, target, min_files)
+            rewritten = await asyncio.to_thread(rewrite_groups, table, groups, target, "merge")
         if rewritten:
             log.info("merged a table's small files", extra={"table": identifier, "files": rewritten, "runner": "spark" if spark is not None else "in-process"})
         return rewritten
@@ -320,12 +324,6 @@ def sorted_by_offset(rows):
     kafka = rows.column(KAFKA)
     keys = pa.table({"p": pc.struct_field(kafka, PARTITION), "o": pc.struct_field(kafka, OFFSET)})
     return rows.take(pc.sort_indices(keys, sort_keys=[("p", "ascending"), ("o", "ascending")]))
-
-
-def merge_in_process(table, target: int, min_files: int) -> int:
-    """Rewrite each group of small files into files of about `target` bytes, sorted, in one
-    overwrite snapshot (which fails, and deletes what it wrote, if the table changed meanwhile)."""
-    return rewrite_groups(table, small_file_groups(table, target, min_files), target, "merge")
 
 
 def files_with_deletes(table) -> list[list]:

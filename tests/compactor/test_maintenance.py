@@ -259,7 +259,7 @@ def test_neves_merge_leaves_one_file_per_table_partition_and_every_offset_reads_
     snapshots = len(table.snapshots())
     assert snapshots == cycles and all(n >= ROUNDS for n in files_by_partition(table).values())
 
-    config = dataclasses.replace(config, runner=runner, maintenance_interval_ms=1, merge_min_files=2, snapshot_max_age_ms=0, file_delete_grace_ms=0)
+    config = dataclasses.replace(config, runner=runner, maintenance_interval_ms=1, merge_min_files=2, merge_on_spark_min_bytes=0, snapshot_max_age_ms=0, file_delete_grace_ms=0)
     outcome = maintain(data_dir, config, p.topic, spark=spark_session if runner == "spark" else None)
     assert (outcome.files_rewritten, outcome.reindexed_partitions) == (len(old_files), PARTITIONS)
     assert outcome.snapshots_expired == snapshots  # all but the merge's

@@ -41,6 +41,7 @@ def node_env(**extra: str) -> dict[str, str]:
         "NEVE_COMPACTOR_INTERVAL_MS": "200",
         "NEVE_COMPACTOR_MAINTENANCE_INTERVAL_MS": "8000",
         "NEVE_COMPACTOR_MERGE_MIN_FILES": "2",
+        "NEVE_COMPACTOR_MERGE_ON_SPARK_MIN_BYTES": "0",  # the merge of these few KiB on Spark too
         **extra,
     }
 
