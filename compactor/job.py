@@ -8,6 +8,7 @@ schemas the driver fetched): nothing comes from the driver's memory, the registr
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import threading
 import time
@@ -42,6 +43,10 @@ COUNTED = (*OUTCOMES, MALFORMED)
 RAW_ROWS = "raw rows"
 RAW_ROWS_BYTES = 32 << 20  # records sections decoded as columns at once, at most (past one batch)
 READ_CONCURRENCY = 8  # ranged GETs in flight per task: object-store latency, not bandwidth, bounds a task
+# A task reading at most this many bytes fetches them before it decodes, on its own thread: a
+# thread started per task to overlap a few KiB of reads cost more than the reads (a cycle's job
+# holds a task of every small topic).
+FETCH_FIRST_BYTES = 1 << 20
 # Catalog settings that reach table.io.properties but no FileIO reads (a PostgreSQL URI carries its
 # password): kept off the context that every executor receives.
 _CATALOG_ONLY = frozenset({"uri", "credential", "token", "oauth2-server-uri", "warehouse"})
@@ -127,12 +132,12 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
     for run in task.runs:
         if run.topic != context.topic:
             raise ValueError(f"task {index} holds a run of topic {run.topic!r}, the context is for {context.topic!r}")
-    ranges = _Ranges(context.objects_url, task.reads)  # fetched on a thread of its own, from here on
+    ranges = _Ranges(context.objects_url, task.reads)  # fetched on a thread of its own from here on (a few KiB: fetched now)
     resolve = _resolver(context)
     io = _RecordingIO(load_file_io(context.io_properties, context.data_location))
     writer = TableWriter(
-        Schema.model_validate_json(context.table_schema),
-        PartitionSpec.model_validate_json(context.partition_spec),
+        _parsed(Schema, context.table_schema),
+        _parsed(PartitionSpec, context.partition_spec),
         context.data_location,
         io,
         file_prefix=f"{context.cycle_id}-{index:05d}-{attempt}",
@@ -172,6 +177,13 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
     finally:
         ranges.close()
     return TaskResult(index, attempt, files, outcomes, ranges.bytes_read, time.perf_counter() - started, malformed)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(model: type, text: str) -> Any:
+    """A table's schema or spec from its JSON, parsed once per process: a cycle's job holds a task
+    of every topic with something due, and most tables share their schema (the raw columns)."""
+    return model.model_validate_json(text)
 
 
 def _count_rows(rows: RawRows, counts: dict[str, int]) -> None:
@@ -408,6 +420,10 @@ class _Ranges:
         for i, read in enumerate(reads):
             self._by_object.setdefault(read.object_key, []).append((i, read))
         self._views: dict[int, memoryview] = {}
+        self._thread: threading.Thread | None = None
+        if sum(r.end - r.start for r in reads) <= FETCH_FIRST_BYTES:  # a small topic's cycle: nothing to overlap
+            self._fetch_all(url, reads)
+            return
         self._thread = threading.Thread(target=self._fetch_all, args=(url, reads), name="compaction-fetch", daemon=True)
         self._thread.start()
 
@@ -438,7 +454,8 @@ class _Ranges:
 
     def close(self) -> None:
         """Wait for the reads to end (a task that failed early must not leave them running)."""
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
 
     @property
     def bytes_read(self) -> int:
