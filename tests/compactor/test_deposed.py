@@ -66,21 +66,28 @@ def test_a_compactor_deposed_mid_cycle_duplicates_no_row_and_the_new_leader_goes
         assert outcome["leader_cycles"]
 
 
+async def service_on(stack: contextlib.AsyncExitStack, metadata_url: str, objects_url: str, config: CompactorConfig, lease_ttl_s: int) -> CompactionService:
+    """A compaction service on a metadata store of its own (its own lease, as another process's
+    would be), closed with `stack`."""
+    metadata = load_metadata_store(metadata_url, lease_ttl_s=lease_ttl_s)
+    await metadata.start()
+    stack.push_async_callback(metadata.close)
+    objects = load_object_store(objects_url)
+    stack.push_async_callback(objects.close)
+    lookup = StoreLookup(metadata)
+    stack.push_async_callback(lookup.close)
+    service = CompactionService(config, metadata, objects, objects_url, lookup)
+    stack.push_async_callback(service.close)
+    return service
+
+
 async def two_compactors(metadata_url: str, data_dir: Path, config: CompactorConfig, topic: str, first_to_commit: str) -> dict:
     objects_url = f"file://{data_dir / 'objects'}"
     async with contextlib.AsyncExitStack() as stack:
 
         async def compactor(name: str, lease_ttl_s: int) -> CompactionService:
-            metadata = load_metadata_store(metadata_url, lease_ttl_s=lease_ttl_s)
-            await metadata.start()
-            stack.push_async_callback(metadata.close)
-            objects = load_object_store(objects_url)
-            stack.push_async_callback(objects.close)
-            lookup = StoreLookup(metadata)
-            stack.push_async_callback(lookup.close)
-            service = CompactionService(config, metadata, objects, objects_url, lookup)
-            stack.push_async_callback(service.close)
-            service.leadership = await metadata.campaign("compactor", name)
+            service = await service_on(stack, metadata_url, objects_url, config, lease_ttl_s)
+            service.leadership = await service.metadata.campaign("compactor", name)
             return service
 
         deposed = await compactor("deposed", 30)
@@ -123,23 +130,13 @@ async def two_compactors(metadata_url: str, data_dir: Path, config: CompactorCon
 
 async def leader_compacts(metadata_url: str, data_dir: Path, config: CompactorConfig) -> None:
     """One compactor (the new leader) cycling until nothing is due."""
-    objects_url = f"file://{data_dir / 'objects'}"
-    metadata = load_metadata_store(metadata_url, lease_ttl_s=2)
-    await metadata.start()
-    objects = load_object_store(objects_url)
-    lookup = StoreLookup(metadata)
-    service = CompactionService(config, metadata, objects, objects_url, lookup)
-    try:
-        service.leadership = await metadata.campaign("compactor", "leader")
+    async with contextlib.AsyncExitStack() as stack:
+        service = await service_on(stack, metadata_url, f"file://{data_dir / 'objects'}", config, lease_ttl_s=2)
+        service.leadership = await service.metadata.campaign("compactor", "leader")
         assert await service.leadership.wait_leading(LEAD_S)
         for _ in range(20):
             if not [c for c in await service.run_once() if c.cycle_id is not None]:
                 break
-    finally:
-        await service.close()
-        await lookup.close()
-        await objects.close()
-        await metadata.close()
 
 
 def wal_entries(metadata, topic: str) -> int:

@@ -20,13 +20,10 @@ from compactor.retention import TopicDrops
 from compactor.service import CompactionService
 from compactor.sharing import MEMBERS, Sharing, owner, weight
 from metadata.embedded import EmbeddedMetadataStore
-from metadata.store import load_metadata_store
-from registry.client import StoreLookup
 from tests.compactor.produced import produce_raw
-from tests.compactor.test_deposed import wal_entries
+from tests.compactor.test_deposed import service_on, wal_entries
 from tests.compactor.test_service import consume_all, counts_of, table_offsets
 from tests.fixtures import NeveNode
-from wal.store import load_object_store
 
 TOPICS = [uuid.uuid5(uuid.NAMESPACE_URL, f"topic-{i}") for i in range(1000)]  # fixed: the assertions are exact
 EVEN_WITHIN = 0.15  # a share of n topics over m members is within 15% of n/m (binomial: about 3 standard deviations at 1,000 over 3)
@@ -161,16 +158,8 @@ async def two_owners(metadata_url: str, data_dir: Path, config: CompactorConfig,
     async with contextlib.AsyncExitStack() as stack:
 
         async def compactor(member_id: str) -> CompactionService:
-            metadata = load_metadata_store(metadata_url, lease_ttl_s=2)
-            await metadata.start()
-            stack.push_async_callback(metadata.close)
-            objects = load_object_store(objects_url)
-            stack.push_async_callback(objects.close)
-            lookup = StoreLookup(metadata)
-            stack.push_async_callback(lookup.close)
-            service = CompactionService(config, metadata, objects, objects_url, lookup)
-            stack.push_async_callback(service.close)
-            service.sharing = Sharing(metadata, member_id)
+            service = await service_on(stack, metadata_url, objects_url, config, lease_ttl_s=2)
+            service.sharing = Sharing(service.metadata, member_id)
             service.leadership = await service.sharing.start()
             assert await service.leadership.wait_leading(LEAD_S)
             return service
