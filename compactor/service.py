@@ -293,22 +293,20 @@ class CompactionService:
         owned = {info.topic_id: info for info in topics}
         for topic_id, info in self._owned.items():
             if topic_id not in owned:
-                identifier = tables.table_identifier(self.config.namespace, info.name, info.configs) if self._table_named(info) else None
-                if identifier is not None:
-                    self._recovered.discard(identifier)
-                    self._tables.pop(identifier, None)
+                self._recovered.discard(self._identifier(info))
+                self._tables.pop(self._identifier(info), None)
                 metrics.forget_lag(info.name, info.partitions)
         for topic_id, info in owned.items():
-            if topic_id not in self._owned and self._table_named(info):
-                self._recovered.discard(tables.table_identifier(self.config.namespace, info.name, info.configs))
+            if topic_id not in self._owned:
+                self._recovered.discard(self._identifier(info))
         self._owned = owned
 
-    def _table_named(self, info: TopicInfo) -> bool:
+    def _identifier(self, info: TopicInfo) -> str | None:
+        """The topic's table, None when its config names another namespace (its cycle fails)."""
         try:
-            tables.table_identifier(self.config.namespace, info.name, info.configs)
+            return tables.table_identifier(self.config.namespace, info.name, info.configs)
         except ValueError:
-            return False
-        return True
+            return None
 
     def _check_lead(self) -> None:
         """Fenced once this service's lead is lost (or taken again: another lead in between)."""
