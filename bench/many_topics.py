@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from .table_load import PRODUCER_CONFIG
+from .table_load import PRODUCER_CONFIG, count_delivery
 
 CREATE_CHUNK = 100  # topics per CreateTopics request: a few requests for a thousand, each well inside its timeout
 
@@ -102,12 +102,8 @@ def produce(
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
 
     def delivered(err, msg) -> None:
-        if err is not None:
-            out.failed += 1
-            if len(out.errors) < 10:
-                out.errors.append(str(err))
+        if not count_delivery(out, err):
             return
-        out.acked += 1
         k = followed.get(msg.topic())
         if k is not None:
             out.add(k * partitions + msg.partition(), msg.offset(), time.time())

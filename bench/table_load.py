@@ -128,6 +128,18 @@ def _sized(parsed, record: dict, schema_id: int, record_bytes: int, text: np.nda
     return encode()
 
 
+def count_delivery(out, err) -> bool:
+    """One delivery report counted into `out` (its `acked`, `failed` and first 10 `errors`):
+    whether the record was acknowledged."""
+    if err is not None:
+        out.failed += 1
+        if len(out.errors) < 10:
+            out.errors.append(str(err))
+        return False
+    out.acked += 1
+    return True
+
+
 @dataclass
 class Produced:
     """What a produce run saw: acknowledged records, failures, seconds, value bytes; and, when
@@ -157,12 +169,8 @@ def produce(
     producer = Producer({"bootstrap.servers": bootstrap, **PRODUCER_CONFIG})
 
     def delivered(err, msg) -> None:
-        if err is not None:
-            out.failed += 1
-            if len(out.errors) < 10:
-                out.errors.append(str(err))
+        if not count_delivery(out, err):
             return
-        out.acked += 1
         if keep_acks:
             out.acks.append((msg.partition(), msg.offset(), time.time()))
 
