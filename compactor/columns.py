@@ -52,6 +52,7 @@ from table.layout import (
     VALUE_SCHEMA_ID,
     clamp_ms,
 )
+from wal.record_walk import record_starts
 
 from .records import Batch, Record
 from .translator import header_rows, timestamp_ms
@@ -59,7 +60,6 @@ from .translator import header_rows, timestamp_ms
 # After the last payload: the reads of a record's fixed fields past its end stay inside the buffer
 # (a record's position is checked once its fields are read; each varint moves it 10 bytes at most).
 _PAD = bytes(128)
-_WINDOW = 64  # records checked at once when record sizes repeat again (4x more each time they all do)
 _MAX_HEADERS = 64  # records with more headers go the per-record way (one numpy step per header index)
 _INT64_MAX = 2**63 - 1
 _HIGH_BITS = np.uint64(0x8080808080808080)
@@ -173,24 +173,22 @@ def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[
     data = b"".join([*(p for p in payloads if p is not None), _PAD])
     buf = np.frombuffer(data, dtype=np.uint8)
     ok = [p is not None for p in payloads]
-    # Record starts, in order: Python ints as walked, arrays where runs of one size were found at once.
-    starts = _Starts()
-    found = [0] * len(batches)
-    ends = [0] * len(batches)
-    end = 0
-    for i, batch in enumerate(batches):
-        payload = payloads[i]
-        if payload is None:
-            continue
-        begin, end = end, end + len(payload)
-        ends[i] = end
-        found[i] = starts.walk(data, buf, begin, end, batch.record_count)
-        if found[i] < 0:
-            ok[i], found[i] = False, 0
-    record_at = starts.array()
+    # Where each batch's records start: the record walk's, section after section (none for a batch
+    # whose records do not fill its section, which records.py's path takes).
+    sizes = np.array([len(p) if p is not None else 0 for p in payloads], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    begins = ends - sizes
+    declared = np.array([b.record_count if p is not None else 0 for b, p in zip(batches, payloads, strict=True)], dtype=np.int64)
+    # a record takes 7 bytes at least: a count beyond that fails the walk before it writes more
+    record_at = np.empty(int(np.minimum(np.maximum(declared, 0), sizes // 7).sum()), dtype=np.int64)
+    walked = np.empty(len(batches), dtype=np.int64)
+    record_at = record_at[: record_starts(buf, begins, ends, declared, record_at, walked)]
+    for i in np.flatnonzero(walked < 0).tolist():
+        ok[i] = False
+    found = np.maximum(walked, 0)
     batch_of = np.repeat(np.arange(len(batches), dtype=np.int64), found)
     # Where each record ends, as walked: where the next begins, or its batch's section ends.
-    record_end = np.array(ends, dtype=np.int64)[batch_of]
+    record_end = ends[batch_of]
     np.minimum(record_at[1:], record_end[:-1], out=record_end[:-1])
     fields = _decode_fields(buf, record_at, record_end, batch_of, batches)
     taken = np.array(ok, dtype=bool)
@@ -207,116 +205,6 @@ def decode_batches(partition: int, batches: Sequence[Batch], payloads: Sequence[
     counts = np.bincount(batch_of[keep], minlength=len(batches))
     rows = _to_arrow(partition, batches, buffer, fields, keep, header_keep, names, counts, schema, values_apart)
     return rows, taken.tolist(), counts.tolist()
-
-
-class _Starts:
-    """Where records start (at their lengths), batch after batch: Python ints as walked, arrays
-    where runs of one size were found at once."""
-
-    def __init__(self) -> None:
-        self.walked: list[int] = []
-        self.arrays: list[np.ndarray] = []
-        # where the batch being walked began, to forget it if it does not decode
-        self._batch_walked = self._batch_arrays = 0
-
-    def array(self) -> np.ndarray:
-        if not self.arrays:
-            return np.array(self.walked, dtype=np.int64)
-        self._keep_walked()
-        return np.concatenate(self.arrays)
-
-    def _keep_walked(self) -> None:
-        """The walked starts into arrays (the batch being walked apart from those before it)."""
-        before = self._batch_walked
-        if before:
-            self.arrays.append(np.array(self.walked[:before], dtype=np.int64))
-            self._batch_walked, self._batch_arrays = 0, len(self.arrays)
-        if len(self.walked) > before:
-            self.arrays.append(np.array(self.walked[before:], dtype=np.int64))
-        self.walked.clear()
-
-    def _undo(self) -> int:
-        del self.arrays[self._batch_arrays :]
-        del self.walked[self._batch_walked :]
-        return -1
-
-    def walk(self, data: bytes, buf: np.ndarray, pos: int, end: int, count: int) -> int:
-        """Adds the starts of the `count` records of data[pos:end]; how many (-1, adding none, when
-        they do not fill it exactly, as records.py checks them: a length under 6 or past the end,
-        bytes after the last). A record's start depends on the one before, so this walks them one
-        by one, except where record sizes repeat: then many are checked at once, by comparing their
-        lengths' bytes with the last record's."""
-        if count <= 0:
-            return 0 if pos == end else -1
-        self._batch_walked, self._batch_arrays = len(self.walked), len(self.arrays)
-        append = self.walked.append
-        done = 0
-        last_size = repeats = wait = 0
-        window, backoff = count, 32  # first all the rest: one step for a batch of one record size
-        while done < count:
-            start = pos
-            if pos >= end:
-                return self._undo()
-            b = data[pos]
-            if b < 0x80:
-                n = b
-                pos += 1
-            elif pos + 1 < end and data[pos + 1] < 0x80:
-                n = (b & 0x7F) | data[pos + 1] << 7
-                pos += 2
-            else:
-                n = b & 0x7F
-                shift = 7
-                while True:
-                    pos += 1
-                    if pos >= end or shift > 63:
-                        return self._undo()
-                    b = data[pos]
-                    n |= (b & 0x7F) << shift
-                    if b < 0x80:
-                        break
-                    shift += 7
-                pos += 1
-            length = (n >> 1) ^ -(n & 1)
-            if length < 6 or pos + length > end:
-                return self._undo()
-            pos += length
-            append(start)
-            done += 1
-            size = pos - start
-            if size != last_size:
-                last_size, repeats = size, 0
-                continue
-            repeats += 1
-            if wait:
-                wait -= 1
-                continue
-            if repeats < 2 or done == count:
-                continue
-            # The next records, if their sizes repeat too: their lengths' bytes are this one's.
-            m = min(count - done, (end - pos) // size, window)
-            if m <= 0:
-                continue
-            candidates = pos + size * np.arange(m, dtype=np.int64)
-            same = buf[candidates] == data[start]
-            for byte in range(1, size - length):
-                same &= buf[candidates + byte] == data[start + byte]
-            k = m if same.all() else int(np.argmin(same))
-            if k:
-                self._keep_walked()
-                self.arrays.append(candidates[:k])
-                pos += k * size
-                done += k
-            if k == m:
-                window *= 4
-            elif k >= 16:  # a run ended (an offset or timestamp delta a byte longer, say): the next may be long too
-                window, backoff = count, 32
-            else:
-                # Sizes that repeat a little only: walk on, checking again later and later.
-                window, wait, backoff = _WINDOW, backoff, backoff * 2
-        if pos != end:
-            return self._undo()
-        return count
 
 
 def _varints(buf: np.ndarray, at: np.ndarray, bad: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -400,7 +288,7 @@ class _Fields:
 def _decode_fields(buf: np.ndarray, record_at: np.ndarray, record_end: np.ndarray, batch_of: np.ndarray, batches: Sequence[Batch]) -> _Fields:
     """Every record's fields, each a step over all records at once (records.py's _decode, field by
     field). A record decodes when its fields end exactly where its length says (`record_end`, as
-    _Starts.walk found it). Records of one size laid out alike (most of a producer's) are read by
+    the record walk found it). Records of one size laid out alike (most of a producer's) are read by
     _uniform_fields, the others here."""
     n = len(record_at)
     bad = np.zeros(n, dtype=bool)

@@ -29,6 +29,8 @@ import cramjam
 from crc32c import crc32c
 from kio.serial.readers import read_signed_varint, read_signed_varlong
 
+from .record_walk import NO_KEY, OK, as_array, check_records, outcome_message
+
 BATCH_HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
 
@@ -124,7 +126,7 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
     """Validate one or more concatenated v2 batches (the `records` field of a produce partition)
     and summarise them. Raises InvalidRecords.
 
-    Every record's framing is walked (see `_walk_records`): its fields fill its length exactly,
+    Every record's framing is walked (record_walk.check_records): its fields fill its length exactly,
     the batch holds recordCount of them with offset deltas 0..n-1, and with `keyed` (a topic whose
     cleanup.policy compacts) each has a key. Keys, values and headers are not decoded.
 
@@ -134,8 +136,7 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
 
     `max_size` bounds each batch (LOG_OVERHEAD + batchLength), as Kafka's max.message.bytes does."""
     view = _bytes_view(records)
-    # Indexing bytes is cheaper than indexing a memoryview in the record walk.
-    raw = records if type(records) is bytes else view
+    array = as_array(view)  # what the record walk reads
     total = len(view)
     if total == 0:
         raise InvalidRecords(INVALID_RECORD, "no record batch")
@@ -174,7 +175,7 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
         last_offset_delta, count = fields[6], fields[12]
         if count <= 0 or count != last_offset_delta + 1:
             raise InvalidRecords(INVALID_RECORD, f"batch {batch_count} has {count} records but lastOffsetDelta {last_offset_delta}")
-        _check_records(raw, pos, size, attributes & _CODEC_MASK, count, keyed, batch_count)
+        _check_records(view, array, pos, size, attributes & _CODEC_MASK, count, keyed, batch_count)
         if first is None:
             first = fields
         elif fields[9] != first[9] or fields[10] != first[10]:
@@ -203,132 +204,25 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
     )
 
 
-def _check_records(data, pos: int, size: int, codec: int, count: int, keyed: bool, index: int) -> None:
-    """Walks the records of the batch at `pos` (decompressed first); raises InvalidRecords."""
+def _check_records(view: memoryview, array, pos: int, size: int, codec: int, count: int, keyed: bool, index: int) -> None:
+    """Walks the records of the batch at `pos` (decompressed first); raises InvalidRecords. `array`
+    is `view` as record_walk reads it."""
     start = pos + BATCH_HEADER_SIZE
     end = pos + size
     try:
         if codec:
-            data = decompress(codec, memoryview(data)[start:end])
-            # cramjam's Buffer indexes slowly; bytes is the fastest thing to walk
-            data = data if type(data) is bytes else bytes(data)
-            start, end = 0, len(data)
-        found = _walk_records(data, start, end, count, keyed)
+            array = as_array(decompress(codec, view[start:end]))
+            start, end = 0, len(array)
     except InvalidRecords as e:
         raise InvalidRecords(e.error_code, f"batch {index}: {e}") from None
     except Exception as e:  # cramjam's DecompressionError
         raise InvalidRecords(CORRUPT_MESSAGE, f"batch {index} does not decompress: {e}") from None
-    if found != count:
-        raise InvalidRecords(CORRUPT_MESSAGE, f"batch {index} holds {found} records, its header says {count}")
-
-
-# The zigzag value of every varint of one or two bytes, indexed by its 7 or 14 payload bits: most
-# of a record's varints are that short, and one list lookup is the cheapest read of them.
-_ZIGZAG = [(v >> 1) ^ -(v & 1) for v in range(1 << 14)]
-# Offset delta i (64 <= i < 8192) as its two varint bytes read little-endian: the first byte is
-# (i << 1) & 0x7F with the continuation bit, the second (i << 1) >> 7.
-_TWO_BYTE_DELTA = [((i << 1) & 0x7F | 0x80) | ((i << 1) >> 7) << 8 for i in range(8192)]
-
-
-def _varint(data, pos: int, most: int) -> tuple[int, int]:
-    """A zigzag varint of any length up to `most` bytes at `pos`: (value, position after it)."""
-    value = shift = 0
-    limit = pos + most
-    while pos < limit:
-        b = data[pos]
-        pos += 1
-        value |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (value >> 1) ^ -(value & 1), pos
-        shift += 7
-    raise InvalidRecords(CORRUPT_MESSAGE, f"varint longer than {most} bytes")
-
-
-def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
-    """The number of records framed in data[pos:end], checking as Kafka's record reader does that
-    each record's fields end exactly where its length says, that offset deltas run 0, 1, 2, ...
-    and (`keyed`) that every record has a key. Stops with an error after `count` records if more
-    bytes follow. Keys and values are skipped by their lengths, never read.
-
-    This is the produce path's one loop per record, written for CPython: one- and two-byte varints
-    (all but a few of them) are a lookup in _ZIGZAG, inline; the timestamp delta is skipped
-    without being decoded; a record's overrun into the next one is caught by its end check, and a
-    read past the data by IndexError."""
-    zigzag = _ZIGZAG
-    two_byte = _TWO_BYTE_DELTA
-    key_nullable = (not keyed, True)  # a value may always be null
-    i = 0
-    try:
-        while pos < end:
-            if i == count:
-                raise InvalidRecords(CORRUPT_MESSAGE, f"{end - pos} bytes follow the last of {count} records")
-            b = data[pos]
-            if b < 0x80:
-                stop = pos + 1 + zigzag[b]
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                stop = pos + 2 + zigzag[(b & 0x7F) | (data[pos + 1] << 7)]
-                pos += 2
-            else:
-                n, pos = _varint(data, pos, 5)
-                stop = pos + n
-            # attributes, timestamp delta, offset delta, key, value and header count: a byte each at least
-            if stop - pos < 6 or stop > end:
-                raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has length {stop - pos}, {end - pos} bytes remain")
-            pos += 2  # attributes, and the timestamp delta's first byte: any delta is valid
-            if data[pos - 1] >= 0x80:
-                limit = pos + 9
-                while data[pos] >= 0x80:
-                    pos += 1
-                    if pos == limit:
-                        raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has a timestamp delta longer than 10 bytes")
-                pos += 1
-            # the offset delta, compared with the encoding record i must have
-            if i < 64:
-                if data[pos] != i << 1:
-                    raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has offset delta {_varint(data, pos, 5)[0]}")
-                pos += 1
-            elif i < 8192 and data[pos] | data[pos + 1] << 8 == two_byte[i]:
-                pos += 2
-            else:
-                n, pos = _varint(data, pos, 5)
-                if n != i:
-                    raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has offset delta {n}")
-            for nullable in key_nullable:  # the key's length and bytes, then the value's
-                b = data[pos]
-                if b < 0x80:
-                    n = zigzag[b]
-                    pos += 1
-                elif data[pos + 1] < 0x80:
-                    n = zigzag[(b & 0x7F) | (data[pos + 1] << 7)]
-                    pos += 2
-                else:
-                    n, pos = _varint(data, pos, 5)
-                if n > 0:
-                    pos += n
-                elif n < 0 and not nullable:
-                    raise InvalidRecords(INVALID_RECORD, f"record {i} has no key, and the topic is compacted")
-            if data[pos]:  # headers
-                headers, pos = _varint(data, pos, 5)
-                if headers < 0:
-                    raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has {headers} headers")
-                for _ in range(headers):
-                    n, pos = _varint(data, pos, 5)
-                    if n < 0:
-                        raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has a header key of length {n}")
-                    n, pos = _varint(data, pos + n, 5)
-                    if n > 0:
-                        pos += n
-                    if pos > stop:
-                        break
-            else:
-                pos += 1
-            if pos != stop:
-                raise InvalidRecords(CORRUPT_MESSAGE, f"record {i}'s fields end {pos - stop:+d} bytes from its length")
-            i += 1
-    except IndexError:
-        raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} is truncated") from None
-    return i
+    outcome, record, a, b = check_records(array, start, end, count, keyed)
+    if outcome != OK:
+        code = INVALID_RECORD if outcome == NO_KEY else CORRUPT_MESSAGE
+        raise InvalidRecords(code, f"batch {index}: {outcome_message(outcome, record, a, b, count)}")
+    if a != count:
+        raise InvalidRecords(CORRUPT_MESSAGE, f"batch {index} holds {a} records, its header says {count}")
 
 
 def iter_headers(data: bytes | memoryview) -> Iterator[BatchHeader]:
@@ -339,9 +233,7 @@ def iter_headers(data: bytes | memoryview) -> Iterator[BatchHeader]:
     while pos < total:
         if total - pos < BATCH_HEADER_SIZE:
             raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} truncated")
-        (base_offset, batch_length, _epoch, _magic, _crc, attributes, last_offset_delta,
-         base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence,
-         record_count) = BATCH_HEADER.unpack_from(view, pos)
+        (base_offset, batch_length, _epoch, _magic, _crc, attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, record_count) = BATCH_HEADER.unpack_from(view, pos)
         size = LOG_OVERHEAD + batch_length
         # A length below the header would loop forever or overlap the next batch.
         if batch_length < _MIN_BATCH_LENGTH or pos + size > total:
