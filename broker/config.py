@@ -20,6 +20,7 @@ class BrokerSettings:
     auto_create_topics: bool = False
     default_partitions: int = 1
     max_message_bytes: int = 10 * 1024 * 1024
+    max_decompressed_batch_bytes: int = 256 * 1024 * 1024  # see neve/config.py
     fetch_max_bytes: int = 50 * 1024 * 1024
     produce_timeout_ms: int = 30000
     group_consumer_session_timeout_ms: int = 45_000

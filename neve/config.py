@@ -55,6 +55,10 @@ class BrokerConfig:
     """Partition count of auto-created topics and CreateTopics with num_partitions -1."""
     max_message_bytes: int = 10 * 1024 * 1024
     """Largest records field of one produce partition (Kafka's message.max.bytes)."""
+    max_decompressed_batch_bytes: int = 256 * 1024 * 1024
+    """Largest records section a compressed batch may decompress to on produce (its records are
+    walked decompressed): a batch that expands further gets MESSAGE_TOO_LARGE (Java producers
+    split it and send it again) and never takes more memory than this."""
     fetch_max_bytes: int = 50 * 1024 * 1024
     """Upper bound on one Fetch response, whatever the client asks."""
     metrics_port: int = 0

@@ -54,6 +54,7 @@ def broker_settings(config: Config) -> BrokerSettings:
         auto_create_topics=b.auto_create_topics,
         default_partitions=b.default_partitions,
         max_message_bytes=b.max_message_bytes,
+        max_decompressed_batch_bytes=b.max_decompressed_batch_bytes,
         fetch_max_bytes=b.fetch_max_bytes,
         # answer after the writer's own deadline (upload, then a commit bounded by the store's timeouts)
         produce_timeout_ms=config.wal.upload_timeout_ms + 15_000,

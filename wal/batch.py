@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cramjam
+import numpy as np
 from crc32c import crc32c
 from kio.serial.readers import read_signed_varint, read_signed_varlong
 
@@ -122,7 +123,7 @@ def _bytes_view(data: bytes | memoryview) -> memoryview:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bool = False) -> RecordsSummary:
+def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bool = False, max_expanded: int | None = None) -> RecordsSummary:
     """Validate one or more concatenated v2 batches (the `records` field of a produce partition)
     and summarise them. Raises InvalidRecords.
 
@@ -134,7 +135,9 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
     from batch to batch, so the summary's first sequence and record count describe every batch
     the sequencer checks for duplicates and gaps.
 
-    `max_size` bounds each batch (LOG_OVERHEAD + batchLength), as Kafka's max.message.bytes does."""
+    `max_size` bounds each batch (LOG_OVERHEAD + batchLength), as Kafka's max.message.bytes does;
+    `max_expanded` each compressed batch's records section once decompressed (MESSAGE_TOO_LARGE
+    beyond it: Java producers split such a batch and send it again)."""
     view = _bytes_view(records)
     array = as_array(view)  # what the record walk reads
     total = len(view)
@@ -175,7 +178,7 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
         last_offset_delta, count = fields[6], fields[12]
         if count <= 0 or count != last_offset_delta + 1:
             raise InvalidRecords(INVALID_RECORD, f"batch {batch_count} has {count} records but lastOffsetDelta {last_offset_delta}")
-        _check_records(view, array, pos, size, attributes & _CODEC_MASK, count, keyed, batch_count)
+        _check_records(view, array, pos, size, attributes & _CODEC_MASK, count, keyed, batch_count, max_expanded)
         if first is None:
             first = fields
         elif fields[9] != first[9] or fields[10] != first[10]:
@@ -204,14 +207,14 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
     )
 
 
-def _check_records(view: memoryview, array, pos: int, size: int, codec: int, count: int, keyed: bool, index: int) -> None:
-    """Walks the records of the batch at `pos` (decompressed first); raises InvalidRecords. `array`
-    is `view` as record_walk reads it."""
+def _check_records(view: memoryview, array, pos: int, size: int, codec: int, count: int, keyed: bool, index: int, max_expanded: int | None = None) -> None:
+    """Walks the records of the batch at `pos` (decompressed first, into `max_expanded` bytes at
+    most); raises InvalidRecords. `array` is `view` as record_walk reads it."""
     start = pos + BATCH_HEADER_SIZE
     end = pos + size
     try:
         if codec:
-            array = as_array(decompress(codec, view[start:end]))
+            array = decompress(codec, view[start:end], max_expanded) if max_expanded is not None else as_array(decompress(codec, view[start:end]))
             start, end = 0, len(array)
     except InvalidRecords as e:
         raise InvalidRecords(e.error_code, f"batch {index}: {e}") from None
@@ -319,14 +322,20 @@ def _first_record_at(view: memoryview, header: BatchHeader, base: int, target: i
     return None
 
 
-def decompress(codec: int, payload: memoryview):
+def decompress(codec: int, payload: memoryview, limit: int | None = None):
     """A compressed batch's records section, decompressed (codec: attributes & 0x7; 1 gzip, 2 snappy
-    plain or xerial-framed as the Java client writes it, 3 lz4 frame, 4 zstd)."""
+    plain or xerial-framed as the Java client writes it, 3 lz4 frame, 4 zstd).
+
+    With a `limit`: the section as a numpy array, written into `limit` bytes reserved for it, so
+    that a batch that would expand past them stops there (InvalidRecords MESSAGE_TOO_LARGE) instead
+    of taking the memory it claims; untouched reserved pages cost nothing."""
+    if limit is not None:
+        return _decompress_within(codec, payload, limit)
     if codec == 1:
         return cramjam.gzip.decompress(payload)
     if codec == 2:
         if payload[: len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
-            return _xerial_decompress(payload)
+            return b"".join([cramjam.snappy.decompress_raw(block) for block in _xerial_blocks(payload)])
         return cramjam.snappy.decompress_raw(payload)
     if codec == 3:
         return cramjam.lz4.decompress(payload)
@@ -335,8 +344,35 @@ def decompress(codec: int, payload: memoryview):
     raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {codec}")
 
 
-def _xerial_decompress(payload: memoryview) -> bytes:
-    blocks = []
+# cramjam's words when the output it was given is full (its DecompressionError covers both this and
+# input that does not decompress)
+_OUTPUT_FULL = ("failed to write whole buffer", "smaller than required")
+_DECOMPRESS_INTO = {1: cramjam.gzip.decompress_into, 2: cramjam.snappy.decompress_raw_into, 3: cramjam.lz4.decompress_into, 4: cramjam.zstd.decompress_into}
+
+
+def _decompress_within(codec: int, payload: memoryview, limit: int) -> np.ndarray:
+    into = _DECOMPRESS_INTO.get(codec)
+    if into is None:
+        raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {codec}")
+    out = np.empty(limit, dtype=np.uint8)
+    try:
+        if codec == 2 and payload[: len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
+            size = 0
+            for block in _xerial_blocks(payload):
+                size += into(block, out[size:])
+        else:
+            size = into(payload, out)
+    except Exception as e:
+        if any(words in str(e) for words in _OUTPUT_FULL):
+            raise InvalidRecords(MESSAGE_TOO_LARGE, f"its records expand past {limit} bytes") from None
+        raise
+    view = out[:size]
+    view.flags.writeable = False  # as the walk reads bytes
+    return view
+
+
+def _xerial_blocks(payload: memoryview):
+    """The raw snappy blocks of a xerial-framed payload, in order."""
     pos = _XERIAL_HEADER_SIZE
     end = len(payload)
     while pos < end:
@@ -346,6 +382,5 @@ def _xerial_decompress(payload: memoryview) -> bytes:
         pos += 4
         if pos + length > end:
             raise InvalidRecords(CORRUPT_MESSAGE, "xerial snappy block truncated")
-        blocks.append(cramjam.snappy.decompress_raw(payload[pos : pos + length]))
+        yield payload[pos : pos + length]
         pos += length
-    return b"".join(blocks)

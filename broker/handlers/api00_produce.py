@@ -61,7 +61,7 @@ def produce(ctx, request) -> asyncio.Future:
                 continue
             data = bytes(records)  # what the WAL keeps, and the fastest thing to walk records in
             try:
-                summary = validate(data, max_size=limit, keyed=keyed)
+                summary = validate(data, max_size=limit, keyed=keyed, max_expanded=s.settings.max_decompressed_batch_bytes)
             except InvalidRecords as e:
                 parts.append((p.index, None, error(e.error_code), str(e), 0))
                 continue

@@ -35,3 +35,27 @@ def test_topic_max_message_bytes_is_enforced_per_batch(neve_node):
     assert produce_one(neve_node.bootstrap, "small", b"y" * 500) == (None, 0)
     # Another topic keeps the broker's limit (10 MiB by default).
     assert produce_one(neve_node.bootstrap, "default", b"z" * 5000) == (None, 0)
+
+
+def test_a_batch_that_decompresses_past_the_bound_is_too_large_and_the_rest_is_stored(neve_node):
+    """A zstd batch of 12 KB whose records section decompresses to 300 MiB, past the broker's
+    256 MiB bound (NEVE_BROKER_MAX_DECOMPRESSED_BATCH_BYTES): MESSAGE_TOO_LARGE for its partition,
+    without the broker taking the 300 MiB; the request's other partition is stored, and the
+    connection goes on serving."""
+    import cramjam
+
+    from tests.batches import ZSTD, frame_batch, make_batch
+    from tests.raw import Raw, assert_still_serving, produce_v9
+    from tests.scenarios.records import create_topic
+
+    topic = create_topic(neve_node.bootstrap, 2, prefix="expands")
+    bomb = frame_batch(bytes(cramjam.zstd.compress(bytes(300 * 2**20))), record_count=1, last_offset_delta=0, base_timestamp=1, max_timestamp=1, attributes=ZSTD)
+    assert len(bomb) < 100_000
+    raw = Raw(neve_node.port)
+    try:
+        cid = raw.request(produce_v9(topic, {0: bomb, 1: make_batch([(b"k", b"v", [], 1)])}))
+        answers = {p.index: (p.error_code, p.base_offset) for t in raw.response(0, 9, cid).responses for p in t.partition_responses}
+        assert answers == {0: (10, -1), 1: (0, 0)}
+        assert_still_serving(raw)
+    finally:
+        raw.close()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from wal.batch import BATCH_HEADER_SIZE, CORRUPT_MESSAGE, INVALID_RECORD, InvalidRecords, decompress
 
 
-def check_records(view, _array, pos: int, size: int, codec: int, count: int, keyed: bool, index: int) -> None:
+def check_records(view, _array, pos: int, size: int, codec: int, count: int, keyed: bool, index: int, _max_expanded=None) -> None:
     """What wal.batch._check_records did: walks the records of the batch at `pos` (decompressed
     first); raises InvalidRecords."""
     data = view

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.batches import CODECS, NONE, SNAPPY, compress, encode_records, frame_batch, xerial_snappy
@@ -42,9 +42,9 @@ def python_walk_in_place():
         wal_batch._check_records = saved
 
 
-def outcome(data: bytes, keyed: bool):
+def outcome(data: bytes, keyed: bool, max_expanded: int | None = None):
     try:
-        return validate(data, keyed=keyed)
+        return validate(data, keyed=keyed, max_expanded=max_expanded)
     except InvalidRecords as e:
         return e.error_code, str(e)
 
@@ -55,7 +55,8 @@ def framed(section: bytes, count: int, codec: int) -> bytes:
     return frame_batch(payload, record_count=count, last_offset_delta=count - 1, base_timestamp=1, max_timestamp=9, attributes=attributes)
 
 
-@settings(max_examples=2000, deadline=None)
+# too_slow: generating 140 records an example is slow on a busy machine; that is no failure
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     sections,
     st.sampled_from([*CODECS, XERIAL]),
@@ -84,7 +85,7 @@ def test_the_compiled_walk_answers_as_the_python_walk(recs, codec, keyed, edits,
     count = max(len(recs) + miscount, 1)
     valid = framed(encode_records(recs[:1], 0), 1, NONE)
     request = (valid if before else b"") + framed(bytes(data), count, codec) + (valid if after else b"")
-    new = outcome(request, keyed)
+    new = outcome(request, keyed, max_expanded=1 << 20)  # as produce calls it: decompressed within a bound
     with python_walk_in_place():
         old = outcome(request, keyed)
     assert new == old
@@ -143,7 +144,7 @@ def test_the_walks_agree_on_records_of_thousands():
         assert new.record_count == 8300
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.lists(record, min_size=1, max_size=6), min_size=1, max_size=4), st.lists(edit, max_size=2), st.integers(-1, 1))
 def test_record_starts_are_where_each_record_begins(batches, edits, miscount):
     """Sections laid end to end: each section's starts are the positions an independent reading
@@ -193,3 +194,18 @@ def lengths_walk(section: bytes, count: int) -> list[int] | None:
         pos += length
         starts.append(start)
     return starts if pos == len(section) else None
+
+
+@pytest.mark.parametrize("codec", [*CODECS[1:], XERIAL])
+def test_a_batch_that_expands_past_the_bound_is_too_large(codec):
+    """Decompression stops at the bound (MESSAGE_TOO_LARGE), where a batch of the same records
+    within it is walked as ever; a section that does not decompress is still CORRUPT_MESSAGE."""
+    recs = [(b"k", bytes(4000), [], i) for i in range(300)]  # about 1.2 MB decompressed
+    batch = framed(encode_records(recs, 0), len(recs), codec)
+    assert len(batch) < (1 << 20) // 4
+    assert validate(batch, max_expanded=2 << 20).record_count == 300
+    for bound in (1 << 20, 1):
+        code, message = outcome(batch, False, max_expanded=bound)
+        assert (code, message) == (10, f"batch 0: its records expand past {bound} bytes")
+    garbage = frame_batch(b"not compressed at all" * 3, record_count=1, last_offset_delta=0, base_timestamp=1, max_timestamp=1, attributes=SNAPPY if codec == XERIAL else codec)
+    assert outcome(garbage, False, max_expanded=1 << 20)[0] == 2
