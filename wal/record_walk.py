@@ -204,27 +204,24 @@ def check_records(data, pos, end, count, keyed):
     return OK, i, i, 0
 
 
+# check_records' outcomes in words, as the Python walk worded them
+_MESSAGES = {
+    TRAILING: "{a} bytes follow the last of {count} records",
+    LENGTH: "record {index} has length {a}, {b} bytes remain",
+    VARINT_TOO_LONG: "varint longer than 5 bytes",
+    TIMESTAMP_TOO_LONG: "record {index} has a timestamp delta longer than 10 bytes",
+    OFFSET_DELTA: "record {index} has offset delta {a}",
+    NO_KEY: "record {index} has no key, and the topic is compacted",
+    HEADER_COUNT: "record {index} has {a} headers",
+    HEADER_KEY: "record {index} has a header key of length {a}",
+    FIELDS_END: "record {index}'s fields end {a:+d} bytes from its length",
+    TRUNCATED: "record {index} is truncated",
+}
+
+
 def outcome_message(outcome: int, index: int, a: int, b: int, count: int) -> str:
-    """check_records' outcome in words (not OK)."""
-    if outcome == TRAILING:
-        return f"{a} bytes follow the last of {count} records"
-    if outcome == LENGTH:
-        return f"record {index} has length {a}, {b} bytes remain"
-    if outcome == VARINT_TOO_LONG:
-        return "varint longer than 5 bytes"
-    if outcome == TIMESTAMP_TOO_LONG:
-        return f"record {index} has a timestamp delta longer than 10 bytes"
-    if outcome == OFFSET_DELTA:
-        return f"record {index} has offset delta {a}"
-    if outcome == NO_KEY:
-        return f"record {index} has no key, and the topic is compacted"
-    if outcome == HEADER_COUNT:
-        return f"record {index} has {a} headers"
-    if outcome == HEADER_KEY:
-        return f"record {index} has a header key of length {a}"
-    if outcome == FIELDS_END:
-        return f"record {index}'s fields end {a:+d} bytes from its length"
-    return f"record {index} is truncated"
+    """check_records' outcome (not OK) in words."""
+    return _MESSAGES[outcome].format(index=index, a=a, b=b, count=count)
 
 
 @_compiled(f"int64({_BYTES}, int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])")
