@@ -14,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9 import request as produce_v9
 
 from broker.codec import OnePartitionProduce, response_module
+from broker.config import BrokerSettings
 from broker.handlers.api00_produce import produce
 from broker.waiting import SLOT_S
 from metadata.model import AppendResult, TopicInfo
@@ -37,7 +38,7 @@ class Wal:
 def context(wal: Wal):
     services = SimpleNamespace(
         metadata=SimpleNamespace(topics=lambda: {TOPIC.name: TOPIC}),
-        settings=SimpleNamespace(max_message_bytes=1 << 20, produce_timeout_ms=30_000),
+        settings=BrokerSettings(max_message_bytes=1 << 20, produce_timeout_ms=30_000),  # the others as a broker's
         wal=wal,
     )
     return SimpleNamespace(services=services, response=response_module(0, 9), api_version=9)
