@@ -113,3 +113,19 @@ def make_batch(
         base_sequence=base_sequence,
         base_offset=base_offset,
     )
+
+
+def edited(data: bytes, edits) -> bytes:
+    """`data` with each edit (position, "set" | "insert" | "delete", byte) applied in turn, the
+    position taken modulo the length (+1, so that an insert may append)."""
+    out = bytearray(data)
+    for where, how, value in edits:
+        where %= len(out) + 1
+        if how == "insert":
+            out[where:where] = bytes([value])
+        elif where < len(out):
+            if how == "set":
+                out[where] = value
+            else:
+                del out[where]
+    return bytes(out)

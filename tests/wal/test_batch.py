@@ -22,6 +22,7 @@ from tests.batches import (
     TRANSACTIONAL,
     ZSTD,
     compress,
+    edited,
     encode_records,
     frame_batch,
     make_batch,
@@ -393,17 +394,7 @@ def test_mutated_record_bodies_are_stored_exactly_when_they_parse(recs, codec, e
     """A record section mutated in place, inserted into or cut, then compressed and framed with a
     right CRC: validate accepts it exactly when an independent reading parses it into the header's
     count of records with offset deltas 0..n-1, and answers CORRUPT_MESSAGE otherwise."""
-    data = bytearray(encode_records(recs, 0))
-    for where, how, value in edits:
-        where %= len(data) + 1
-        if how == "insert":
-            data[where:where] = bytes([value])
-        elif where < len(data):
-            if how == "set":
-                data[where] = value
-            else:
-                del data[where]
-    payload = bytes(data)
+    payload = edited(encode_records(recs, 0), edits)
     parsed = reference_records(payload)
     parses = parsed is not None and [r[0] for r in parsed] == list(range(len(recs)))
     try:
@@ -412,7 +403,6 @@ def test_mutated_record_bodies_are_stored_exactly_when_they_parse(recs, codec, e
         assert e.error_code == 2 and not parses, str(e)
     else:
         assert parses and summary.record_count == len(recs)
-
 
 
 # --- iter_headers and inject_offsets ----------------------------------------------------------
@@ -448,7 +438,6 @@ def test_inject_offsets_accepts_a_memoryview_slice():
 
 def test_inject_offsets_of_nothing_is_nothing():
     assert inject_offsets(b"", 5) == bytearray()
-
 
 
 # --- offset_for_timestamp ---------------------------------------------------------------------

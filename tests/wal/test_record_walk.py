@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.batches import CODECS, NONE, SNAPPY, compress, encode_records, frame_batch, xerial_snappy
+from tests.batches import CODECS, NONE, SNAPPY, compress, edited, encode_records, frame_batch, xerial_snappy
 from tests.wal import python_walk
 from wal import batch as wal_batch
 from wal.batch import InvalidRecords, validate
@@ -72,19 +72,10 @@ def test_the_compiled_walk_answers_as_the_python_walk(recs, codec, keyed, edits,
     judges it), with a header count that may be off by one, alone in the request or between
     valid batches (reads past a batch's end see the next batch's bytes): the new walk and the old
     one give the same summary, or the same Kafka error with the same words."""
-    data = bytearray(encode_records(recs, 0))
-    for where, how, value in edits:
-        where %= len(data) + 1
-        if how == "insert":
-            data[where:where] = bytes([value])
-        elif where < len(data):
-            if how == "set":
-                data[where] = value
-            else:
-                del data[where]
+    data = edited(encode_records(recs, 0), edits)
     count = max(len(recs) + miscount, 1)
     valid = framed(encode_records(recs[:1], 0), 1, NONE)
-    request = (valid if before else b"") + framed(bytes(data), count, codec) + (valid if after else b"")
+    request = (valid if before else b"") + framed(data, count, codec) + (valid if after else b"")
     new = outcome(request, keyed, max_expanded=1 << 20)  # as produce calls it: decompressed within a bound
     with python_walk_in_place():
         old = outcome(request, keyed)
