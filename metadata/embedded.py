@@ -11,9 +11,13 @@ SQLite layout (WAL journal, synchronous=FULL):
     partitions(topic_id, partition, next_offset, log_start_offset)          PK (topic_id, partition)
     index_entries(topic_id, partition, base_offset, last_offset, object_key, object_type,
                   start, size, max_timestamp)                              PK (topic_id, partition, base_offset)
-    producer_states(producer_id, topic_id, partition, epoch, batches, last_used)  PK (producer_id, topic_id, partition)
+    producer_states(producer_id, topic_id, partition, epoch, batches, last_used, txn_first_offset)
+                                                    PK (producer_id, topic_id, partition)
                                                     -- batches: JSON [[first_seq, last_seq, base_offset], ...];
-                                                    -- last_used: ms, for expiry (0 in databases from before it)
+                                                    -- last_used: ms, for expiry (0 in databases from before it);
+                                                    -- txn_first_offset: its open transaction's first offset, -1 none
+    aborted_transactions(topic_id, partition, last_offset, first_offset, producer_id)
+                                                    PK (topic_id, partition, last_offset)  -- by abort marker
     producer_epochs(producer_id INT PK, epoch INT)  -- for KIP-360 epoch bumps in init_producer_id
     counters(name TEXT PK, value INT)               -- 'next_producer_id', 'registry_revision'
     registry(key TEXT PK, value BLOB, revision INT) -- the schema registry's items (registry/store.py)
@@ -32,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from .model import AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
+from .model import AbortedTransaction, AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .rules import bumped_epoch, clamped_log_start, merged_configs, partition_count
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
 from .store import PRODUCER_EXPIRY_MS, Fence, InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, RegistryItem, TopicAlreadyExists, UnknownTopic, check_replacement
@@ -58,7 +62,13 @@ CREATE TABLE IF NOT EXISTS index_entries (
 CREATE TABLE IF NOT EXISTS producer_states (
     producer_id INTEGER NOT NULL, topic_id TEXT NOT NULL, partition INTEGER NOT NULL,
     epoch INTEGER NOT NULL, batches TEXT NOT NULL, last_used INTEGER NOT NULL DEFAULT 0,
+    txn_first_offset INTEGER NOT NULL DEFAULT -1,
     PRIMARY KEY (producer_id, topic_id, partition)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS aborted_transactions (
+    topic_id TEXT NOT NULL, partition INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL, producer_id INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, last_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producer_epochs (producer_id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -127,16 +137,17 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=FULL")
         db.executescript(_SCHEMA)
-        if "last_used" not in {row[1] for row in db.execute("PRAGMA table_info(producer_states)")}:  # a database from before expiry
+        columns = {row[1] for row in db.execute("PRAGMA table_info(producer_states)")}
+        if "last_used" not in columns:  # a database from before expiry
             db.execute("ALTER TABLE producer_states ADD COLUMN last_used INTEGER NOT NULL DEFAULT 0")
+        if "txn_first_offset" not in columns:  # a database from before transactions
+            db.execute("ALTER TABLE producer_states ADD COLUMN txn_first_offset INTEGER NOT NULL DEFAULT -1")
         return (
             db.execute("SELECT topic_id, name, partitions, configs FROM topics").fetchall(),
             db.execute("SELECT topic_id, partition, next_offset, log_start_offset FROM partitions").fetchall(),
-            db.execute(
-                "SELECT topic_id, partition, base_offset, last_offset, object_key, object_type, start, size, max_timestamp"
-                " FROM index_entries ORDER BY topic_id, partition, base_offset"
-            ).fetchall(),
-            db.execute("SELECT producer_id, topic_id, partition, epoch, batches, last_used FROM producer_states").fetchall(),
+            db.execute("SELECT topic_id, partition, base_offset, last_offset, object_key, object_type, start, size, max_timestamp FROM index_entries ORDER BY topic_id, partition, base_offset").fetchall(),
+            db.execute("SELECT producer_id, topic_id, partition, epoch, batches, last_used, txn_first_offset FROM producer_states").fetchall(),
+            db.execute("SELECT topic_id, partition, last_offset, first_offset, producer_id FROM aborted_transactions").fetchall(),
             db.execute("SELECT producer_id, epoch FROM producer_epochs").fetchall(),
             db.execute("SELECT value FROM counters WHERE name = 'next_producer_id'").fetchall(),
         )
@@ -146,7 +157,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             self._db.close()
             self._db = None
 
-    def _load(self, topics, partitions, entries, producers, epochs, counter) -> None:
+    def _load(self, topics, partitions, entries, producers, aborted, epochs, counter) -> None:
         for tid, name, count, configs in topics:
             info = TopicInfo(name, uuid.UUID(hex=tid), count, json.loads(configs))
             self._topics[name] = info
@@ -159,10 +170,17 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         for tid, p, base, last, key, otype, start, size, max_ts in entries:
             self._partitions[(uuid.UUID(hex=tid), p)].add(IndexEntry(base, last, key, ObjectType(otype), start, size, max_ts))
         now = self._now_ms()
-        for pid, tid, p, epoch, batches, used in producers:
-            state = ProducerState(epoch, tuple(BatchSequence(*b) for b in json.loads(batches)))
+        for pid, tid, p, epoch, batches, used, txn_first in producers:
+            state = ProducerState(epoch, tuple(BatchSequence(*b) for b in json.loads(batches)), txn_first)
             key = (pid, uuid.UUID(hex=tid), p)
             self._producers[key], self._producer_used[key] = state, used or now
+            view = self._partitions.get(key[1:])
+            if view is not None:
+                view.set_transaction_start(pid, txn_first)
+        for tid, p, last, first, pid in aborted:
+            view = self._partitions.get((uuid.UUID(hex=tid), p))
+            if view is not None:
+                view.add_aborted(AbortedTransaction(last, first, pid))
         self._producer_epochs = dict(epochs)
         self._next_producer_id = counter[0][0] if counter else 0
 
@@ -239,9 +257,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         if info is None:
             raise UnknownTopic(name)
         tid = info.topic_id.hex
-        await self._write(
-            [(f"DELETE FROM {table} WHERE topic_id = ?", (tid,), False) for table in ("topics", "partitions", "index_entries", "producer_states")]
-        )
+        await self._write([(f"DELETE FROM {table} WHERE topic_id = ?", (tid,), False) for table in ("topics", "partitions", "index_entries", "producer_states", "aborted_transactions")])
         del self._topics[name]
         del self._by_id[info.topic_id]
         self._topics_view = MappingProxyType(dict(self._topics))
@@ -289,21 +305,24 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         await self._write([("DELETE FROM producer_states WHERE producer_id = ? AND topic_id = ? AND partition = ?", [(pid, tid.hex, p) for pid, tid, p in idle], True)])
         for key in idle:
             del self._producers[key], self._producer_used[key]
+            view = self._partitions.get(key[1:])
+            if view is not None:
+                view.set_transaction_start(key[0], -1)
 
     @staticmethod
     def _commit_statements(seq: Sequenced, now: int) -> list[tuple[str, Any, bool]]:
-        rows = [
-            (tp[0].hex, tp[1], e.base_offset, e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp)
-            for tp, entries in seq.entries.items()
-            for e in entries
-        ]
+        rows = [(tp[0].hex, tp[1], e.base_offset, e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp) for tp, entries in seq.entries.items() for e in entries]
         heads = [(offset, tp[0].hex, tp[1]) for tp, offset in seq.heads.items()]
-        states = [(pid, tid.hex, p, s.epoch, json.dumps([list(b) for b in s.batches]), now) for (pid, tid, p), s in seq.producers.items()]
-        return [
+        states = [(pid, tid.hex, p, s.epoch, json.dumps([list(b) for b in s.batches]), now, s.txn_first_offset) for (pid, tid, p), s in seq.producers.items()]
+        statements = [
             ("INSERT INTO index_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows, True),
             ("UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?", heads, True),
-            ("INSERT OR REPLACE INTO producer_states VALUES (?, ?, ?, ?, ?, ?)", states, True),
+            ("INSERT OR REPLACE INTO producer_states VALUES (?, ?, ?, ?, ?, ?, ?)", states, True),
         ]
+        if seq.aborted:
+            aborted = [(tid.hex, p, a.last_offset, a.first_offset, a.producer_id) for (tid, p), txns in seq.aborted.items() for a in txns]
+            statements.append(("INSERT OR REPLACE INTO aborted_transactions VALUES (?, ?, ?, ?, ?)", aborted, True))
+        return statements
 
     def _apply(self, seq: Sequenced, now: int) -> None:
         partitions = self._partitions
@@ -315,6 +334,11 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
                 part.add(e)
         self._producers.update(seq.producers)
         self._producer_used.update(dict.fromkeys(seq.producers, now))
+        for (pid, tid, p), state in seq.producers.items():
+            partitions[(tid, p)].set_transaction_start(pid, state.txn_first_offset)
+        for tp, txns in seq.aborted.items():
+            for a in txns:
+                partitions[tp].add_aborted(a)
 
     async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry, fence: Fence | None = None) -> bool:
         check_replacement(replaced, replacement)

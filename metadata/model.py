@@ -6,6 +6,10 @@ import enum
 import uuid
 from dataclasses import dataclass, field
 
+# What an Append holds (`Append.control`): records, or one transaction marker (a control batch,
+# whose control record's type is 0 for an abort and 1 for a commit, as Kafka's ControlRecordType).
+NOT_CONTROL, ABORT_MARKER, COMMIT_MARKER = -1, 0, 1
+
 
 class ObjectType(enum.IntEnum):
     WAL = 0  # a WAL object: start/size are a byte range of stored record batches
@@ -77,6 +81,8 @@ class Append:
     producer_id: int = -1  # -1: not idempotent, no sequence checks
     producer_epoch: int = -1
     base_sequence: int = -1
+    transactional: bool = False  # the batches belong to the producer's open transaction on the partition
+    control: int = NOT_CONTROL  # a transaction marker ends that transaction: ABORT_MARKER or COMMIT_MARKER
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,18 @@ class AppendResult:
     base_offset: int = -1
     log_start_offset: int = 0
     duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class AbortedTransaction:
+    """A transaction a producer aborted on one partition: its records lie in [first_offset,
+    last_offset], the last being the abort marker's offset. Read-committed fetches return those
+    their range meets, for clients to skip that producer's batches there (Kafka's aborted
+    transaction index)."""
+
+    last_offset: int
+    first_offset: int
+    producer_id: int
 
 
 # Kafka error codes the sequencer answers with.

@@ -5,6 +5,13 @@ the etcd store runs it inside an optimistic transaction over exactly the keys `i
 Idempotence follows Kafka's ProducerStateManager: per (producer id, topic, partition) the epoch
 and the last five stored batches' sequence ranges; a retried batch is answered with the offset it
 was first stored at, a gap or a stale epoch is refused.
+
+Transactions follow it too: a producer's state on a partition holds the first offset of its open
+transaction there (from its first transactional batch to the marker that ends it). The partition's
+last stable offset is the least of those (`PartitionView.last_stable_offset`). A marker (a control
+batch the transaction coordinator writes) takes an offset like any batch, is refused with a stale
+epoch, closes the transaction, and an abort marker records the aborted range
+(`Sequenced.aborted`, Kafka's aborted transaction index).
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
 from .model import (
+    ABORT_MARKER,
     INVALID_PRODUCER_EPOCH,
     OUT_OF_ORDER_SEQUENCE_NUMBER,
     UNKNOWN_TOPIC_OR_PARTITION,
+    AbortedTransaction,
     AppendResult,
     IndexEntry,
     ObjectCommit,
@@ -61,6 +70,7 @@ class ProducerState(NamedTuple):
 
     epoch: int
     batches: tuple[BatchSequence, ...]  # oldest first, at most REMEMBERED_BATCHES
+    txn_first_offset: int = -1  # the first offset of the producer's open transaction here; -1: none
 
     def find(self, epoch: int, first_seq: int, last_seq: int) -> BatchSequence | None:
         if epoch != self.epoch:
@@ -70,10 +80,22 @@ class ProducerState(NamedTuple):
                 return b
         return None
 
-    def after(self, epoch: int, batch: BatchSequence) -> ProducerState:
+    def after(self, epoch: int, batch: BatchSequence, transactional: bool = False) -> ProducerState:
+        """The state once `batch` is stored; a transactional batch opens the producer's
+        transaction here if none is open (an open one stays open across an epoch bump: only its
+        marker closes it)."""
+        txn_first = self.txn_first_offset
+        if transactional and txn_first < 0:
+            txn_first = batch.base_offset
         if epoch != self.epoch:
-            return ProducerState(epoch, (batch,))
-        return ProducerState(epoch, self.batches[1 - REMEMBERED_BATCHES :] + (batch,))
+            return ProducerState(epoch, (batch,), txn_first)
+        return ProducerState(epoch, self.batches[1 - REMEMBERED_BATCHES :] + (batch,), txn_first)
+
+    def ended(self, epoch: int) -> ProducerState:
+        """The state once a marker at `epoch` (not older than this state's) ends the open
+        transaction. A marker at a newer epoch (Kafka's transactions v2 bump, or the abort that
+        fences a zombie) starts that epoch with no batches: its next batch is sequence 0."""
+        return ProducerState(epoch, self.batches if epoch == self.epoch else ())
 
 
 @dataclass(slots=True)
@@ -84,6 +106,7 @@ class Sequenced:
     heads: dict[TopicPartition, int]  # new next offset of every partition that grew
     entries: dict[TopicPartition, list[IndexEntry]]  # new index entries, in offset order
     producers: dict[ProducerKey, ProducerState]  # new state of every producer that stored a batch
+    aborted: dict[TopicPartition, list[AbortedTransaction]]  # transactions aborted by the commit's markers
 
     @property
     def changed(self) -> bool:
@@ -117,6 +140,7 @@ def sequence(
     new_heads: dict[TopicPartition, int] = {}
     new_entries: dict[TopicPartition, list[IndexEntry]] = {}
     new_producers: dict[ProducerKey, ProducerState] = {}
+    new_aborted: dict[TopicPartition, list[AbortedTransaction]] = {}
     object_key = commit.object_key
 
     # The open run: the last stored append's partition and the entry fields it has gathered so far.
@@ -126,9 +150,7 @@ def sequence(
     run_base = run_last = run_start = run_end = run_max_ts = 0
 
     def close_run() -> None:
-        new_entries.setdefault(run_tp, []).append(
-            IndexEntry(run_base, run_last, object_key, ObjectType.WAL, run_start, run_end - run_start, run_max_ts)
-        )
+        new_entries.setdefault(run_tp, []).append(IndexEntry(run_base, run_last, object_key, ObjectType.WAL, run_start, run_end - run_start, run_max_ts))
 
     for a in commit.appends:
         tp = (a.topic_id, a.partition)
@@ -144,7 +166,22 @@ def sequence(
         if next_offset is None:
             next_offset = head.next_offset
 
-        if a.producer_id >= 0:
+        if a.control >= 0:  # a transaction marker
+            pkey = (a.producer_id, a.topic_id, a.partition)
+            state = new_producers.get(pkey) or producers.get(pkey)
+            if state is not None and a.producer_epoch < state.epoch:
+                results.append(AppendResult(INVALID_PRODUCER_EPOCH, -1, log_start))
+                if run_tp is not None:
+                    close_run()
+                    run_tp = None
+                continue
+            if state is None:
+                new_producers[pkey] = ProducerState(a.producer_epoch, ())
+            else:
+                if a.control == ABORT_MARKER and state.txn_first_offset >= 0:
+                    new_aborted.setdefault(tp, []).append(AbortedTransaction(next_offset, state.txn_first_offset, a.producer_id))
+                new_producers[pkey] = state.ended(a.producer_epoch)
+        elif a.producer_id >= 0:
             pkey = (a.producer_id, a.topic_id, a.partition)
             state = new_producers.get(pkey) or producers.get(pkey)
             last_seq = last_sequence(a.base_sequence, a.record_count)
@@ -162,7 +199,7 @@ def sequence(
                 elif a.producer_epoch > state.epoch:
                     if a.base_sequence != 0:
                         error = OUT_OF_ORDER_SEQUENCE_NUMBER
-                elif a.base_sequence != (state.batches[-1].last_seq + 1) % SEQUENCE_MODULUS:
+                elif a.base_sequence != ((state.batches[-1].last_seq + 1) % SEQUENCE_MODULUS if state.batches else 0):
                     error = OUT_OF_ORDER_SEQUENCE_NUMBER
             if error:
                 results.append(AppendResult(error, -1, log_start))
@@ -171,7 +208,10 @@ def sequence(
                     run_tp = None
                 continue
             batch = BatchSequence(a.base_sequence, last_seq, next_offset)
-            new_producers[pkey] = state.after(a.producer_epoch, batch) if state is not None else ProducerState(a.producer_epoch, (batch,))
+            if state is not None:
+                new_producers[pkey] = state.after(a.producer_epoch, batch, a.transactional)
+            else:
+                new_producers[pkey] = ProducerState(a.producer_epoch, (batch,), next_offset if a.transactional else -1)
 
         # Stored: take the offsets and extend or open the index run.
         last_offset = next_offset + a.record_count - 1
@@ -192,4 +232,4 @@ def sequence(
 
     if run_tp is not None:
         close_run()
-    return Sequenced(results, new_heads, new_entries, new_producers)
+    return Sequenced(results, new_heads, new_entries, new_producers, new_aborted)

@@ -13,7 +13,7 @@ import uuid
 from array import array
 from collections.abc import Sequence
 
-from .model import IndexEntry, ObjectType
+from .model import AbortedTransaction, IndexEntry, ObjectType
 
 TopicPartition = tuple[uuid.UUID, int]
 
@@ -23,7 +23,7 @@ ENTRY_BYTES = 6 * 8 + 8 + 1  # the columns' bytes per entry: six numbers, a key 
 
 
 class PartitionView:
-    __slots__ = ("next_offset", "log_start_offset", "_base", "_last", "_start", "_size", "_max_ts", "_running_max", "_keys", "_types")
+    __slots__ = ("next_offset", "log_start_offset", "_base", "_last", "_start", "_size", "_max_ts", "_running_max", "_keys", "_types", "_txn_starts", "_aborted")
 
     def __init__(self, next_offset: int = 0, log_start_offset: int = 0) -> None:
         self.next_offset = next_offset
@@ -36,6 +36,56 @@ class PartitionView:
         self._running_max = array("q")
         self._keys: list[str] = []
         self._types = bytearray()
+        # Transactions, made when a partition first has one (most never do): the first offset of
+        # each producer's open transaction here, and the aborted ones by marker offset.
+        self._txn_starts: dict[int, int] | None = None
+        self._aborted: list[AbortedTransaction] | None = None
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction has ended: the first offset of the oldest open transaction,
+        or the high watermark when none is open (read_committed readers stop there)."""
+        starts = self._txn_starts
+        return min(starts.values()) if starts else self.next_offset
+
+    def open_transactions(self) -> dict[int, int]:
+        """The first offset of each producer's open transaction here, by producer id."""
+        return dict(self._txn_starts or {})
+
+    def set_transaction_start(self, producer_id: int, first_offset: int) -> None:
+        """A producer's open transaction starts at `first_offset` here; -1: it has none."""
+        if first_offset >= 0:
+            if self._txn_starts is None:
+                self._txn_starts = {}
+            self._txn_starts[producer_id] = first_offset
+        elif self._txn_starts:
+            self._txn_starts.pop(producer_id, None)
+
+    def add_aborted(self, aborted: AbortedTransaction) -> None:
+        if self._aborted is None:
+            self._aborted = []
+        if not self._aborted or aborted > self._aborted[-1]:
+            self._aborted.append(aborted)
+        elif aborted not in self._aborted:  # a load's records come in no particular order
+            bisect.insort(self._aborted, aborted)
+
+    def aborted_between(self, first_offset: int, last_offset: int) -> list[AbortedTransaction]:
+        """The aborted transactions whose records meet [first_offset, last_offset], by marker
+        offset."""
+        aborted = self._aborted
+        if not aborted:
+            return []
+        i = bisect.bisect_left(aborted, (first_offset,), key=lambda a: (a.last_offset,))
+        return [a for a in aborted[i:] if a.first_offset <= last_offset]
+
+    def drop_aborted_below(self, offset: int) -> None:
+        """Forget the aborted transactions whose marker lies below `offset` (no reader gets
+        their records any more)."""
+        aborted = self._aborted
+        if aborted:
+            del aborted[: bisect.bisect_left(aborted, (offset,), key=lambda a: (a.last_offset,))]
 
     def __len__(self) -> int:
         return len(self._base)

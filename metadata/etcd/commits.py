@@ -211,7 +211,7 @@ class _Commits:
                     put.key, put.value, put.lease = self.keys.producer(tid, p, pid), encode_producer(state, now_ms), lease
             if seq.entries:
                 put = success().request_put
-                put.key, put.value = record_key, encode_wal_index(sub.object_key, seq.entries)
+                put.key, put.value = record_key, encode_wal_index(sub.object_key, seq.entries, seq.aborted)
             failure = request.failure.add
             for part in heads.values():
                 failure().request_range.key = part.head_key
@@ -305,6 +305,11 @@ class _Commits:
             part = self._partitions.get((tid, p))
             if part is not None:
                 part.take_producer(pid, state, now_ms, revision)
+        for tp, txns in seq.aborted.items():
+            part = self._partitions.get(tp)
+            if part is not None:
+                for a in txns:
+                    part.add_aborted(a)
         return touched
 
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:

@@ -11,7 +11,7 @@ import uuid
 
 import orjson
 
-from ..model import BrokerRegistration, TopicInfo
+from ..model import AbortedTransaction, BrokerRegistration, TopicInfo
 from ..sequencer import ProducerState
 from ..store import MetadataUnavailable, resolved_within
 from ..view import WAL, PartitionView
@@ -60,12 +60,14 @@ class _PartitionState(PartitionView):
     def take_producer(self, producer_id: int, state: ProducerState, used: int, revision: int) -> None:
         if revision > self.producer_revisions.get(producer_id, 0):
             self.producers[producer_id], self.producer_used[producer_id], self.producer_revisions[producer_id] = state, used, revision
+            self.set_transaction_start(producer_id, state.txn_first_offset)
 
     def drop_producer(self, producer_id: int, revision: int) -> None:
         if revision >= self.producer_revisions.get(producer_id, 0):
             self.producers.pop(producer_id, None)
             self.producer_used.pop(producer_id, None)
             self.producer_revisions.pop(producer_id, None)
+            self.set_transaction_start(producer_id, -1)
 
 
 class _RevisionCompacted(Exception):
@@ -449,7 +451,7 @@ class _Follower:
     def _apply_wal_index(self, raw: bytes) -> None:
         """A wal-index record's entries into their partitions' views, field by field (the layout
         is `encode_wal_index`'s; no IndexEntry is made per entry)."""
-        key, topics = orjson.loads(raw)
+        key, topics, *aborted = orjson.loads(raw)
         by_path = self._by_path
         for topic, rows in topics:
             prefix = topic + "/"
@@ -457,6 +459,10 @@ class _Follower:
                 found = by_path.get(prefix + partition)
                 if found is not None:
                     found[1].add_fields(base, last, key, WAL, start, size, max_ts)
+        for path, last, first, pid in aborted[0] if aborted else ():
+            found = by_path.get(path)
+            if found is not None:
+                found[1].add_aborted(AbortedTransaction(last, first, pid))
 
     def _apply_entry(self, rest: str, raw: bytes) -> None:
         """A per-entry key: it takes the place of whatever the view holds for its offsets (the

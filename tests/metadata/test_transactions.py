@@ -1,0 +1,97 @@
+"""Transactions in the sequencer and the stores: a producer's open transaction holds its
+partition's last stable offset back until a marker ends it; an abort marker records the aborted
+range, which read_committed fetches return; both survive a restart on every durable backend."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+from metadata.model import ABORT_MARKER, COMMIT_MARKER, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, AbortedTransaction, Append
+from metadata.sequencer import Head, ProducerState, sequence
+
+from .helpers import append, commit
+
+T = uuid.UUID(int=7)
+
+
+def txn(partition: int, start: int, count: int, pid: int, epoch: int, seq: int) -> Append:
+    return replace(append(T, partition, start, 10 * count, count, pid=pid, epoch=epoch, seq=seq), transactional=True)
+
+
+def marker(partition: int, start: int, pid: int, epoch: int, kind: int) -> Append:
+    return Append(T, partition, start, 10, 1, 0, producer_id=pid, producer_epoch=epoch, base_sequence=-1, transactional=True, control=kind)
+
+
+def test_a_transactional_batch_opens_the_transaction_and_its_marker_ends_it():
+    first = sequence(commit(append(T, 0, 0, 10, 1), txn(0, 10, 3, pid=5, epoch=0, seq=0)), {(T, 0): Head(4)}, {})
+    state = first.producers[(5, T, 0)]
+    assert state.txn_first_offset == 5  # after the non-transactional record at 4
+    second = sequence(commit(txn(0, 0, 2, pid=5, epoch=0, seq=3)), {(T, 0): Head(8)}, first.producers)
+    assert second.producers[(5, T, 0)].txn_first_offset == 5  # still the transaction's first offset
+    ended = sequence(commit(marker(0, 0, 5, 0, COMMIT_MARKER)), {(T, 0): Head(10)}, second.producers)
+    assert ended.results[0].base_offset == 10  # a marker takes an offset
+    assert ended.producers[(5, T, 0)] == ProducerState(0, second.producers[(5, T, 0)].batches)  # batches kept at the same epoch
+    assert ended.aborted == {}
+
+
+def test_an_abort_marker_records_the_aborted_range():
+    opened = sequence(commit(txn(1, 0, 3, pid=9, epoch=2, seq=0)), {(T, 1): Head(20)}, {})
+    aborted = sequence(commit(marker(1, 0, 9, 2, ABORT_MARKER)), {(T, 1): Head(23)}, opened.producers)
+    assert aborted.aborted == {(T, 1): [AbortedTransaction(23, 20, 9)]}
+    assert aborted.producers[(9, T, 1)].txn_first_offset == -1
+
+
+def test_a_marker_with_a_stale_epoch_is_refused_and_a_newer_one_starts_its_epoch():
+    opened = sequence(commit(txn(0, 0, 1, pid=3, epoch=4, seq=0)), {(T, 0): Head(0)}, {})
+    stale = sequence(commit(marker(0, 0, 3, 3, ABORT_MARKER)), {(T, 0): Head(1)}, opened.producers)
+    assert stale.results[0].error_code == INVALID_PRODUCER_EPOCH and not stale.changed
+    bumped = sequence(commit(marker(0, 0, 3, 5, ABORT_MARKER)), {(T, 0): Head(1)}, opened.producers)
+    assert bumped.producers[(3, T, 0)] == ProducerState(5, ())
+    # at the new epoch the producer starts at sequence 0, and only there
+    producers = bumped.producers
+    assert sequence(commit(txn(0, 0, 1, pid=3, epoch=5, seq=1)), {(T, 0): Head(2)}, producers).results[0].error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert sequence(commit(txn(0, 0, 1, pid=3, epoch=5, seq=0)), {(T, 0): Head(2)}, producers).results[0].base_offset == 2
+    # the zombie at the old epoch is fenced
+    assert sequence(commit(txn(0, 0, 1, pid=3, epoch=4, seq=1)), {(T, 0): Head(2)}, producers).results[0].error_code == INVALID_PRODUCER_EPOCH
+
+
+def test_a_marker_for_a_partition_the_producer_never_wrote_is_stored():
+    got = sequence(commit(marker(0, 0, 8, 0, COMMIT_MARKER)), {(T, 0): Head(3)}, {})
+    assert got.results[0].base_offset == 3 and got.heads == {(T, 0): 4}
+    assert got.producers[(8, T, 0)] == ProducerState(0, ()) and got.aborted == {}
+
+
+async def test_last_stable_offset_and_aborted_transactions_in_the_store(open_store):
+    store = await open_store()
+    t = (await store.create_topic("txns", 2)).topic_id
+
+    def data(partition, pid, seq, count=2, transactional=True):
+        return replace(append(t, partition, 0, 10, count, pid=pid, epoch=0, seq=seq), transactional=transactional)
+
+    def end(partition, pid, kind):
+        return Append(t, partition, 0, 10, 1, 0, producer_id=pid, producer_epoch=0, base_sequence=-1, transactional=True, control=kind)
+
+    await store.commit(commit(append(t, 0, 0, 10, 3)))  # 0-2, no transaction
+    await store.commit(commit(data(0, pid=1, seq=0)))  # 3-4 producer 1
+    await store.commit(commit(data(0, pid=2, seq=0)))  # 5-6 producer 2
+    view = store.topic_views(t)[0]
+    assert (view.last_stable_offset, view.next_offset) == (3, 7)
+    await store.commit(commit(end(0, 1, ABORT_MARKER)))  # 7: producer 1 aborts
+    assert view.last_stable_offset == 5
+    await store.commit(commit(data(0, pid=1, seq=2)))  # 8-9 producer 1's next transaction
+    await store.commit(commit(end(0, 2, COMMIT_MARKER)))  # 10: producer 2 commits
+    assert view.last_stable_offset == 8
+    assert view.aborted_between(0, 100) == [AbortedTransaction(7, 3, 1)]
+    assert store.topic_views(t)[1].last_stable_offset == 0
+
+    reopened = await open_store()
+    again = reopened.topic_views(t)[0]
+    assert (again.last_stable_offset, again.next_offset) == (8, 11)
+    assert again.aborted_between(0, 100) == [AbortedTransaction(7, 3, 1)]
+    assert again.aborted_between(8, 100) == [] and again.aborted_between(0, 2) == []
+    await reopened.commit(commit(end(0, 1, ABORT_MARKER)))  # 11
+    assert (again.last_stable_offset, again.aborted_between(8, 11)) == (12, [AbortedTransaction(11, 8, 1)])
+    if hasattr(store, "_view_reaches"):  # the first store follows the second's commit through its watch
+        assert await store._view_reaches(again.mod_revision, 30)
+        assert (view.last_stable_offset, view.aborted_between(0, 100)) == (12, [AbortedTransaction(7, 3, 1), AbortedTransaction(11, 8, 1)])
