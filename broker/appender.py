@@ -1,5 +1,6 @@
 """Turns a flushed WAL object into one sequencer commit: each chunk becomes an Append carrying
-its byte range and the producer fields read from its batches at produce time."""
+its byte range and the producer fields read from its batches at produce time (and, for a
+transaction marker the coordinator wrote, its control type)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def commit_fn(metadata: MetadataStore):
                 producer_id=summary.producer_id,
                 producer_epoch=summary.producer_epoch,
                 base_sequence=summary.base_sequence,
+                transactional=summary.transactional,
+                control=summary.control,
             )
             for chunk, summary, start in zip(chunks, metas, encoded.chunk_starts, strict=True)
         )

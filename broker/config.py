@@ -25,5 +25,8 @@ class BrokerSettings:
     produce_timeout_ms: int = 30000
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_heartbeat_interval_ms: int = 5_000
+    transaction_max_timeout_ms: int = 900_000  # see neve/config.py
+    transaction_check_interval_ms: int = 10_000
+    transactional_id_expiration_ms: int = 604_800_000
     fault_drop_produce_response_every: int = 0
     storage: str = ""  # where the data lives (object store URL without its query), for DescribeLogDirs

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from .config import BrokerSettings
     from .groups.coordinator import GroupCoordinator
+    from .transactions.coordinator import TransactionCoordinator
 
 
 @dataclass
@@ -29,6 +30,7 @@ class Services:
     # installed (compacted entries are then read from the WAL ranges their manifests name).
     compacted: CompactedReader | None = None
     coordinator: GroupCoordinator = field(default=None)  # type: ignore[assignment]  # built in __post_init__
+    transactions: TransactionCoordinator = field(default=None)  # type: ignore[assignment]  # built in __post_init__
 
     def __post_init__(self) -> None:
         if self.coordinator is None:
@@ -40,6 +42,12 @@ class Services:
                 lambda: self.settings.node_id,
                 consumer_session_timeout_ms=self.settings.group_consumer_session_timeout_ms,
                 consumer_heartbeat_interval_ms=self.settings.group_consumer_heartbeat_interval_ms,
+            )
+        if self.transactions is None:
+            from .transactions.coordinator import TransactionCoordinator
+
+            self.transactions = TransactionCoordinator(
+                self.metadata, self.wal, max_timeout_ms=self.settings.transaction_max_timeout_ms, id_expiration_ms=self.settings.transactional_id_expiration_ms
             )
 
     def live_brokers(self):

@@ -70,6 +70,16 @@ class BrokerConfig:
     """KIP-848 consumer groups: the heartbeat interval given to members; a member waiting for
     partitions another member releases learns of them on its next heartbeat
     (Kafka's group.consumer.heartbeat.interval.ms)."""
+    transaction_max_timeout_ms: int = 900_000
+    """Longest transaction timeout a producer may ask for (transaction.timeout.ms): InitProducerId
+    asking more gets INVALID_TRANSACTION_TIMEOUT (Kafka's transaction.max.timeout.ms)."""
+    transaction_check_interval_ms: int = 10_000
+    """How often the broker leading the transaction sweep aborts transactions open past their
+    timeout and finishes those whose coordinator died between decision and markers (Kafka's
+    transaction.abort.timed.out.transaction.cleanup.interval.ms)."""
+    transactional_id_expiration_ms: int = 604_800_000
+    """A transactional id with no transaction open and no request for this long is forgotten
+    (Kafka's transactional.id.expiration.ms, 7 days)."""
     retention_check_interval_ms: int = 300_000
     """How often each broker applies topics' retention.ms / retention.bytes by advancing log start
     offsets (Kafka's log.retention.check.interval.ms); 0 disables retention."""

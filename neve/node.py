@@ -61,6 +61,9 @@ def broker_settings(config: Config) -> BrokerSettings:
         fault_drop_produce_response_every=config.faults.drop_produce_response_every,
         group_consumer_session_timeout_ms=b.group_consumer_session_timeout_ms,
         group_consumer_heartbeat_interval_ms=b.group_consumer_heartbeat_interval_ms,
+        transaction_max_timeout_ms=b.transaction_max_timeout_ms,
+        transaction_check_interval_ms=b.transaction_check_interval_ms,
+        transactional_id_expiration_ms=b.transactional_id_expiration_ms,
     )
 
 

@@ -100,6 +100,7 @@ class RecordsSummary:
     base_sequence: int  # of the first batch; -1 when not idempotent
     transactional: bool  # attributes bit 4 of any batch
     compression: int  # attributes & 0x7 of the first batch
+    control: int = -1  # a transaction marker the broker wrote: its control type (0 abort, 1 commit); clients' batches -1
 
 
 @dataclass(slots=True, unsafe_hash=True)  # made per batch: not frozen, which costs 4x in __init__ (metadata/model.py)

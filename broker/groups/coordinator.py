@@ -284,11 +284,7 @@ class GroupCoordinator:
     async def commit_offsets(self, group_id: str, generation: int, member_id: str, instance_id: str | None, offsets: Mapping[TopicPartition, CommittedOffset]) -> dict[TopicPartition, int]:
         """Each partition's answer: the group's (the member and its generation or epoch), or, in a
         KIP-848 group, STALE_MEMBER_EPOCH for a partition the member no longer holds."""
-        group = await self.group(group_id)
-        if group is not None:
-            code = group.validate_commit(generation, member_id, instance_id)
-        else:
-            code = UNKNOWN_MEMBER_ID if (generation >= 0 or member_id or instance_id is not None) else NONE
+        group, code = await self._commit_check(group_id, generation, member_id, instance_id)
         codes = dict.fromkeys(offsets, code)
         if code == NONE and isinstance(group, ConsumerGroup):
             refused = group.not_held(member_id, offsets)
@@ -303,6 +299,19 @@ class GroupCoordinator:
                 log.warning("offset_commit_failed", extra={"group": group_id, "error": str(e)})
                 codes.update(dict.fromkeys(accepted, COORDINATOR_NOT_AVAILABLE))
         return codes
+
+    async def _commit_check(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> tuple[Group | ConsumerGroup | None, int]:
+        """The group and the answer for a commit by this member at this generation (or epoch)."""
+        group = await self.group(group_id)
+        if group is not None:
+            return group, group.validate_commit(generation, member_id, instance_id)
+        return None, UNKNOWN_MEMBER_ID if (generation >= 0 or member_id or instance_id is not None) else NONE
+
+    async def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> int:
+        """A transactional offset commit's answer before the transaction keeps its offsets
+        (KIP-447: the member and its generation, as OffsetCommit checks them). Raises
+        GroupError(NOT_COORDINATOR) if another broker owns the group."""
+        return (await self._commit_check(group_id, generation, member_id, instance_id))[1]
 
     async def fetch_offsets(self, group_id: str, member_id: str | None = None, member_epoch: int = -1) -> dict[TopicPartition, CommittedOffset]:
         """Committed offsets; a member of a consumer-protocol group naming itself (OffsetFetch v9)

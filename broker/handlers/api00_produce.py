@@ -65,9 +65,6 @@ def produce(ctx, request) -> asyncio.Future:
             except InvalidRecords as e:
                 parts.append((p.index, None, error(e.error_code), str(e), 0))
                 continue
-            if summary.transactional or request.transactional_id is not None:
-                parts.append((p.index, None, ErrorCode.transactional_id_authorization_failed, "transactions are not supported yet", 0))
-                continue
             chunk = Chunk(info.topic_id, p.index, data, summary.batch_count, summary.record_count, summary.max_timestamp)
             try:
                 fut = s.wal.submit(chunk, summary)

@@ -1,9 +1,10 @@
 """FindCoordinator (key 10), v0-v5; v4+ batches several keys in one request.
 
 Groups (key_type 0) are coordinated by one live broker per group (broker/groups/coordinator.py);
-a single node always answers itself. Transactions are not supported: key_type 1 gets
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED (as InitProducerId with a transactional id does), any other
-key type INVALID_REQUEST.
+a single node always answers itself. Transactional ids (key_type 1) are answered with a broker of
+the client's zone by the same rendezvous hashing (any broker can coordinate any transaction: its
+state is the metadata store's, broker/transactions/coordinator.py); any other key type gets
+INVALID_REQUEST.
 
 Zones: a group's coordinator is "rendezvous hashing of the group id over the live brokers of the
 group's home zone", where the home zone is the zone of the first client that looked the group up,
@@ -41,7 +42,12 @@ GROUP, TRANSACTION = 0, 1
 
 async def _find(ctx, key: str, key_type: int, zone: str | None) -> dict:
     if key_type == TRANSACTION:
-        return dict(error_code=ErrorCode.transactional_id_authorization_failed, error_message="transactions are not supported", node_id=-1, host="", port=-1)
+        if not key:
+            return dict(error_code=ErrorCode.invalid_request, error_message="empty transactional id", node_id=-1, host="", port=-1)
+        # any broker can take any step of a transaction (its state is the store's): the hashing
+        # only gives each id one broker at a time, in the client's zone, to order its requests
+        broker = coordinator_for(key, ctx.services.live_brokers(), zone)
+        return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host, port=broker.port)
     if key_type != GROUP:
         return dict(error_code=ErrorCode.invalid_request, error_message=f"unknown key type {key_type}", node_id=-1, host="", port=-1)
     if not key:
@@ -60,7 +66,7 @@ async def _find(ctx, key: str, key_type: int, zone: str | None) -> dict:
 async def find_coordinator(ctx, request):
     r = ctx.response
     key_type = getattr(request, "key_type", GROUP)
-    zone = ZONE_HINTS.zone(ctx.client_id, ctx.services.live_brokers()) if key_type == GROUP else None
+    zone = ZONE_HINTS.zone(ctx.client_id, ctx.services.live_brokers()) if key_type in (GROUP, TRANSACTION) else None
     if has_field(request, "coordinator_keys"):
         coordinators = tuple([build(r.Coordinator, key=key, **await _find(ctx, key, key_type, zone)) for key in request.coordinator_keys])
         return build(r.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=coordinators)

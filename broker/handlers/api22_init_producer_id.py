@@ -1,6 +1,7 @@
-"""InitProducerId (key 22), v0-v5, for idempotent producers: a new producer id at epoch 0, or
-(v3+, KIP-360) the same id with a bumped epoch when the client gives its current one.
-Transactions are not implemented yet: a transactional id is refused."""
+"""InitProducerId (key 22), v0-v5. Without a transactional id (idempotent producers): a new
+producer id at epoch 0, or (v3+, KIP-360) the same id with a bumped epoch when the client gives
+its current one. With one: the transaction coordinator's producer id and epoch for it, after
+fencing its earlier producer (broker/transactions/coordinator.py)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,27 @@ from metadata.store import MetadataError
 
 from ..codec import build, error
 from ..registry import handles
+from ..transactions.coordinator import Fenced, TransactionError
 
 NO_THROTTLE = datetime.timedelta(0)
+PRODUCER_FENCED_SINCE = 4  # KIP-588: older versions are answered INVALID_PRODUCER_EPOCH
 
 
 @handles(22, "InitProducerId", 0, 5)
 async def init_producer_id(ctx, request):
     r = ctx.response
-    if request.transactional_id is not None:
-        return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.transactional_id_authorization_failed, producer_id=-1, producer_epoch=-1)
+    producer_id, producer_epoch = getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1)
     try:
-        pid, epoch = await ctx.services.metadata.init_producer_id(getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1))
+        if request.transactional_id is not None:
+            timeout_ms = int(request.transaction_timeout.total_seconds() * 1000)
+            pid, epoch = await ctx.services.transactions.init_producer_id(request.transactional_id, timeout_ms, producer_id, producer_epoch)
+        else:
+            pid, epoch = await ctx.services.metadata.init_producer_id(producer_id, producer_epoch)
+    except Fenced:
+        code = ErrorCode.producer_fenced if ctx.api_version >= PRODUCER_FENCED_SINCE else ErrorCode.invalid_producer_epoch
+        return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=code, producer_id=-1, producer_epoch=-1)
+    except TransactionError as e:
+        return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=e.code, producer_id=-1, producer_epoch=-1)
     except MetadataError as e:
         return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error(e.error_code), producer_id=-1, producer_epoch=-1)
     return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch)

@@ -1,0 +1,28 @@
+"""AddOffsetsToTxn (key 25), v0-v3: the group's offsets will be committed by the producer's
+transaction (TxnOffsetCommit names them, EndTxn commits or drops them). v4 belongs to
+transactions v2 and is not advertised."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build
+from ..registry import handles
+from ..transactions.coordinator import Fenced, TransactionError
+
+PRODUCER_FENCED_SINCE = 2  # KIP-588: older versions are answered INVALID_PRODUCER_EPOCH
+
+
+@handles(25, "AddOffsetsToTxn", 0, 3)
+async def add_offsets_to_txn(ctx, request):
+    code = ErrorCode.none
+    if not request.group_id:
+        code = ErrorCode.invalid_group_id
+    else:
+        try:
+            await ctx.services.transactions.add_offsets(request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
+        except Fenced:
+            code = ErrorCode.producer_fenced if ctx.api_version >= PRODUCER_FENCED_SINCE else ErrorCode.invalid_producer_epoch
+        except TransactionError as e:
+            code = e.code
+    return build(ctx.response.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -1,0 +1,27 @@
+"""EndTxn (key 26), v0-v4: commit or abort the producer's transaction. Answered once the outcome
+is durable and carried out: the group offsets committed (on commit) and a marker stored on every
+partition of the transaction. If a part could not be stored, the answer is the retriable
+CONCURRENT_TRANSACTIONS and the decision stands: the retry (or the sweep) completes it. v5
+belongs to transactions v2 and is not advertised."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build
+from ..registry import handles
+from ..transactions.coordinator import Fenced, TransactionError
+
+PRODUCER_FENCED_SINCE = 2  # KIP-588: older versions are answered INVALID_PRODUCER_EPOCH
+
+
+@handles(26, "EndTxn", 0, 4)
+async def end_txn(ctx, request):
+    code = ErrorCode.none
+    try:
+        await ctx.services.transactions.end(request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+    except Fenced:
+        code = ErrorCode.producer_fenced if ctx.api_version >= PRODUCER_FENCED_SINCE else ErrorCode.invalid_producer_epoch
+    except TransactionError as e:
+        code = e.code
+    return build(ctx.response.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -1,0 +1,309 @@
+"""The transaction coordinator, leaderless: every transactional id's state is one compare-and-write
+item of the metadata store (`state.py`), and each step of a transaction (InitProducerId,
+AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn, a timeout's abort) reads it and
+replaces it only if no other step replaced it meanwhile. So any broker can take any step:
+FindCoordinator names one broker per id (rendezvous hashing, as for groups) only so that one
+broker's lock orders a producer's requests; when that broker dies, the next one carries on from
+the stored state.
+
+Ending a transaction is two durable steps, as in Kafka: the decision (PrepareCommit or
+PrepareAbort) is stored first, then the pending offsets are committed to their groups (on commit)
+and a marker is written to every partition of the transaction, and only then the transaction is
+stored complete. Whoever finds a decided transaction that is not complete (the same producer
+retrying, InitProducerId, the sweep after its coordinator died) completes it with the same
+outcome: a transaction ends committed or aborted, never both. Writing a marker or an offset twice
+is harmless: a second marker ends nothing, an offset is the same value.
+
+Fencing (KIP-98): InitProducerId for an id whose transaction is open aborts it at a bumped epoch
+(its markers carry that epoch, so the sequencer refuses the old producer's batches on every
+partition it wrote), then gives the new producer the epoch after it. A transaction open past its
+timeout is aborted the same way by the sweep."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+
+from kio.schema.errors import ErrorCode
+
+from metadata.model import CommittedOffset
+from metadata.rules import MAX_EPOCH
+from metadata.store import MetadataError, MetadataStore
+
+from .markers import MarkersNotWritten, write_markers
+from .state import KEY_PREFIX, PendingOffset, Status, Transaction, id_of, key_of
+
+log = logging.getLogger("neve.broker.transactions")
+
+ATTEMPTS = 8  # compare-and-write rounds before answering a retriable error
+# A decided transaction not complete after this long is completed by the sweep: its coordinator
+# died between the decision and the markers (or is still writing them: a marker twice is harmless).
+PREPARED_GRACE_MS = 10_000
+
+
+class TransactionError(Exception):
+    """The Kafka error a transactional request is answered with."""
+
+    def __init__(self, code: ErrorCode, message: str = "") -> None:
+        super().__init__(message or code.name)
+        self.code = code
+
+
+class Fenced(TransactionError):
+    """The producer's epoch is not the transaction's: another producer with its transactional id
+    took over (or the coordinator aborted its transaction). Handlers answer PRODUCER_FENCED, or
+    INVALID_PRODUCER_EPOCH to versions from before KIP-588."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.producer_fenced, message)
+
+
+class TransactionCoordinator:
+    def __init__(self, metadata: MetadataStore, wal, *, max_timeout_ms: int = 900_000, id_expiration_ms: int = 604_800_000, clock: Callable[[], float] = time.time) -> None:
+        self.metadata = metadata
+        self.wal = wal
+        self.max_timeout_ms = max_timeout_ms
+        self.id_expiration_ms = id_expiration_ms
+        self._clock = clock
+        self._locks: dict[str, list] = {}  # transactional id -> [lock, users]
+
+    def _now(self) -> int:
+        return int(self._clock() * 1000)
+
+    @contextlib.asynccontextmanager
+    async def _serialized(self, transactional_id: str):
+        """One step of an id at a time on this broker (the store's compare settles the rest)."""
+        entry = self._locks.get(transactional_id)
+        if entry is None:
+            entry = self._locks[transactional_id] = [asyncio.Lock(), 0]
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if not entry[1]:
+                del self._locks[transactional_id]
+
+    # -- the stored state -----------------------------------------------------------------------
+
+    async def load(self, transactional_id: str) -> tuple[Transaction | None, int]:
+        """The id's transaction and its revision (0: none stored)."""
+        try:
+            item = await self.metadata.registry_get(key_of(transactional_id))
+        except MetadataError as e:
+            raise TransactionError(ErrorCode.coordinator_not_available, str(e)) from e
+        return (Transaction.decode(item.value), item.revision) if item is not None else (None, 0)
+
+    async def _store(self, transactional_id: str, txn: Transaction | None, revision: int) -> bool:
+        """Replace the id's state if it is still at `revision` (None deletes it)."""
+        key = key_of(transactional_id)
+        try:
+            return await self.metadata.registry_write({key: None if txn is None else txn.encode()}, {key: revision})
+        except MetadataError as e:
+            raise TransactionError(ErrorCode.coordinator_not_available, str(e)) from e
+
+    async def transactions(self) -> dict[str, tuple[Transaction, int]]:
+        """Every stored transaction by id, with its revision."""
+        try:
+            items = await self.metadata.registry_items(KEY_PREFIX)
+        except MetadataError as e:
+            raise TransactionError(ErrorCode.coordinator_not_available, str(e)) from e
+        return {id_of(item.key): (Transaction.decode(item.value), item.revision) for item in items}
+
+    @staticmethod
+    def _check_producer(txn: Transaction | None, producer_id: int, producer_epoch: int) -> Transaction:
+        if txn is None or txn.producer_id != producer_id:
+            raise TransactionError(ErrorCode.invalid_producer_id_mapping, f"producer id {producer_id} does not hold this transactional id")
+        if producer_epoch != txn.producer_epoch:
+            raise Fenced(f"producer epoch {producer_epoch} is not the current {txn.producer_epoch}")
+        return txn
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
+        """The producer id and epoch for a producer starting with `transactional_id`, after
+        fencing any earlier producer of it (its open transaction aborted)."""
+        if not 0 < timeout_ms <= self.max_timeout_ms:
+            raise TransactionError(ErrorCode.invalid_transaction_timeout, f"transaction timeout {timeout_ms} ms is not within 1..{self.max_timeout_ms}")
+        async with self._serialized(transactional_id):
+            for _ in range(ATTEMPTS):
+                txn, revision = await self.load(transactional_id)
+                now = self._now()
+                if txn is None:
+                    new_id, _ = await self._new_producer_id()
+                    if await self._store(transactional_id, Transaction(new_id, 0, timeout_ms, updated_ms=now), 0):
+                        log.info("transactional_id_created", extra={"transactional_id": transactional_id, "producer_id": new_id})
+                        return new_id, 0
+                    continue
+                if producer_id >= 0 and (producer_id != txn.producer_id or producer_epoch not in (txn.producer_epoch, txn.previous_epoch)):
+                    raise Fenced(f"producer {producer_id} epoch {producer_epoch} is not the current producer of this transactional id")
+                if txn.status.preparing:
+                    await self._complete(transactional_id, txn)
+                    continue
+                if txn.status == Status.ONGOING:
+                    await self._abort_fencing(transactional_id, txn, revision, "fenced by a new producer")
+                    continue
+                if txn.producer_epoch + 1 >= MAX_EPOCH:
+                    new_id, epoch = (await self._new_producer_id())[0], 0
+                else:
+                    new_id, epoch = txn.producer_id, txn.producer_epoch + 1
+                fresh = Transaction(new_id, epoch, timeout_ms, updated_ms=now)
+                if await self._store(transactional_id, fresh, revision):
+                    return new_id, epoch
+        raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
+
+    async def _new_producer_id(self) -> tuple[int, int]:
+        try:
+            return await self.metadata.init_producer_id()
+        except MetadataError as e:
+            raise TransactionError(ErrorCode.coordinator_not_available, str(e)) from e
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[uuid.UUID, int]]) -> None:
+        """AddPartitionsToTxn: the partitions join the producer's transaction (which begins)."""
+        added = [(topic_id.hex, p) for topic_id, p in partitions]
+        await self._add(transactional_id, producer_id, producer_epoch, added, None)
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group: str) -> None:
+        """AddOffsetsToTxn: the group's offsets will be committed by the transaction."""
+        await self._add(transactional_id, producer_id, producer_epoch, [], group)
+
+    async def _add(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: list[tuple[str, int]], group: str | None) -> None:
+        async with self._serialized(transactional_id):
+            for _ in range(ATTEMPTS):
+                txn, revision = await self.load(transactional_id)
+                txn = self._check_producer(txn, producer_id, producer_epoch)
+                if txn.status.preparing:
+                    await self._complete(transactional_id, txn)
+                    continue
+                now = self._now()
+                if txn.status != Status.ONGOING:
+                    txn = txn.with_(status=Status.ONGOING, partitions=(), groups=(), offsets=(), started_ms=now)
+                known = set(txn.partitions)
+                new_partitions = txn.partitions + tuple(p for p in dict.fromkeys(partitions) if p not in known)
+                groups = txn.groups + ((group,) if group is not None and group not in txn.groups else ())
+                updated = txn.with_(partitions=new_partitions, groups=groups, updated_ms=now)
+                if await self._store(transactional_id, updated, revision):
+                    return
+        raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
+
+    async def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[uuid.UUID, int]]) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+        """KIP-890's check: is each partition in the producer's open transaction?"""
+        txn, _ = await self.load(transactional_id)
+        partitions = list(partitions)
+        try:
+            txn = self._check_producer(txn, producer_id, producer_epoch)
+        except TransactionError as e:
+            return dict.fromkeys(partitions, e.code)
+        inside = set(txn.partitions) if txn.status == Status.ONGOING else set()
+        return {tp: ErrorCode.none if (tp[0].hex, tp[1]) in inside else ErrorCode.invalid_txn_state for tp in partitions}
+
+    async def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group: str, offsets: Mapping[tuple[uuid.UUID, int], CommittedOffset]) -> None:
+        """TxnOffsetCommit: the offsets are committed to `group` if the transaction commits."""
+        async with self._serialized(transactional_id):
+            for _ in range(ATTEMPTS):
+                txn, revision = await self.load(transactional_id)
+                txn = self._check_producer(txn, producer_id, producer_epoch)
+                if txn.status != Status.ONGOING or group not in txn.groups:
+                    raise TransactionError(ErrorCode.invalid_txn_state, f"group {group!r} was not added to an open transaction (AddOffsetsToTxn)")
+                replaced = {(tid.hex, p) for tid, p in offsets}
+                pending = tuple(o for o in txn.offsets if not (o.group == group and (o.topic_id, o.partition) in replaced))
+                pending += tuple(PendingOffset(group, tid.hex, p, o.offset, o.leader_epoch, o.metadata) for (tid, p), o in offsets.items())
+                if await self._store(transactional_id, txn.with_(offsets=pending, updated_ms=self._now()), revision):
+                    return
+        raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
+
+    async def end(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        """EndTxn: decide the outcome, make it durable, complete it."""
+        decided = Status.PREPARE_COMMIT if commit else Status.PREPARE_ABORT
+        completed = Status.COMPLETE_COMMIT if commit else Status.COMPLETE_ABORT
+        async with self._serialized(transactional_id):
+            for _ in range(ATTEMPTS):
+                txn, revision = await self.load(transactional_id)
+                txn = self._check_producer(txn, producer_id, producer_epoch)
+                if txn.status == Status.ONGOING:
+                    prepared = txn.with_(status=decided, updated_ms=self._now())
+                    if not await self._store(transactional_id, prepared, revision):
+                        continue
+                    log.info("transaction_decided", extra={"transactional_id": transactional_id, "producer_id": producer_id, "epoch": producer_epoch, "outcome": str(decided), "partitions": len(txn.partitions)})
+                    await self._complete(transactional_id, prepared)
+                    return
+                if txn.status == decided:  # a retry of this EndTxn, or its coordinator died: finish it
+                    await self._complete(transactional_id, txn)
+                    return
+                if txn.status == completed:  # a retry of an EndTxn that completed
+                    return
+                raise TransactionError(ErrorCode.invalid_txn_state, f"cannot {'commit' if commit else 'abort'} a transaction in state {txn.status}")
+        raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
+
+    # -- completion -----------------------------------------------------------------------------
+
+    async def _abort_fencing(self, transactional_id: str, txn: Transaction, revision: int, reason: str) -> bool:
+        """Abort an open transaction at the next epoch, so its producer can write no more."""
+        prepared = txn.with_(status=Status.PREPARE_ABORT, producer_epoch=txn.producer_epoch + 1, previous_epoch=txn.producer_epoch, updated_ms=self._now())
+        if not await self._store(transactional_id, prepared, revision):
+            return False
+        log.info("transaction_aborted", extra={"transactional_id": transactional_id, "producer_id": txn.producer_id, "epoch": txn.producer_epoch, "reason": reason, "partitions": len(txn.partitions)})
+        await self._complete(transactional_id, prepared)
+        return True
+
+    async def _complete(self, transactional_id: str, prepared: Transaction) -> None:
+        """Carry out a decided transaction: its offsets (on commit), its markers, then the state
+        complete, unless someone completed it meanwhile. Raises TransactionError (retriable) if a
+        part could not be stored: the decision stays, and is carried out again by whoever finds
+        it."""
+        commit = prepared.status == Status.PREPARE_COMMIT
+        if commit and prepared.offsets:
+            by_group: dict[str, dict[tuple[uuid.UUID, int], CommittedOffset]] = {}
+            now = self._now()
+            for o in prepared.offsets:
+                by_group.setdefault(o.group, {})[(uuid.UUID(hex=o.topic_id), o.partition)] = CommittedOffset(o.offset, o.leader_epoch, o.metadata, now)
+            try:
+                for group, offsets in by_group.items():
+                    await self.metadata.commit_offsets(group, offsets)
+            except MetadataError as e:
+                raise TransactionError(ErrorCode.coordinator_not_available, f"offsets not committed: {e}") from e
+        try:
+            await write_markers(self.wal, [(uuid.UUID(hex=t), p) for t, p in prepared.partitions], prepared.producer_id, prepared.producer_epoch, commit)
+        except MarkersNotWritten as e:
+            log.warning("transaction_markers_not_written", extra={"transactional_id": transactional_id, "error": str(e)})
+            raise TransactionError(ErrorCode.concurrent_transactions, str(e)) from e
+        done = prepared.with_(status=Status.COMPLETE_COMMIT if commit else Status.COMPLETE_ABORT, partitions=(), groups=(), offsets=(), started_ms=-1)
+        for _ in range(ATTEMPTS):
+            txn, revision = await self.load(transactional_id)
+            if txn != prepared:  # completed (or moved on) by another broker meanwhile
+                return
+            if await self._store(transactional_id, done.with_(updated_ms=self._now()), revision):
+                return
+        raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
+
+    # -- the sweep ----------------------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """Abort transactions open past their timeout, complete decided ones whose coordinator
+        did not, and forget ids idle past the expiration. Returns how many it changed."""
+        changed = 0
+        now = self._now()
+        for transactional_id, (txn, revision) in (await self.transactions()).items():
+            try:
+                if txn.status == Status.ONGOING and now - txn.started_ms > txn.timeout_ms:
+                    async with self._serialized(transactional_id):
+                        current, revision = await self.load(transactional_id)
+                        if current == txn:
+                            changed += await self._abort_fencing(transactional_id, txn, revision, f"open longer than its timeout of {txn.timeout_ms} ms")
+                elif txn.status.preparing and now - txn.updated_ms > PREPARED_GRACE_MS:
+                    async with self._serialized(transactional_id):
+                        current, _ = await self.load(transactional_id)
+                        if current == txn:
+                            await self._complete(transactional_id, txn)
+                            changed += 1
+                elif txn.status.complete and now - txn.updated_ms > self.id_expiration_ms:
+                    async with self._serialized(transactional_id):
+                        changed += await self._store(transactional_id, None, revision)
+            except TransactionError as e:
+                log.warning("transaction_sweep_failed", extra={"transactional_id": transactional_id, "error": str(e)})
+        return changed
