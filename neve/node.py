@@ -15,6 +15,7 @@ from broker.context import Services
 from broker.metrics import WalMetrics, expose_metadata_ops, object_get
 from broker.retention import run_retention
 from broker.server import KafkaServer
+from broker.transactions.coordinator import run_transaction_sweep
 from cache.chunks import Member, ZoneChunks
 from cache.peers import ChunkServer
 from cache.reader import ObjectReader
@@ -119,6 +120,7 @@ class Node:
         self.server: KafkaServer | None = None
         self._sweeper: asyncio.Task | None = None
         self._retention: asyncio.Task | None = None
+        self._transaction_sweep: asyncio.Task | None = None
         self.compactor = None  # neve.compaction.RunningCompactor when compactor.in_node
         self._chunks: ZoneChunks | None = None
         self._chunk_server: ChunkServer | None = None
@@ -209,6 +211,11 @@ class Node:
             )
         if c.broker.retention_check_interval_ms > 0:
             self._retention = asyncio.create_task(run_retention(self.metadata, c.broker.retention_check_interval_ms / 1000))
+        if c.broker.transaction_check_interval_ms > 0:  # one node of a cluster: the leader of "transaction-sweeper"
+            sweeping = await self.metadata.campaign("transaction-sweeper", f"{settings.node_id}@{settings.advertised_host}:{port}")
+            self._transaction_sweep = asyncio.create_task(
+                run_transaction_sweep(services.transactions, sweeping.is_leader, self.metadata.is_current, c.broker.transaction_check_interval_ms / 1000)
+            )
         if c.compactor.in_node:
             from .compaction import RunningCompactor, compactor_settings
 
@@ -292,7 +299,7 @@ class Node:
     async def stop(self) -> None:
         if self.compactor is not None:
             await self.compactor.stop()  # a cycle under way finishes (or is redone after a restart)
-        for task in (self._sweeper, self._retention):
+        for task in (self._sweeper, self._retention, self._transaction_sweep):
             if task is not None:
                 task.cancel()
         if self.server is not None:

@@ -1,8 +1,9 @@
 """DescribeProducers (key 61), v0: per partition, the idempotent producers the sequencer
 remembers (metadata store `producer_states`): producer id, epoch and last sequence, and as last
 timestamp the max timestamp of the producer's last stored batch, read from that batch's header in
-the object store (-1 when its entry is no longer in the Kafka view). No transactions: coordinator
-epoch and current transaction start offset are always -1. Any broker answers for any partition
+the object store (-1 when its entry is no longer in the Kafka view), and the first offset of its
+open transaction there (-1: none). The coordinator epoch is always -1 (neve's transaction
+coordinator has no epochs: its steps are compare-and-writes of the stored state). Any broker answers for any partition
 (no leaders); an unknown topic or partition answers UNKNOWN_TOPIC_OR_PARTITION."""
 
 from __future__ import annotations
@@ -53,16 +54,18 @@ async def describe_producers(ctx, request):
                 continue
             producers = []
             for pid, state in sorted(s.metadata.producer_states(info.topic_id, p).items()):
-                last = state.batches[-1]
+                # a producer whose last write here was a transaction marker at a newer epoch has no
+                # batch of that epoch yet
+                last = state.batches[-1] if state.batches else None
                 producers.append(
                     build(
                         r.ProducerState,
                         producer_id=pid,
                         producer_epoch=state.epoch,
-                        last_sequence=last.last_seq,
-                        last_timestamp=await batch_max_timestamp(s, info.topic_id, p, last.base_offset),
+                        last_sequence=last.last_seq if last is not None else -1,
+                        last_timestamp=await batch_max_timestamp(s, info.topic_id, p, last.base_offset) if last is not None else -1,
                         coordinator_epoch=-1,
-                        current_txn_start_offset=-1,
+                        current_txn_start_offset=state.txn_first_offset,
                     )
                 )
             parts.append(build(r.PartitionResponse, partition_index=p, error_code=ErrorCode.none, error_message=None, active_producers=tuple(producers)))

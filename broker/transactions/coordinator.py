@@ -70,6 +70,9 @@ class TransactionCoordinator:
         self.id_expiration_ms = id_expiration_ms
         self._clock = clock
         self._locks: dict[str, list] = {}  # transactional id -> [lock, users]
+        # open transactions on partitions that no stored transaction accounts for, by when the
+        # sweep first saw them: (topic id, partition, producer id, first offset) -> ms
+        self._unaccounted: dict[tuple[uuid.UUID, int, int, int], int] = {}
 
     def _now(self) -> int:
         return int(self._clock() * 1000)
@@ -285,10 +288,13 @@ class TransactionCoordinator:
 
     async def sweep(self) -> int:
         """Abort transactions open past their timeout, complete decided ones whose coordinator
-        did not, and forget ids idle past the expiration. Returns how many it changed."""
+        did not, forget ids idle past the expiration, and end hanging transactions
+        (`_end_hanging`). Returns how many it changed."""
         changed = 0
         now = self._now()
-        for transactional_id, (txn, revision) in (await self.transactions()).items():
+        stored = await self.transactions()
+        changed += await self._end_hanging(stored, now)
+        for transactional_id, (txn, revision) in stored.items():
             try:
                 if txn.status == Status.ONGOING and now - txn.started_ms > txn.timeout_ms:
                     async with self._serialized(transactional_id):
@@ -307,3 +313,53 @@ class TransactionCoordinator:
             except TransactionError as e:
                 log.warning("transaction_sweep_failed", extra={"transactional_id": transactional_id, "error": str(e)})
         return changed
+
+    async def _end_hanging(self, stored: Mapping[str, tuple[Transaction, int]], now: int) -> int:
+        """Abort the open transactions of partitions that no open transaction of a stored
+        transactional id holds, once they stayed so for the longest transaction timeout: a
+        transactional batch that landed after its transaction ended (a late retry), or whose
+        producer's id was forgotten. Left alone, such a transaction would hold the partition's
+        last stable offset (read_committed readers and the table) back for ever. Its marker
+        carries the epoch the partition last saw of that producer."""
+        held = {(uuid.UUID(hex=t), p, txn.producer_id) for txn, _ in stored.values() if txn.status in (Status.ONGOING, Status.PREPARE_COMMIT, Status.PREPARE_ABORT) for t, p in txn.partitions}
+        seen: dict[tuple[uuid.UUID, int, int, int], int] = {}
+        for info in list(self.metadata.topics().values()):
+            for p, view in enumerate(self.metadata.topic_views(info.topic_id)):
+                if view is None:
+                    continue
+                for pid, first in view.open_transactions().items():
+                    if (info.topic_id, p, pid) not in held:
+                        key = (info.topic_id, p, pid, first)
+                        seen[key] = self._unaccounted.get(key, now)
+        self._unaccounted = seen
+        ended = 0
+        for (topic_id, p, pid, first), since in list(seen.items()):
+            if now - since <= self.max_timeout_ms:
+                continue
+            state = self.metadata.producer_states(topic_id, p).get(pid)
+            if state is None or state.txn_first_offset != first:
+                continue
+            try:
+                await write_markers(self.wal, [(topic_id, p)], pid, state.epoch, commit=False)
+            except MarkersNotWritten as e:
+                log.warning("hanging_transaction_not_ended", extra={"topic_id": topic_id.hex, "partition": p, "producer_id": pid, "error": str(e)})
+                continue
+            log.warning("hanging_transaction_aborted", extra={"topic_id": topic_id.hex, "partition": p, "producer_id": pid, "first_offset": first})
+            del self._unaccounted[(topic_id, p, pid, first)]
+            ended += 1
+        return ended
+
+
+async def run_transaction_sweep(coordinator: TransactionCoordinator, is_leader: Callable[[], bool], is_current: Callable[[], bool], interval_s: float) -> None:
+    """The sweep every `interval_s` on the broker leading it, while its view of the store is
+    current (a stale view could see ended transactions as open)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        if not is_leader() or not is_current():
+            continue
+        try:
+            await coordinator.sweep()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning("transaction_sweep_failed", extra={"error": repr(e)})
