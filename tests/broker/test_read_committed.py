@@ -4,7 +4,8 @@ its records meet (none whose marker the table holds), and answers the real last 
 ListOffsets under read_committed answers the last stable offset for latest and finds no offset at
 or past it by timestamp. read_uncommitted is unchanged. The handlers run in-process over an
 embedded store and an in-memory object store; transactional batches and markers are committed as
-the WAL writer commits them, and answers are checked as a client decodes them."""
+the WAL writer commits them, and answers are checked as a client decodes them; a real client
+(aiokafka, served by an in-process listener) reads exactly the committed records."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ import datetime
 import random
 import struct
 import uuid
+from types import SimpleNamespace
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.serial import entity_reader
@@ -25,12 +28,14 @@ from broker.context import RequestContext, Services
 from broker.fetch_response import FetchAnswer
 from broker.handlers.api01_fetch import fetch
 from broker.handlers.api02_list_offsets import list_offsets
+from broker.server import KafkaServer
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
 from metadata.embedded import EmbeddedMetadataStore
 from metadata.model import ABORT_MARKER, COMMIT_MARKER, Append, IndexEntry, ObjectCommit, ObjectType
 from tests.batches import CONTROL, TRANSACTIONAL, make_batch
 from tests.broker.test_fetch_response_encoding import kio_frame, topic_key
+from tests.fixtures import free_port
 from wal.store import MemoryObjectStore
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
@@ -50,7 +55,7 @@ class Log:
     def __init__(self, store: EmbeddedMetadataStore) -> None:
         self.store = store
         self.objects = MemoryObjectStore()
-        self.services = Services(settings=BrokerSettings(), metadata=store, wal=None, reader=ObjectReader(self.objects, RecentObjects(0)))  # type: ignore[arg-type]
+        self.services = Services(settings=BrokerSettings(port=free_port()), metadata=store, wal=SimpleNamespace(seal_at=None), reader=ObjectReader(self.objects, RecentObjects(0)))  # type: ignore[arg-type]
         self.objects_made = 0
         self.ts = T0
         self.sequences: dict[int, int] = {}
@@ -245,6 +250,55 @@ async def test_list_offsets_under_read_committed(log):
     assert await log.write(t, log.marker(5, COMMIT_MARKER)) == [5]
     assert await log.list_offsets("txn-offsets", LATEST, READ_COMMITTED) == (0, 6, -1)
     assert await log.list_offsets("txn-offsets", T0 + 3, READ_COMMITTED) == (0, 2, T0 + 3)
+
+
+async def consume(port: int, topic: str, isolation: str, count: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of the first `count` records a real client (aiokafka) reads from offset 0."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=f"127.0.0.1:{port}", isolation_level=isolation, enable_auto_commit=False, fetch_max_wait_ms=100)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        await consumer.seek_to_beginning(tp)
+        got: list[tuple[int, bytes]] = []
+        async with asyncio.timeout(30):
+            while len(got) < count:
+                for records in (await consumer.getmany(tp, timeout_ms=1000)).values():
+                    got += [(r.offset, r.value) for r in records]
+        return got
+    finally:
+        await consumer.stop()
+
+
+async def end_offset(port: int, topic: str, isolation: str) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=f"127.0.0.1:{port}", isolation_level=isolation, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic, 0)
+        return (await consumer.end_offsets([tp]))[tp]
+    finally:
+        await consumer.stop()
+
+
+async def test_a_read_committed_client_reads_exactly_the_committed_records(log):
+    """aiokafka skips the aborted batches the answers list and stops at the open transaction."""
+    t = (await log.store.create_topic("txn-client", 1)).topic_id
+    await log.write(t, log.plain(2), log.txn(1, 3), log.marker(1, ABORT_MARKER), log.txn(2, 2), log.marker(2, COMMIT_MARKER), log.txn(3, 2), log.plain(2))
+    server = KafkaServer(log.services)
+    await server.start()
+    try:
+        port = server.port
+        kinds = lambda got: [(offset, value.split(b" ")[0]) for offset, value in got]  # noqa: E731
+        everything = await consume(port, "txn-client", "read_uncommitted", 11)
+        assert kinds(everything) == [(0, b"plain"), (1, b"plain"), (2, b"txn"), (3, b"txn"), (4, b"txn"), (6, b"txn"), (7, b"txn"), (9, b"txn"), (10, b"txn"), (11, b"plain"), (12, b"plain")]
+        committed = await consume(port, "txn-client", "read_committed", 4)
+        assert committed == [everything[i] for i in (0, 1, 5, 6)]
+        assert (await end_offset(port, "txn-client", "read_committed"), await end_offset(port, "txn-client", "read_uncommitted")) == (9, 13)
+        await log.write(t, log.marker(3, COMMIT_MARKER))
+        assert await consume(port, "txn-client", "read_committed", 8) == [everything[i] for i in (0, 1, 5, 6, 7, 8, 9, 10)]
+        assert await end_offset(port, "txn-client", "read_committed") == 14
+    finally:
+        await server.stop()
 
 
 @pytest.mark.parametrize("version", range(4, 18))
