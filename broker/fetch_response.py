@@ -6,7 +6,8 @@ partitions kio took 3.2 µs to build a partition's entity and 6.7 to encode it (
 buffer for the tagged fields of each): 100 ms of the event loop per response. The Fetch handler
 answers with a `FetchAnswer` instead, plain tuples, and `FetchAnswer.frame` writes each partition
 with one precompiled struct (kio's own writers for the names, lengths and records). The bytes
-equal kio's encoding of `FetchAnswer.entity` in every version (tests/broker/test_fetch_response_encoding.py).
+equal kio's encoding of `FetchAnswer.entity` in every version (tests/broker/test_fetch_response_encoding.py;
+with aborted transactions, tests/broker/test_read_committed.py).
 Aborted transactions are null for read_uncommitted and a list for read_committed: empty but for
 the few partitions named in `FetchAnswer.aborted`. The fields neve never sets are written as their
 defaults: no throttling, no preferred read replica (-1), and no tagged fields (diverging epoch,
