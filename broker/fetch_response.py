@@ -6,15 +6,18 @@ partitions kio took 3.2 µs to build a partition's entity and 6.7 to encode it (
 buffer for the tagged fields of each): 100 ms of the event loop per response. The Fetch handler
 answers with a `FetchAnswer` instead, plain tuples, and `FetchAnswer.frame` writes each partition
 with one precompiled struct (kio's own writers for the names, lengths and records). The bytes
-equal kio's encoding of `FetchAnswer.entity` in every version (tests/broker/test_fetch_response_encoding.py).
-The fields neve never sets are written as their defaults: no throttling, no aborted transactions
-(an empty list for read_committed, else null), no preferred read replica (-1), and no tagged
-fields (diverging epoch, current leader, snapshot id, node endpoints)."""
+equal kio's encoding of `FetchAnswer.entity` in every version (tests/broker/test_fetch_response_encoding.py;
+with aborted transactions, tests/broker/test_read_committed.py).
+Aborted transactions are null for read_uncommitted and a list for read_committed: empty but for
+the few partitions named in `FetchAnswer.aborted`. The fields neve never sets are written as their
+defaults: no throttling, no preferred read replica (-1), and no tagged fields (diverging epoch,
+current leader, snapshot id, node endpoints)."""
 
 from __future__ import annotations
 
 import datetime
 import functools
+import io
 import struct
 import uuid
 from collections.abc import Callable
@@ -31,6 +34,9 @@ FIRST_BY_ID = 13  # topics named by id from v13
 
 # (partition index, error code, high watermark, last stable offset, log start offset, records)
 Partition = tuple[int, int, int, int, int, "bytes | bytearray | memoryview | None"]
+# by topic position in the answer, then partition index: (producer id, first offset) of each
+# aborted transaction a read_committed partition returns (most have none, and are not named)
+Aborted = dict[int, dict[int, list[tuple[int, int]]]]
 
 
 @dataclass(slots=True)
@@ -41,6 +47,7 @@ class FetchAnswer(OwnFrame):
     read_committed: bool = False
     error_code: int = 0
     session_id: int = 0
+    aborted: Aborted | None = None  # read_committed only
 
     def frame(self, version: int, correlation_id: int) -> list[bytes | bytearray]:
         layout = _layout(version, self.read_committed)
@@ -51,14 +58,24 @@ class FetchAnswer(OwnFrame):
         array_length = writers.write_compact_array_length if flexible else writers.write_legacy_array_length
         write_key = writers.write_uuid if version >= FIRST_BY_ID else (writers.write_compact_string if flexible else writers.write_legacy_string)
         pack, tail, empty_tail, write_records = layout.pack, layout.tail, layout.empty_tail, layout.write_records
+        aborted = self.aborted
         array_length(out, len(self.topics))
-        for key, partitions in self.topics:
+        for ti, (key, partitions) in enumerate(self.topics):
             write_key(out, key)
             array_length(out, len(partitions))
+            marked = aborted.get(ti) if aborted else None
             # Runs of partitions without records are joined before they are written: one write
             # for thousands of them.
             run = []
             for index, code, high_watermark, last_stable, log_start, records in partitions:
+                if marked is not None and index in marked:
+                    run.append(pack(index, code, high_watermark, last_stable, log_start) + _aborted_array(version, marked[index]) + layout.replica)
+                    write(b"".join(run))
+                    run.clear()
+                    write_records(out, records)
+                    if flexible:
+                        run.append(b"\x00")
+                    continue
                 if records is not None and not records:
                     run.append(pack(index, code, high_watermark, last_stable, log_start) + empty_tail)
                     continue
@@ -80,7 +97,8 @@ class FetchAnswer(OwnFrame):
         r = response_module(1, version)
         by_id = version >= FIRST_BY_ID
         topics = []
-        for key, partitions in self.topics:
+        for ti, (key, partitions) in enumerate(self.topics):
+            marked = (self.aborted or {}).get(ti, {})
             parts = tuple(
                 build(
                     r.PartitionData,
@@ -89,7 +107,7 @@ class FetchAnswer(OwnFrame):
                     high_watermark=high_watermark,
                     last_stable_offset=last_stable,
                     log_start_offset=log_start,
-                    aborted_transactions=() if self.read_committed else None,
+                    aborted_transactions=tuple(build(r.AbortedTransaction, producer_id=pid, first_offset=first) for pid, first in marked.get(index, ())) if self.read_committed else None,
                     preferred_read_replica=-1,
                     records=records,
                 )
@@ -104,6 +122,7 @@ class _Layout:
     head: Callable[[int, int, int], bytes]  # (correlation id, error code, session id): header and the body's fixed fields
     pack: Callable[[int, int, int, int, int], bytes]  # a partition's fixed fields up to its aborted transactions
     tail: bytes  # the fields between those and the records, all constant
+    replica: bytes  # the end of `tail` after the aborted transactions
     empty_tail: bytes  # and empty records with the partition's end
     write_records: Callable
 
@@ -132,8 +151,22 @@ def _layout(version: int, read_committed: bool) -> _Layout:
         tail = struct.pack(">B", 1 if read_committed else 0)
     else:
         tail = struct.pack(">i", 0 if read_committed else -1)
-    if version >= 11:
-        tail += struct.pack(">i", -1)  # preferred read replica: none
+    replica = struct.pack(">i", -1) if version >= 11 else b""  # preferred read replica: none
+    tail += replica
     empty_tail = tail + (b"\x01\x00" if flexible else struct.pack(">i", 0))  # zero-length records (compact: 0 + 1); no tagged fields
     write_records = writers.write_nullable_compact_string if flexible else writers.write_nullable_legacy_bytes
-    return _Layout(head, pack, tail, empty_tail, write_records)
+    return _Layout(head, pack, tail, replica, empty_tail, write_records)
+
+
+_ABORTED = struct.Struct(">qq")  # producer id, first offset
+
+
+def _aborted_array(version: int, aborted: list[tuple[int, int]]) -> bytes:
+    """A read_committed partition's aborted transactions (rare: built per partition)."""
+    if version >= FIRST_FLEXIBLE:
+        out = io.BytesIO()
+        writers.write_unsigned_varint(out, len(aborted) + 1)
+        for producer_id, first_offset in aborted:
+            out.write(_ABORTED.pack(producer_id, first_offset) + b"\x00")  # no tagged fields
+        return out.getvalue()
+    return struct.pack(">i", len(aborted)) + b"".join(_ABORTED.pack(p, f) for p, f in aborted)

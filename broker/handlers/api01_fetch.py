@@ -10,6 +10,13 @@ max_wait passes (long poll); min_bytes 0 is answered at once. Sessions (KIP-227)
 every response is full and session_id is 0, which clients accept (broker/fetch_response.py writes
 such responses of many partitions).
 
+Isolation: read_uncommitted reads up to the high watermark. read_committed (isolation_level 1)
+stops at the partition's last stable offset: no batch at or past it is returned (an entry that
+straddles it is cut at its batch there, where the oldest open transaction starts), and an offset
+from it up to the high watermark has no records yet, without error. Its partitions list the
+aborted transactions their records meet (`_aborted_in`), for the client to skip those batches.
+Every response carries the real last stable offset.
+
 Errors, per partition; the request's other partitions are served as usual:
 - OFFSET_OUT_OF_RANGE below the log start offset, and beyond the high watermark once the store
   confirms it. Clients reset on it (auto.offset.reset), so it is answered only when the offset
@@ -59,14 +66,18 @@ NONE, OUT_OF_RANGE = int(ErrorCode.none), int(ErrorCode.offset_out_of_range)
 NOT_AVAILABLE, STORAGE_ERROR = int(ErrorCode.offset_not_available), int(ErrorCode.kafka_storage_error)
 UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_id), int(ErrorCode.unknown_topic_or_partition)
 ENTRIES_PER_PARTITION = 32  # index entries looked up per partition and fetch
+NO_END = 2**63  # read_range's end offset when the fetch may read up to the high watermark
 
 log = logging.getLogger("neve.broker.fetch")
 
 
-async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool, prefetched=None, source=None) -> tuple[bytes | bytearray | None, bool]:
+async def read_range(services, entry, fetch_offset: int, byte_budget: int, first: bool, prefetched=None, source=None, end_offset: int = NO_END) -> tuple[bytes | bytearray | None, bool]:
     """Stored batches of one index entry from the batch holding `fetch_offset`, within
     `byte_budget` bytes (at least one batch when `first`), with offsets injected; and whether the
     entry was read to its end (if not, nothing after it may be added, or offsets would skip).
+    Batches from `end_offset` on are left out (a read_committed fetch's last stable offset, where
+    a batch starts: the first batch of the oldest open transaction); the entry then counts as read
+    to its end, the caller reading no entry past it.
     `prefetched` holds entries' bytes already read, by (object key, start, size). `source` is the
     (topic info, partition) the entry is of: a compacted entry's batches are rebuilt from the
     table's rows (table/serve.py). Raises ObjectStoreError when the object store fails the read."""
@@ -83,6 +94,8 @@ async def read_range(services, entry, fetch_offset: int, byte_budget: int, first
     first_base = base
     complete = True
     for h in iter_headers(data):
+        if base >= end_offset:
+            break
         last = base + h.last_offset_delta
         if last >= fetch_offset:
             if cut_start is None:
@@ -129,7 +142,7 @@ async def fetch(ctx, request):
             resolved.append((topic, info, store.topic_views(info.topic_id) if info is not None else ()))
         # Every range the loop below will read, read at once: concurrently, and one GET for the
         # close ranges of one object (many partitions' slices of one WAL object).
-        planned, ranges = _plan_reads(resolved, max_bytes, compacted=s.compacted)
+        planned, ranges = _plan_reads(resolved, max_bytes, compacted=s.compacted, read_committed=read_committed)
         if not planned and watched and request.min_bytes > 0:
             # Nothing to read yet: sleep before building an answer (10,000 partitions of a
             # tailing consumer take milliseconds to answer, and this one would be thrown away).
@@ -141,6 +154,7 @@ async def fetch(ctx, request):
         prefetched = await s.reader.read_many(ranges, unread) if ranges else {}
         failures = []  # (topic, partition, fetch offset, object key, error)
         beyond = []  # (topic position, partition position, topic id, partition, fetch offset)
+        aborted: dict = {}  # read_committed: by topic position and partition, those returned
         total = 0
         full = False
         topics_out = []
@@ -156,9 +170,15 @@ async def fetch(ctx, request):
                         parts_out.append((index, unknown_topic, 0, 0, 0, b""))
                         continue
                     view = views[index] if index < known else None
-                    hw, lso = (view.next_offset, view.log_start_offset) if view is not None else (0, 0)
+                    hw, log_start = (view.next_offset, view.log_start_offset) if view is not None else (0, 0)
+                    # The last stable offset is the high watermark until a partition first has a
+                    # transaction (most never do; the view makes its transaction state then):
+                    # testing for that state costs a sixth of the property's call, per partition
+                    # of every fetch.
+                    stable = hw if view is None or view._txn_starts is None else view.last_stable_offset
+                    end = stable if read_committed else hw  # where this fetch's records stop
                     records = None
-                    if fetch_offset < lso:
+                    if fetch_offset < log_start:
                         code = OUT_OF_RANGE
                     elif fetch_offset > hw:
                         # the rule and its reasons: the module docstring; a current view's answer
@@ -167,14 +187,16 @@ async def fetch(ctx, request):
                         if current:
                             beyond.append((len(topics_out), len(parts_out), info.topic_id, index, fetch_offset))
                     else:
+                        # from the last stable offset to the high watermark, a read_committed fetch
+                        # has nothing yet, and no error (the long poll waits for more)
                         code = NONE
-                        if fetch_offset < hw and not full:
+                        if fetch_offset < end and not full:
                             entries = planned.get((info.topic_id, index))
                             if entries is None:
                                 # Beyond the plan (it counts whole entries, so it may stop short of
                                 # the byte budget), or readable only since it was made: plan and
                                 # read the rest of the request the same way, not entry by entry.
-                                more, more_ranges = _plan_reads(resolved, max_bytes - total, start=(ti, pi), compacted=s.compacted)
+                                more, more_ranges = _plan_reads(resolved, max_bytes - total, start=(ti, pi), compacted=s.compacted, read_committed=read_committed)
                                 planned.update(more)
                                 if more_ranges:
                                     prefetched.update(await s.reader.read_many(more_ranges, unread))
@@ -182,7 +204,7 @@ async def fetch(ctx, request):
                                 if entries is None:
                                     entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
                             budget = min(p.partition_max_bytes, max_bytes - total)
-                            records, cut, failed = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched, unread, (info, index))
+                            records, cut, failed = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched, unread, (info, index), end if read_committed else NO_END)
                             if failed is not None:
                                 failures.append((info.name, index, fetch_offset, *failed))
                                 if records is None:
@@ -192,8 +214,12 @@ async def fetch(ctx, request):
                             # Another partition's first batch might fit the bytes left, but finding
                             # out costs a read (a GET, for a backlog) per partition.
                             full = total >= max_bytes or (cut and budget < p.partition_max_bytes)
+                            if read_committed and records:
+                                marks = _aborted_in(view, fetch_offset, stable, records)
+                                if marks:
+                                    aborted.setdefault(len(topics_out), {})[index] = marks
                     # records empty, never null: some clients require bytes
-                    parts_out.append((index, code, hw, hw, lso, records or b""))
+                    parts_out.append((index, code, hw, stable, log_start, records or b""))
             topics_out.append((topic.topic_id if by_id else topic.topic, parts_out))
         remaining = deadline - time.monotonic()
         # min_bytes 0 (or less) asks for no data: answered at once, as Kafka does
@@ -203,17 +229,17 @@ async def fetch(ctx, request):
                 _log_failures(failures)
             if beyond:
                 await _beyond_the_view(store, beyond, topics_out)
-            # No transactions here, so none aborted: Kafka answers null unless read_committed.
-            return FetchAnswer(topics_out, read_committed=read_committed)
+            # aborted transactions: null for read_uncommitted, as Kafka answers
+            return FetchAnswer(topics_out, read_committed=read_committed, aborted=aborted or None)
         await store.wait_for_commit_in(watched, remaining)
 
 
-def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compacted=None):
+def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compacted=None, read_committed: bool = False):
     """For each readable partition of the fetch from `start` (topic and partition position in the
     request) on, the index entries from its fetch offset; and the (object key, start, size) of
-    those the fetch loop will read, in its order and within its byte budgets. Whole entries are
-    counted, so the ranges may stop before the loop does: the loop plans the rest again from
-    where this plan stopped."""
+    those the fetch loop will read, in its order and within its byte budgets (up to the last
+    stable offset for `read_committed`). Whole entries are counted, so the ranges may stop before
+    the loop does: the loop plans the rest again from where this plan stopped."""
     planned, ranges = {}, []
     total = 0
     first_topic, first_partition = start
@@ -228,7 +254,10 @@ def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compa
             if not 0 <= index < count:
                 continue
             view = views[index]
-            if view is None or not view.log_start_offset <= fetch_offset < view.next_offset:
+            if view is None:
+                continue
+            end = view.next_offset if not read_committed or view._txn_starts is None else view.last_stable_offset  # as in `fetch`
+            if not view.log_start_offset <= fetch_offset < end:
                 continue
             if total >= max_bytes:
                 return planned, ranges
@@ -237,7 +266,7 @@ def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compa
             budget = min(p.partition_max_bytes, max_bytes - total)
             used = 0
             for entry in entries:
-                if used and used >= budget:
+                if (used and used >= budget) or entry.base_offset >= end:
                     break
                 if entry.object_type != ObjectType.PARQUET or compacted is None:  # rebuilt from rows, not read as bytes
                     ranges.append((entry.object_key, entry.start, entry.size))
@@ -246,22 +275,25 @@ def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compa
     return planned, ranges
 
 
-async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched, unread, source) -> tuple[bytes | bytearray | None, bool, tuple | None]:
-    """The partition's records from `fetch_offset` within `budget` bytes, whether the budget
-    cut them short (more of the entries were there to read), and the (object key, error) of an
-    object-store read that failed (the records are then those read before it). `unread` holds
-    the ranges whose read already failed in this request, with their errors."""
+async def _partition_records(s, entries, fetch_offset: int, budget: int, first: bool, prefetched, unread, source, end_offset: int = NO_END) -> tuple[bytes | bytearray | None, bool, tuple | None]:
+    """The partition's records from `fetch_offset` within `budget` bytes and before
+    `end_offset`, whether the budget cut them short (more of the entries were there to read), and
+    the (object key, error) of an object-store read that failed (the records are then those read
+    before it). `unread` holds the ranges whose read already failed in this request, with their
+    errors."""
     if not entries:
         return None, False, None
     pieces = []
     used = 0
     for entry in entries:
+        if entry.base_offset >= end_offset:
+            break
         if used and used >= budget:
             return _joined(pieces), True, None
         error = unread.get((entry.object_key, entry.start, entry.size))
         if error is None:
             try:
-                piece, complete = await read_range(s, entry, fetch_offset, budget - used, first and not pieces, prefetched, source)
+                piece, complete = await read_range(s, entry, fetch_offset, budget - used, first and not pieces, prefetched, source, end_offset)
             except ObjectStoreError as e:
                 error = e
         if error is not None:
@@ -274,6 +306,32 @@ async def _partition_records(s, entries, fetch_offset: int, budget: int, first: 
         if piece is None:
             break
     return _joined(pieces), False, None
+
+
+def _aborted_in(view, fetch_offset: int, stable: int, records) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the aborted transactions a read_committed client must know
+    of to skip the aborted batches among `records` (served from `fetch_offset`, below `stable`):
+    as Kafka, those whose records meet the returned range and whose marker is at or after the
+    fetch offset. A partition without aborted transactions costs one call.
+
+    Only those whose abort marker lies in a WAL entry are listed. The client skips a listed
+    producer's batches from the first offset until it reads that producer's abort marker; in a
+    range served from the table (compacted), aborted records and markers are gone, so a listed
+    transaction whose marker was compacted away would hide the producer's later committed batches
+    for good. A marker still in the WAL is served, at the latest by a later fetch."""
+    candidates = view.aborted_between(fetch_offset, stable - 1)
+    if not candidates:
+        return []
+    for h in iter_headers(records):
+        last = h.base_offset + h.last_offset_delta  # offsets were injected: the real ones
+    marks = []
+    for a in candidates:
+        if a.first_offset > last:
+            continue
+        holder = view.from_offset(a.last_offset, 1)
+        if holder and holder[0].base_offset <= a.last_offset and holder[0].object_type == ObjectType.WAL:
+            marks.append((a.producer_id, a.first_offset))
+    return marks
 
 
 async def _beyond_the_view(store, beyond: list, topics_out: list) -> None:

@@ -4,6 +4,10 @@ Every answer follows the log start offset (DeleteRecords, retention): nothing be
 The offset index narrows the search to one entry by its max timestamp; only that entry's batches
 are read, and only the batch that reaches the target is decoded.
 
+Under read_committed (isolation_level 1, v2+) the log ends at the last stable offset, as in Kafka:
+latest answers it, and by timestamp and max timestamp find only offsets below it (-1 otherwise,
+as for a timestamp past the end). Earliest is the same for both.
+
 The two that read objects (by timestamp, max timestamp) answer a partition whose object-store
 read fails (ObjectStoreError: the S3 backend turns its I/O failures and timeouts into it, after
 its retries) with KAFKA_STORAGE_ERROR, offset and timestamp -1, and go on with the request's
@@ -26,7 +30,7 @@ from metadata.model import ObjectType
 from wal.batch import InvalidRecords, offset_for_timestamp
 from wal.store import ObjectStoreError
 
-from ..codec import build
+from ..codec import build, has_field
 from ..metrics import LIST_OFFSETS_READ_FAILURES
 from ..registry import handles
 
@@ -88,12 +92,21 @@ async def _in_entry(s, topic_id, partition: int, entry, timestamp: int) -> tuple
     return offset_for_timestamp(data, entry.base_offset, timestamp)
 
 
+def _stable(store, topic_id, partition: int) -> int:
+    """The partition's last stable offset (0 for a partition without a view yet, as its high
+    watermark)."""
+    views = store.topic_views(topic_id)
+    view = views[partition] if partition < len(views) else None
+    return view.last_stable_offset if view is not None else 0
+
+
 @handles(2, "ListOffsets", 1, 9)
 async def list_offsets(ctx, request):
     s = ctx.services
     store = s.metadata
     r = ctx.response
     topics = store.topics()
+    read_committed = has_field(request, "isolation_level") and request.isolation_level == 1
     out = []
     for topic in request.topics:
         info = topics.get(topic.name)
@@ -103,7 +116,7 @@ async def list_offsets(ctx, request):
             if info is None or not 0 <= p.partition_index < info.partitions:
                 code = ErrorCode.unknown_topic_or_partition
             elif p.timestamp == LATEST:
-                offset = store.high_watermark(info.topic_id, p.partition_index)
+                offset = _stable(store, info.topic_id, p.partition_index) if read_committed else store.high_watermark(info.topic_id, p.partition_index)
             elif p.timestamp == EARLIEST:
                 offset = store.log_start_offset(info.topic_id, p.partition_index)
             elif p.timestamp < 0 and p.timestamp != MAX_TIMESTAMP:
@@ -114,6 +127,8 @@ async def list_offsets(ctx, request):
                         offset, ts = await _max_timestamp(s, info.topic_id, p.partition_index)
                     else:
                         offset, ts = await _by_timestamp(s, info.topic_id, p.partition_index, p.timestamp)
+                    if read_committed and offset >= _stable(store, info.topic_id, p.partition_index):
+                        offset, ts = -1, -1
                 except ObjectStoreError as e:
                     code, offset, ts = ErrorCode.kafka_storage_error, -1, -1
                     LIST_OFFSETS_READ_FAILURES.inc()
