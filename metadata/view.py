@@ -23,7 +23,7 @@ ENTRY_BYTES = 6 * 8 + 8 + 1  # the columns' bytes per entry: six numbers, a key 
 
 
 class PartitionView:
-    __slots__ = ("next_offset", "log_start_offset", "_base", "_last", "_start", "_size", "_max_ts", "_running_max", "_keys", "_types", "_txn_starts", "_aborted")
+    __slots__ = ("next_offset", "log_start_offset", "_base", "_last", "_start", "_size", "_max_ts", "_running_max", "_keys", "_types", "txn_starts", "_aborted")
 
     def __init__(self, next_offset: int = 0, log_start_offset: int = 0) -> None:
         self.next_offset = next_offset
@@ -37,8 +37,10 @@ class PartitionView:
         self._keys: list[str] = []
         self._types = bytearray()
         # Transactions, made when a partition first has one (most never do): the first offset of
-        # each producer's open transaction here, and the aborted ones by marker offset.
-        self._txn_starts: dict[int, int] | None = None
+        # each producer's open transaction here, and the aborted ones by marker offset. Public for
+        # the hot paths: `txn_starts is None` (never had a transaction) is the cheapest test that
+        # the last stable offset is the high watermark, cheaper than the property.
+        self.txn_starts: dict[int, int] | None = None
         self._aborted: list[AbortedTransaction] | None = None
 
     # -- transactions ---------------------------------------------------------------------------
@@ -47,21 +49,21 @@ class PartitionView:
     def last_stable_offset(self) -> int:
         """Below it every transaction has ended: the first offset of the oldest open transaction,
         or the high watermark when none is open (read_committed readers stop there)."""
-        starts = self._txn_starts
+        starts = self.txn_starts
         return min(starts.values()) if starts else self.next_offset
 
     def open_transactions(self) -> dict[int, int]:
         """The first offset of each producer's open transaction here, by producer id."""
-        return dict(self._txn_starts or {})
+        return dict(self.txn_starts or {})
 
     def set_transaction_start(self, producer_id: int, first_offset: int) -> None:
         """A producer's open transaction starts at `first_offset` here; -1: it has none."""
         if first_offset >= 0:
-            if self._txn_starts is None:
-                self._txn_starts = {}
-            self._txn_starts[producer_id] = first_offset
-        elif self._txn_starts:
-            self._txn_starts.pop(producer_id, None)
+            if self.txn_starts is None:
+                self.txn_starts = {}
+            self.txn_starts[producer_id] = first_offset
+        elif self.txn_starts:
+            self.txn_starts.pop(producer_id, None)
 
     def add_aborted(self, aborted: AbortedTransaction) -> None:
         if self._aborted is None:
@@ -136,6 +138,10 @@ class PartitionView:
         i = bisect.bisect_left(self._last, entry.base_offset)
         j = bisect.bisect_right(self._last, entry.last_offset)
         replaced = self._entries(i, j)
+        if self._aborted and entry.object_type != ObjectType.WAL:
+            # the table holds no aborted record, and a fetch lists an aborted transaction only
+            # while its marker is in a WAL entry: those whose marker this entry now covers go
+            self._aborted = [a for a in self._aborted if not entry.base_offset <= a.last_offset <= entry.last_offset]
         for column, value in ((self._base, entry.base_offset), (self._last, entry.last_offset), (self._start, entry.start), (self._size, entry.size), (self._max_ts, entry.max_timestamp), (self._running_max, 0)):
             column[i:j] = array("q", (value,))
         self._keys[i:j] = [entry.object_key]

@@ -175,7 +175,7 @@ async def fetch(ctx, request):
                     # transaction (most never do; the view makes its transaction state then):
                     # testing for that state costs a sixth of the property's call, per partition
                     # of every fetch.
-                    stable = hw if view is None or view._txn_starts is None else view.last_stable_offset
+                    stable = hw if view is None or view.txn_starts is None else view.last_stable_offset
                     end = stable if read_committed else hw  # where this fetch's records stop
                     records = None
                     if fetch_offset < log_start:
@@ -256,7 +256,7 @@ def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compa
             view = views[index]
             if view is None:
                 continue
-            end = view.next_offset if not read_committed or view._txn_starts is None else view.last_stable_offset  # as in `fetch`
+            end = view.next_offset if not read_committed or view.txn_starts is None else view.last_stable_offset  # as in `fetch`
             if not view.log_start_offset <= fetch_offset < end:
                 continue
             if total >= max_bytes:
