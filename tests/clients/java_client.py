@@ -251,3 +251,96 @@ def member(
     args += ["--quota", "none" if quota is None else str(quota), "--timeout-ms", str(int(timeout * 1000))]
     cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", *args, *_config_args(config)]
     return ProcessMember(name, board, quota, cmd, log_path)
+
+
+@dataclass(frozen=True)
+class TxnRecord:
+    outcome: str  # committed | aborted
+    topic: str
+    partition: int
+    offset: int
+    value: str
+
+
+def txn_records(lines: list[str]) -> list[TxnRecord]:
+    """The `record ...` lines of a txn-produce run."""
+    out = []
+    for line in lines:
+        if line.startswith("record "):
+            _, outcome, topic, partition, offset, value = line.split(" ")
+            out.append(TxnRecord(outcome, topic, int(partition), int(offset), value))
+    return out
+
+
+def txn_produce(bootstrap: str, topics: list[str], partitions: int, transactional_id: str, plan: str, config: dict[str, str] | None = None, timeout: float = 180.0, log_path: Path | None = None) -> list[TxnRecord]:
+    """A transactional producer running `plan` ("c30,a20,c10": commit 30 records, abort 20, ...);
+    every record it sent, with its transaction's outcome."""
+    args = ["txn-produce", "--bootstrap", bootstrap, "--topics", ",".join(topics), "--partitions", str(partitions), "--transactional-id", transactional_id, "--plan", plan]
+    return txn_records(run(args + _config_args(config), timeout, log_path).splitlines())
+
+
+class JavaProcess:
+    """A driver subcommand running in its own JVM, its stdout lines gathered as they come, for the
+    steps a test interleaves with it (an open transaction, a second instance started mid-stream)."""
+
+    def __init__(self, args: list[str], log_path: Path, config: dict[str, str] | None = None) -> None:
+        self._log = open(log_path, "ab")  # noqa: SIM115 - closed by finish()
+        cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", *args, *_config_args(config)]
+        self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
+        self.lines: list[str] = []
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, name=f"java-{args[0]}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            with self._changed:
+                self.lines.append(line.rstrip("\n"))
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, predicate, timeout: float) -> list[str]:
+        """The lines so far once `predicate(lines)` holds; JavaClientError if the process exits or
+        `timeout` passes first."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self.lines) or self.process.poll() is not None, timeout):
+                raise JavaClientError(f"java {self.process.args[4]}: condition not met within {timeout}s; last lines {self.lines[-5:]}")
+            if not predicate(self.lines):
+                raise JavaClientError(f"java {self.process.args[4]} exited {self.process.poll()} first; last lines {self.lines[-5:]}")
+            return list(self.lines)
+
+    def send_line(self, text: str = "") -> None:
+        self.process.stdin.write(text + "\n")
+        self.process.stdin.flush()
+
+    def finish(self, timeout: float) -> list[str]:
+        """Every line, once the process exited (killed after `timeout`); JavaClientError if it
+        failed."""
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            code = self.process.wait(10)
+        self._reader.join(10)
+        self.process.stdin.close()
+        self.process.stdout.close()
+        self._log.close()
+        if code != 0:
+            raise JavaClientError(f"java {self.process.args[4]} exited {code}; last lines {self.lines[-5:]}")
+        return list(self.lines)
+
+
+def txn_produce_open(bootstrap: str, topics: list[str], partitions: int, transactional_id: str, plan: str, open_count: int, log_path: Path) -> JavaProcess:
+    """txn-produce whose last transaction of `open_count` records stays open (after its "opened"
+    line) until `send_line()`."""
+    args = ["txn-produce", "--bootstrap", bootstrap, "--topics", ",".join(topics), "--partitions", str(partitions), "--transactional-id", transactional_id, "--plan", plan, "--open", str(open_count)]
+    return JavaProcess(args, log_path)
+
+
+def transform(bootstrap: str, source: str, sink: str, partitions: int, group: str, transactional_id: str, log_path: Path, abort_every: int = 0, hold_after: int = 0, timeout: float = 150.0) -> JavaProcess:
+    """A consume-transform-produce instance (the driver's `transform`); with `hold_after`, it
+    holds after that many transactions until `send_line()`."""
+    args = ["transform", "--bootstrap", bootstrap, "--input", source, "--output", sink, "--partitions", str(partitions), "--group", group, "--transactional-id", transactional_id]
+    args += ["--abort-every", str(abort_every), "--hold-after", str(hold_after), "--timeout-ms", str(int(timeout * 1000 * 0.8))]
+    return JavaProcess(args, log_path)

@@ -73,7 +73,11 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
+import org.apache.kafka.common.errors.InvalidProducerEpochException;
+import org.apache.kafka.clients.consumer.CommitFailedException;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -111,6 +115,8 @@ public final class NeveClient {
                 case "consume-bytes" -> code = consumeBytes(opts, extra, out);
                 case "admin" -> code = admin(opts, extra, out);
                 case "member" -> code = member(opts, extra, out);
+                case "txn-produce" -> code = txnProduce(opts, extra, out);
+                case "transform" -> code = transform(opts, extra, out);
                 default -> {
                     usage("unknown subcommand " + argv[0]);
                     code = USAGE;
@@ -262,6 +268,206 @@ public final class NeveClient {
             }
         }
         return 0;
+    }
+
+    /** A transactional producer: one transaction per step of --plan ("c30,a20,c10": commit 30
+     * records, abort 20, commit 10), the i-th record of transaction n ("t<n>-<i>") going to topic
+     * i % topics and partition (i / topics) % partitions. One line per record once its transaction
+     * ended: "record committed|aborted topic partition offset value". With --open K, a last
+     * transaction of K records is sent, "opened" printed, and it commits when a line arrives on
+     * stdin. Ends with "done". */
+    private static int txnProduce(Map<String, String> opts, Properties extra, PrintStream out) throws Exception {
+        String[] topics = required(opts, "topics").split(",");
+        int partitions = Integer.parseInt(required(opts, "partitions"));
+        String[] plan = opts.getOrDefault("plan", "").isEmpty() ? new String[0] : opts.get("plan").split(",");
+        int open = Integer.parseInt(opts.getOrDefault("open", "0"));
+        Properties props = new Properties();
+        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
+        props.put(ProducerConfig.CLIENT_ID_CONFIG, "neve-java-txn");
+        props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, required(opts, "transactional-id"));
+        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        props.putAll(extra);
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(props)) {
+            producer.initTransactions();
+            int n = 0;
+            for (String step : plan) {
+                boolean commit = step.charAt(0) == 'c';
+                List<String> sent = sendTransaction(producer, topics, partitions, n, Integer.parseInt(step.substring(1)));
+                if (commit) {
+                    producer.commitTransaction();
+                } else {
+                    producer.abortTransaction();
+                }
+                for (String line : sent) {
+                    out.println("record " + (commit ? "committed " : "aborted ") + line);
+                }
+                out.flush();
+                n++;
+            }
+            if (open > 0) {
+                List<String> sent = sendTransaction(producer, topics, partitions, n, open);
+                out.println("opened");
+                out.flush();
+                new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
+                producer.commitTransaction();
+                for (String line : sent) {
+                    out.println("record committed " + line);
+                }
+            }
+        }
+        out.println("done");
+        return 0;
+    }
+
+    private static List<String> sendTransaction(KafkaProducer<String, String> producer, String[] topics, int partitions, int n, int count) throws Exception {
+        producer.beginTransaction();
+        List<java.util.concurrent.Future<org.apache.kafka.clients.producer.RecordMetadata>> acks = new ArrayList<>();
+        List<String> values = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            String value = "t" + n + "-" + i;
+            acks.add(producer.send(new ProducerRecord<>(topics[i % topics.length], (i / topics.length) % partitions, value, value)));
+            values.add(value);
+        }
+        producer.flush();
+        List<String> lines = new ArrayList<>();
+        for (int i = 0; i < count; i++) {
+            org.apache.kafka.clients.producer.RecordMetadata md = acks.get(i).get();
+            lines.add(md.topic() + " " + md.partition() + " " + md.offset() + " " + values.get(i));
+        }
+        return lines;
+    }
+
+    /** Consume-transform-produce, exactly once: in group --group, read --input (read_committed),
+     * write each record's value to --output (same partition) and commit the consumed offsets in the
+     * same transaction (sendOffsetsToTransaction). Every --abort-every'th transaction is aborted
+     * instead, and its records read again from the group's committed offsets. Prints "txn n
+     * committed|aborted count" per transaction; ends with "done" once the group's committed offsets
+     * reach the input's end offsets (read at start), or "fenced" when another producer with the
+     * same transactional id took over. --pause-ms sleeps after each transaction. With --hold-after
+     * N, after N transactions it prints "holding" and stays in the group reading nothing until a
+     * line arrives on stdin. */
+    private static int transform(Map<String, String> opts, Properties extra, PrintStream out) throws Exception {
+        String input = required(opts, "input");
+        String output = required(opts, "output");
+        int partitions = Integer.parseInt(required(opts, "partitions"));
+        int abortEvery = Integer.parseInt(opts.getOrDefault("abort-every", "0"));
+        long pauseMs = Long.parseLong(opts.getOrDefault("pause-ms", "0"));
+        long timeoutMs = Long.parseLong(opts.getOrDefault("timeout-ms", "120000"));
+        int maxPoll = Integer.parseInt(opts.getOrDefault("max-poll", "50"));
+        int holdAfter = Integer.parseInt(opts.getOrDefault("hold-after", "0"));
+        java.util.concurrent.atomic.AtomicBoolean holding = new java.util.concurrent.atomic.AtomicBoolean(false);
+        Properties cprops = new Properties();
+        cprops.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
+        cprops.put(ConsumerConfig.CLIENT_ID_CONFIG, "neve-java-transform");
+        cprops.put(ConsumerConfig.GROUP_ID_CONFIG, required(opts, "group"));
+        cprops.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        cprops.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        cprops.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        cprops.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, Integer.toString(maxPoll));
+        cprops.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        cprops.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        Properties pprops = new Properties();
+        pprops.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
+        pprops.put(ProducerConfig.CLIENT_ID_CONFIG, "neve-java-transform");
+        pprops.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, required(opts, "transactional-id"));
+        pprops.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        pprops.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        pprops.putAll(extra);
+        List<TopicPartition> tps = partitionsOf(input, partitions);
+        long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+        try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(cprops);
+             KafkaProducer<String, String> producer = new KafkaProducer<>(pprops)) {
+            producer.initTransactions();
+            Map<TopicPartition, Long> end = consumer.endOffsets(tps, Duration.ofMillis(timeoutMs));
+            consumer.subscribe(List.of(input));
+            int n = 0;
+            while (true) {
+                if (System.nanoTime() > deadline) {
+                    System.err.printf("error: timeout after %d ms%n", timeoutMs);
+                    return 2;
+                }
+                if (holding.get()) {
+                    consumer.pause(consumer.assignment());  // in the group (polling), reading nothing
+                } else if (!consumer.paused().isEmpty()) {
+                    consumer.resume(consumer.paused());
+                }
+                ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
+                if (holding.get()) {
+                    continue;
+                }
+                if (records.isEmpty()) {
+                    Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(new java.util.HashSet<>(tps), Duration.ofMillis(timeoutMs));
+                    boolean all = true;
+                    for (TopicPartition tp : tps) {
+                        OffsetAndMetadata c = committed.get(tp);
+                        all &= c != null && c.offset() >= end.get(tp);
+                    }
+                    if (all) {
+                        out.println("done");
+                        return 0;
+                    }
+                    continue;
+                }
+                try {
+                    producer.beginTransaction();
+                    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>();
+                    for (ConsumerRecord<String, String> r : records) {
+                        producer.send(new ProducerRecord<>(output, r.partition(), r.key(), r.value()));
+                        offsets.put(new TopicPartition(r.topic(), r.partition()), new OffsetAndMetadata(r.offset() + 1));
+                    }
+                    // the records first: a fenced producer's batches fail with ProducerFencedException,
+                    // where an offsets request queued behind its fenced AddPartitionsToTxn would wait
+                    // out max.block.ms
+                    producer.flush();
+                    producer.sendOffsetsToTransaction(offsets, consumer.groupMetadata());
+                    boolean abort = abortEvery > 0 && n % abortEvery == abortEvery - 1;
+                    if (abort) {
+                        producer.abortTransaction();
+                        Map<TopicPartition, OffsetAndMetadata> committed = consumer.committed(offsets.keySet(), Duration.ofMillis(timeoutMs));
+                        for (TopicPartition tp : offsets.keySet()) {
+                            OffsetAndMetadata c = committed.get(tp);
+                            consumer.seek(tp, c == null ? 0 : c.offset());
+                        }
+                    } else {
+                        producer.commitTransaction();
+                    }
+                    out.println("txn " + n + (abort ? " aborted " : " committed ") + records.count());
+                    out.flush();
+                    n++;
+                    if (holdAfter > 0 && n == holdAfter) {
+                        // hold until a line arrives on stdin: another instance can start meanwhile
+                        holding.set(true);
+                        Thread reader = new Thread(() -> {
+                            try {
+                                new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
+                            } catch (java.io.IOException ignored) {
+                                // stdin closed: go on as well
+                            }
+                            holding.set(false);
+                        });
+                        reader.setDaemon(true);
+                        reader.start();
+                        out.println("holding");
+                        out.flush();
+                    }
+                } catch (ProducerFencedException | InvalidProducerEpochException | CommitFailedException e) {
+                    out.println("fenced " + e.getClass().getSimpleName());
+                    out.flush();
+                    return 0;
+                } catch (org.apache.kafka.common.KafkaException e) {
+                    if (e.getCause() instanceof ProducerFencedException) {
+                        out.println("fenced " + e.getCause().getClass().getSimpleName());
+                        out.flush();
+                        return 0;
+                    }
+                    throw e;
+                }
+                if (pauseMs > 0) {
+                    Thread.sleep(pauseMs);
+                }
+            }
+        }
     }
 
     private static String hex(byte[] data) {
