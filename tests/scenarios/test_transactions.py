@@ -140,3 +140,28 @@ def test_a_second_producer_with_the_same_id_fences_the_first(neve_factory):
         zombie.commit_transaction(TIMEOUT)
     assert fenced.value.args[0].fatal()
     assert values_of(consume_all(node.bootstrap, [topic], "read_committed", 6)) == sorted(f"new-{i}" for i in range(6))
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted(neve_factory):
+    node = neve_factory(env={**LINGER, "NEVE_BROKER_TRANSACTION_CHECK_INTERVAL_MS": "200"})
+    topic = f"txn-timeout-{uuid.uuid4().hex[:6]}"
+    create_topics(node.bootstrap, topic)
+    producer = Producer({"bootstrap.servers": node.bootstrap, "transactional.id": f"tid-{uuid.uuid4().hex[:6]}", "transaction.timeout.ms": 2000, "linger.ms": 5})
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    send(producer, topic, [f"late-{i}" for i in range(6)])  # two records on each partition, then nothing
+    reader = Consumer({"bootstrap.servers": node.bootstrap, "group.id": f"w-{uuid.uuid4().hex[:6]}", "isolation.level": "read_committed"})
+    try:
+        # the sweep aborts it: an abort marker after the two records, and the last stable offset
+        # moves past it (read_committed's end offset is the LSO)
+        deadline = 600
+        while deadline and any(reader.get_watermark_offsets(TopicPartition(topic, p), timeout=10, cached=False)[1] != 3 for p in range(PARTITIONS)):
+            deadline -= 1
+            reader.poll(0.1)
+        assert deadline, "the transaction was not aborted within a minute"
+    finally:
+        reader.close()
+    assert consume_all(node.bootstrap, [topic], "read_committed", 0) == {}
+    assert values_of(consume_all(node.bootstrap, [topic], "read_uncommitted", 6)) == sorted(f"late-{i}" for i in range(6))
+    with pytest.raises(KafkaException):  # its producer was fenced by the abort
+        producer.commit_transaction(TIMEOUT)
