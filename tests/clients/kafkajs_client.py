@@ -77,6 +77,13 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, chunk: int 
     return [Ack(*a) for a in run(command, timeout, log_path)["acks"]]
 
 
+def txn_produce(bootstrap: str, topics: list[str], partitions: int, transactional_id: str, plan: str, timeout: float = 120.0, log_path: Path | None = None) -> list[tuple[str, str, int, int, str]]:
+    """A transactional producer running `plan` ("c30,a20,c10"): every record it sent as (outcome,
+    topic, partition, offset, value)."""
+    command = {"op": "txn_produce", "bootstrap": bootstrap, "topics": topics, "partitions": partitions, "transactional_id": transactional_id, "plan": plan}
+    return [tuple(r) for r in run(command, timeout, log_path)["records"]]
+
+
 def member(
     bootstrap: str,
     topic: str,

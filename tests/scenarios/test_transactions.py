@@ -165,3 +165,17 @@ def test_a_transaction_open_past_its_timeout_is_aborted(neve_factory):
     assert values_of(consume_all(node.bootstrap, [topic], "read_uncommitted", 6)) == sorted(f"late-{i}" for i in range(6))
     with pytest.raises(KafkaException):  # its producer was fenced by the abort
         producer.commit_transaction(TIMEOUT)
+
+
+def test_kafkajs_transactions_commit_abort_commit(neve_factory, artifacts_dir):
+    from tests.clients.kafkajs_client import txn_produce
+
+    node = neve_factory(env=LINGER)
+    first, second = f"kjs-a-{uuid.uuid4().hex[:6]}", f"kjs-b-{uuid.uuid4().hex[:6]}"
+    create_topics(node.bootstrap, first, second)
+    sent = txn_produce(node.bootstrap, [first, second], PARTITIONS, f"tid-{uuid.uuid4().hex[:6]}", "c30,a30,c30", log_path=artifacts_dir / "kafkajs.log")
+    assert [outcome for outcome, *_ in sent].count("committed") == 60 and len(sent) == 90
+    committed = {(topic, p): sorted((offset, value) for outcome, t, p2, offset, value in sent if outcome == "committed" and (t, p2) == (topic, p)) for topic in (first, second) for p in range(PARTITIONS)}
+    got = consume_all(node.bootstrap, [first, second], "read_committed", 60)
+    assert got == {tp: records for tp, records in committed.items() if records}  # exact offsets, in order
+    assert len(values_of(consume_all(node.bootstrap, [first, second], "read_uncommitted", 90))) == 90

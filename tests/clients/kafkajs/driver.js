@@ -143,6 +143,47 @@ async function produce(cmd) {
   return { acks }
 }
 
+// A transactional producer (producer.transaction()): one transaction per step of cmd.plan
+// ("c30,a20,c10": commit 30 records, abort 20, ...), the i-th record of transaction n ("t<n>-<i>")
+// to topic i % topics and partition (i / topics) % partitions, sent in one sendBatch. Answers every
+// record with its transaction's outcome and offset.
+async function txnProduce(cmd) {
+  const producer = client(cmd, 'neve-kafkajs-txn').producer({ transactionalId: cmd.transactional_id, idempotent: true, maxInFlightRequests: 1 })
+  await producer.connect()
+  const records = []
+  try {
+    const steps = cmd.plan.split(',')
+    for (let n = 0; n < steps.length; n++) {
+      const commit = steps[n][0] === 'c'
+      const count = Number(steps[n].slice(1))
+      const txn = await producer.transaction()
+      const byTarget = new Map()
+      for (let i = 0; i < count; i++) {
+        const topic = cmd.topics[i % cmd.topics.length]
+        const partition = Math.floor(i / cmd.topics.length) % cmd.partitions
+        const key = `${topic}/${partition}`
+        if (!byTarget.has(key)) byTarget.set(key, [])
+        byTarget.get(key).push(`t${n}-${i}`)
+      }
+      const topicMessages = cmd.topics.map(topic => ({
+        topic,
+        messages: [...byTarget.entries()].filter(([k]) => k.startsWith(`${topic}/`)).flatMap(([k, values]) => values.map(v => ({ key: v, value: v, partition: Number(k.slice(topic.length + 1)) }))),
+      }))
+      const results = await txn.sendBatch({ topicMessages, acks: -1 })
+      if (commit) await txn.commit()
+      else await txn.abort()
+      for (const r of results) {
+        if (r.errorCode !== 0) throw new Error(`produce to ${r.topicName}/${r.partition}: error ${r.errorCode}`)
+        const base = BigInt(r.baseOffset)
+        byTarget.get(`${r.topicName}/${r.partition}`).forEach((v, i) => records.push([commit ? 'committed' : 'aborted', r.topicName, r.partition, Number(base + BigInt(i)), v]))
+      }
+    }
+  } finally {
+    await producer.disconnect()
+  }
+  return { records }
+}
+
 async function member(cmd) {
   const kafka = client(cmd, 'neve-kafkajs-member')
   const consumer = kafka.consumer({
@@ -247,6 +288,8 @@ async function main() {
     await member(cmd)
   } else if (cmd.op === 'produce') {
     print(await produce(cmd))
+  } else if (cmd.op === 'txn_produce') {
+    print(await txnProduce(cmd))
   } else if (ADMIN[cmd.op]) {
     print(await withAdmin(cmd, admin => ADMIN[cmd.op](cmd, admin)))
   } else {
