@@ -29,4 +29,5 @@ class BrokerSettings:
     transaction_check_interval_ms: int = 10_000
     transactional_id_expiration_ms: int = 604_800_000
     fault_drop_produce_response_every: int = 0
+    fault_kill_during_end_txn: str = ""  # see neve/config.py [faults]
     storage: str = ""  # where the data lives (object store URL without its query), for DescribeLogDirs

@@ -47,7 +47,11 @@ class Services:
             from .transactions.coordinator import TransactionCoordinator
 
             self.transactions = TransactionCoordinator(
-                self.metadata, self.wal, max_timeout_ms=self.settings.transaction_max_timeout_ms, id_expiration_ms=self.settings.transactional_id_expiration_ms
+                self.metadata,
+                self.wal,
+                max_timeout_ms=self.settings.transaction_max_timeout_ms,
+                id_expiration_ms=self.settings.transactional_id_expiration_ms,
+                kill_during_end=self.settings.fault_kill_during_end_txn,
             )
 
     def live_brokers(self):

@@ -174,6 +174,10 @@ class FaultsConfig:
     drop_produce_response_every: int = 0
     """Commit every Nth produce request, then close the connection instead of answering (forces
     client retries of already-committed batches). 0: off."""
+    kill_during_end_txn: str = ""
+    """A transactional id: the broker that decides its first producer's (epoch 0) transaction
+    kills itself (SIGKILL) once the decision is durable and the marker of the transaction's first
+    partition is stored, before the others (a coordinator dying in the middle of EndTxn). Empty: off."""
 
 
 @dataclass

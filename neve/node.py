@@ -60,6 +60,7 @@ def broker_settings(config: Config) -> BrokerSettings:
         # answer after the writer's own deadline (upload, then a commit bounded by the store's timeouts)
         produce_timeout_ms=config.wal.upload_timeout_ms + 15_000,
         fault_drop_produce_response_every=config.faults.drop_produce_response_every,
+        fault_kill_during_end_txn=config.faults.kill_during_end_txn,
         group_consumer_session_timeout_ms=b.group_consumer_session_timeout_ms,
         group_consumer_heartbeat_interval_ms=b.group_consumer_heartbeat_interval_ms,
         transaction_max_timeout_ms=b.transaction_max_timeout_ms,

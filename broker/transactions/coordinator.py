@@ -24,6 +24,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -63,12 +65,15 @@ class Fenced(TransactionError):
 
 
 class TransactionCoordinator:
-    def __init__(self, metadata: MetadataStore, wal, *, max_timeout_ms: int = 900_000, id_expiration_ms: int = 604_800_000, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, metadata: MetadataStore, wal, *, max_timeout_ms: int = 900_000, id_expiration_ms: int = 604_800_000, kill_during_end: str = "", clock: Callable[[], float] = time.time
+    ) -> None:
         self.metadata = metadata
         self.wal = wal
         self.max_timeout_ms = max_timeout_ms
         self.id_expiration_ms = id_expiration_ms
         self._clock = clock
+        self._kill_during_end = kill_during_end  # a test fault (neve/config.py [faults] kill_during_end_txn)
         self._locks: dict[str, list] = {}  # transactional id -> [lock, users]
         # open transactions on partitions that no stored transaction accounts for, by when the
         # sweep first saw them: (topic id, partition, producer id, first offset) -> ms
@@ -233,6 +238,8 @@ class TransactionCoordinator:
                     if not await self._store(transactional_id, prepared, revision):
                         continue
                     log.info("transaction_decided", extra={"transactional_id": transactional_id, "producer_id": producer_id, "epoch": producer_epoch, "outcome": str(decided), "partitions": len(txn.partitions)})
+                    if self._kill_during_end and transactional_id == self._kill_during_end and producer_epoch == 0 and prepared.partitions:
+                        await self._die_after_first_marker(prepared)
                     await self._complete(transactional_id, prepared)
                     return
                 if txn.status == decided:  # a retry of this EndTxn, or its coordinator died: finish it
@@ -244,6 +251,15 @@ class TransactionCoordinator:
         raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
 
     # -- completion -----------------------------------------------------------------------------
+
+    async def _die_after_first_marker(self, prepared: Transaction) -> None:
+        """The kill_during_end_txn fault: store the first partition's marker, then SIGKILL."""
+        topic, partition = prepared.partitions[0]
+        await write_markers(self.wal, [(uuid.UUID(hex=topic), partition)], prepared.producer_id, prepared.producer_epoch, prepared.status == Status.PREPARE_COMMIT)
+        log.warning("fault_kill_during_end_txn", extra={"producer_id": prepared.producer_id})
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
 
     async def _abort_fencing(self, transactional_id: str, txn: Transaction, revision: int, reason: str) -> bool:
         """Abort an open transaction at the next epoch, so its producer can write no more."""
