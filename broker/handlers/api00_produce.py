@@ -32,9 +32,16 @@ from ..codec import NO_THROTTLE, OnePartitionProduce, build, error
 from ..metrics import PRODUCE_BYTES
 from ..registry import handles
 from ..topic_configs import max_message_bytes
+from ..transactions.coordinator import TransactionError
 from ..waiting import call_when_done
 
 log = logging.getLogger("neve.broker.produce")
+
+
+# Connections whose produce requests wait for a transaction check, by peer: the future that
+# resolves once the last of them is submitted. The connection's next requests are submitted after
+# it, so a connection's requests still enter the WAL buffer in arrival order.
+_ordered: dict = {}
 
 
 @handles(0, "Produce", 3, 11)
@@ -44,6 +51,8 @@ def produce(ctx, request) -> asyncio.Future:
     topics = s.metadata.topics()
     max_bytes = s.settings.max_message_bytes
     plan = []  # (topic name, [(partition, future | None, error code, message, bytes submitted)])
+    submits = []  # (its parts list, index there, chunk, summary) of every partition to submit
+    checks = []  # (topic id, partition) of transactional records that may start their transaction
     for topic in request.topic_data:
         info = topics.get(topic.name)
         # each batch within the topic's max.message.bytes (else the broker's), as in Kafka
@@ -65,15 +74,44 @@ def produce(ctx, request) -> asyncio.Future:
             except InvalidRecords as e:
                 parts.append((p.index, None, error(e.error_code), str(e), 0))
                 continue
-            chunk = Chunk(info.topic_id, p.index, data, summary.batch_count, summary.record_count, summary.max_timestamp)
-            try:
-                fut = s.wal.submit(chunk, summary)
-            except WalUnavailable as e:
-                parts.append((p.index, None, ErrorCode.kafka_storage_error, str(e), 0))
-                continue
-            parts.append((p.index, fut, ErrorCode.none, None, len(chunk.data)))
+            if summary.transactional:
+                if request.transactional_id is None or summary.producer_id < 0:
+                    parts.append((p.index, None, ErrorCode.transactional_id_authorization_failed, "transactional records need the request's transactional id and a producer id", 0))
+                    continue
+                view = s.metadata.topic_views(info.topic_id)[p.index]
+                if view is None or view.txn_starts is None or summary.producer_id not in view.txn_starts:
+                    checks.append((info.topic_id, p.index))  # the transaction's first records here
+            submits.append((parts, len(parts), Chunk(info.topic_id, p.index, data, summary.batch_count, summary.record_count, summary.max_timestamp), summary))
+            parts.append((p.index, None, ErrorCode.none, None, 0))
         plan.append((topic.name, parts))
 
+    key = ctx.peer if ctx.peer is not None else id(ctx)
+    previous = _ordered.get(key) if _ordered else None
+    if not checks and previous is None:
+        _submit(s.wal, submits, {})
+        return _answer(ctx, request, plan)
+    return _checked(ctx, request, plan, submits, checks, key, previous)
+
+
+def _submit(wal, submits: list, refused: dict) -> None:
+    """Hand the planned partitions to the WAL buffer, in plan order, but those `refused` (topic id,
+    partition) -> (error code, message)."""
+    for parts, i, chunk, summary in submits:
+        index = parts[i][0]
+        refusal = refused.get((chunk.topic_id, chunk.partition)) if refused else None
+        if refusal is not None:
+            parts[i] = (index, None, refusal[0], refusal[1], 0)
+            continue
+        try:
+            parts[i] = (index, wal.submit(chunk, summary), ErrorCode.none, None, len(chunk.data))
+        except WalUnavailable as e:
+            parts[i] = (index, None, ErrorCode.kafka_storage_error, str(e), 0)
+
+
+def _answer(ctx, request, plan: list) -> asyncio.Future:
+    """The response future of a submitted plan: answered once its appends are done (or its time
+    is up); None at once for acks=0."""
+    s = ctx.services
     answer = asyncio.get_running_loop().create_future()
     if request.acks == 0:
         answer.set_result(None)
@@ -92,6 +130,80 @@ def produce(ctx, request) -> asyncio.Future:
     asked = request.timeout.total_seconds()
     call_when_done(futures, max(min(asked, longest) if asked > 0 else longest, 0.001), respond)
     return answer
+
+
+def _checked(ctx, request, plan: list, submits: list, checks: list, key, previous: asyncio.Future | None) -> asyncio.Future:
+    """KIP-890's defense: transactional records that would start their producer's transaction on a
+    partition are stored only if the transaction coordinator's state has that partition in the
+    producer's open transaction. A late retry of a transaction that has ended, or records sent
+    without AddPartitionsToTxn, would otherwise open a transaction no marker ever ends, and hold
+    the partition's last stable offset back. Submitted after the connection's earlier requests."""
+    loop = asyncio.get_running_loop()
+    submitted = loop.create_future()
+    _ordered[key] = submitted
+    answer = loop.create_future()
+
+    async def check_then_submit() -> None:
+        try:
+            if previous is not None:
+                await asyncio.wait([previous])
+            refused = await _verify(ctx.services, request, checks, submits) if checks else {}
+            _submit(ctx.services.wal, submits, refused)
+        finally:
+            submitted.set_result(None)
+            if _ordered.get(key) is submitted:
+                del _ordered[key]
+        inner = _answer(ctx, request, plan)
+        _relay(inner, answer)
+
+    def failed(task: asyncio.Task) -> None:
+        if not answer.done():
+            if task.cancelled():
+                answer.cancel()
+            elif task.exception() is not None:
+                answer.set_exception(task.exception())
+
+    loop.create_task(check_then_submit()).add_done_callback(failed)
+    return answer
+
+
+def _relay(source: asyncio.Future, target: asyncio.Future) -> None:
+    def copy(fut: asyncio.Future) -> None:
+        if target.done():
+            return
+        if fut.cancelled():
+            target.cancel()
+        elif fut.exception() is not None:
+            target.set_exception(fut.exception())
+        else:
+            target.set_result(fut.result())
+
+    source.add_done_callback(copy)
+
+
+async def _verify(s, request, checks: list, submits: list) -> dict:
+    """The refusals of the transactional partitions `checks`: INVALID_TXN_STATE for one not in the
+    producer's open transaction, INVALID_PRODUCER_EPOCH for a fenced producer, and the retriable
+    NOT_ENOUGH_REPLICAS when the coordinator's state cannot be read (as Kafka answers a
+    verification that could not be made)."""
+    summaries = {(chunk.topic_id, chunk.partition): summary for _, _, chunk, summary in submits}
+    first = summaries[checks[0]]
+    try:
+        codes = await s.transactions.verify_partitions(request.transactional_id, first.producer_id, first.producer_epoch, checks)
+    except TransactionError as e:
+        return dict.fromkeys(checks, (ErrorCode.not_enough_replicas, f"the transaction could not be verified: {e}"))
+    refused = {}
+    for tp, code in codes.items():
+        summary = summaries[tp]
+        if (summary.producer_id, summary.producer_epoch) != (first.producer_id, first.producer_epoch):
+            refused[tp] = (ErrorCode.invalid_record, "batches of one request belong to one producer")
+        elif code in (ErrorCode.producer_fenced, ErrorCode.invalid_producer_epoch):
+            refused[tp] = (ErrorCode.invalid_producer_epoch, "the producer was fenced by a newer one with its transactional id")
+        elif code != ErrorCode.none:
+            refused[tp] = (ErrorCode.invalid_txn_state, "the partition is not in the producer's open transaction (AddPartitionsToTxn)")
+    if refused:
+        log.info("transactional_produce_refused", extra={"transactional_id": request.transactional_id, "producer_id": first.producer_id, "partitions": len(refused)})
+    return refused
 
 
 def _response(ctx, plan: list):

@@ -41,7 +41,7 @@ def context(wal: Wal):
         settings=BrokerSettings(max_message_bytes=1 << 20, produce_timeout_ms=30_000),  # the others as a broker's
         wal=wal,
     )
-    return SimpleNamespace(services=services, response=response_module(0, 9), api_version=9)
+    return SimpleNamespace(services=services, response=response_module(0, 9), api_version=9, peer=None)
 
 
 def request(partitions: list[int], acks: int = -1, timeout_s: float = 30.0):
