@@ -538,8 +538,9 @@ def test_bad_group_requests_get_error_codes(neve_factory) -> None:
     assert heartbeat(1, first.member_id) == ErrorCode.none
     assert heartbeat(7, first.member_id) == ErrorCode.illegal_generation
     assert heartbeat(1, "nobody") == ErrorCode.unknown_member_id
-    found = call(raw, FindCoordinatorRequest(key_type=1, coordinator_keys=("txn-1",))).coordinators[0]
-    assert found.error_code == ErrorCode.transactional_id_authorization_failed
+    found = call(raw, FindCoordinatorRequest(key_type=1, coordinator_keys=("txn-1", ""))).coordinators
+    assert [(f.error_code, f.port) for f in found] == [(ErrorCode.none, node.port), (ErrorCode.invalid_request, -1)]  # a transactional id: this node
+    assert call(raw, FindCoordinatorRequest(key_type=2, coordinator_keys=("x",))).coordinators[0].error_code == ErrorCode.invalid_request
     found = call(raw, FindCoordinatorRequest(key_type=0, coordinator_keys=(group,))).coordinators[0]
     assert (found.error_code, found.port) == (ErrorCode.none, node.port)
     raw.close()
