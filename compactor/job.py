@@ -3,6 +3,10 @@
 Spark executors (`run_tasks`) or in this process (`run_tasks_in_process`). An executor gets all it
 needs in a picklable TaskContext (store and warehouse URLs, the table's schema and spec, the writer
 schemas the driver fetched): nothing comes from the driver's memory, the registry or a local path.
+
+The table holds committed records only: control batches (transaction markers) and the batches of
+the aborted transactions each run carries (planner.Run.aborted) are never rows. Rows keep their
+offsets, so the table's offsets have gaps where those were.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from wal.store import load_object_store
 
 from .avro_columns import ValueColumns
 from .columns import RawRows, decode_batches
-from .planner import ObjectRead, Run, Task
+from .planner import Aborted, ObjectRead, Run, Task
 from .records import SERVED_LEADER_EPOCH, Batch, CorruptBatch, decode_records, iter_batches
 from .translator import COLUMNS, OUTCOMES, RAW, TOMBSTONE, Resolver, WriterSchema, kafka_columns, translate, writer_schema
 from .writer import TableWriter, WrittenFile
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
     from pyiceberg.io import FileIO
     from pyspark.sql import SparkSession
 
+_TRANSACTION_BITS = 0x30  # a batch's transactional and control attributes: only such a batch may be no row
 # A batch that does not decode: one row holds its stored bytes (the writer counts it as raw).
 MALFORMED = "malformed"
 COUNTED = (*OUTCOMES, MALFORMED)
@@ -157,7 +162,7 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
             if columnar:
                 rows = _run_raw_rows(run, ranges, writer.arrow, values)
             else:
-                rows = (item for entry in run.entries for item in _entry_rows(run.partition, entry, ranges.slice(entry), run.first_offset, resolve))
+                rows = (item for entry in run.entries for item in _entry_rows(run.partition, entry, ranges.slice(entry), run.first_offset, resolve, run.aborted))
             for row, outcome in rows:
                 if outcome != RAW_ROWS:
                     _add_row(writer, row, outcome, counts, malformed, run.partition)
@@ -489,13 +494,13 @@ def _resolver(context: TaskContext) -> Resolver | None:
 # -- rows -------------------------------------------------------------------------------------------
 
 
-def _entry_rows(partition: int, entry: IndexEntry, data: memoryview, first_offset: int, resolve: Resolver | None) -> Iterator[tuple[Any, str | None]]:
+def _entry_rows(partition: int, entry: IndexEntry, data: memoryview, first_offset: int, resolve: Resolver | None, aborted: Sequence[Aborted] = ()) -> Iterator[tuple[Any, str | None]]:
     """(row, outcome) for each record of one entry from `first_offset` on. A batch that does not
     decode is one MALFORMED row at its first offset holding its stored bytes; when its framing is
     broken (nothing after it can be found), the row holds the rest of the entry's bytes. For a
     topic without a schema (`resolve` None) a decoded batch comes whole instead, as
     ((kafka columns, its records from `first_offset`), None): the writer takes it as columns."""
-    for item in _entry_batches(partition, entry, data, first_offset):
+    for item in _entry_batches(partition, entry, data, first_offset, aborted):
         if isinstance(item, dict):
             yield item, MALFORMED
         else:
@@ -543,7 +548,7 @@ def _run_raw_rows(run: Run, ranges: _Ranges, schema: Any, values: ValueColumns |
     payloads: list[Any] = []
     size = 0
     for entry in run.entries:
-        for item in _entry_batches(run.partition, entry, ranges.slice(entry), run.first_offset):
+        for item in _entry_batches(run.partition, entry, ranges.slice(entry), run.first_offset, run.aborted):
             if isinstance(item, dict):
                 yield from _decoded_rows(run.partition, batches, payloads, run.first_offset, schema, values)
                 batches, payloads, size = [], [], 0
@@ -595,16 +600,17 @@ def _decoded_rows(partition: int, batches: list[tuple[memoryview, Batch]], paylo
         i = j
 
 
-def _entry_batches(partition: int, entry: IndexEntry, data: memoryview, first_offset: int) -> Iterator[tuple[memoryview, Batch] | dict[str, Any]]:
+def _entry_batches(partition: int, entry: IndexEntry, data: memoryview, first_offset: int, aborted: Sequence[Aborted] = ()) -> Iterator[tuple[memoryview, Batch] | dict[str, Any]]:
     """Each batch of one entry holding offsets from `first_offset` on whose framing and checksum
     are sound, as (the view of the entry's bytes it is in, its header); one that fails them as its
-    MALFORMED row instead (its framing broken: the row holds the rest of the entry's bytes)."""
+    MALFORMED row instead (its framing broken: the row holds the rest of the entry's bytes).
+    Control batches and the batches of `aborted` transactions are left out: never rows."""
     pos, base = 0, entry.base_offset
     while pos < len(data):
         view = data[pos:]
         try:
             for batch in iter_batches(view, base):
-                if batch.last_offset >= first_offset:
+                if batch.last_offset >= first_offset and not (batch.attributes & _TRANSACTION_BITS and _not_a_row(batch, aborted)):
                     yield view, batch
             return
         except CorruptBatch as e:  # iter_batches: framing, magic or CRC
@@ -613,12 +619,23 @@ def _entry_batches(partition: int, entry: IndexEntry, data: memoryview, first_of
             stored = view[e.position : e.position + batch.size] if framed else view[e.position :]
             if not framed:
                 batch.last_offset_delta = entry.last_offset - batch.base_offset
-            if batch.last_offset >= first_offset:
+            if batch.last_offset >= first_offset and not (parsed and batch.attributes & _TRANSACTION_BITS and _not_a_row(batch, aborted)):
                 yield _malformed(partition, batch, stored, e, parsed)
             if not framed:
                 return
             pos += e.position + batch.size
             base = batch.last_offset + 1
+
+
+def _not_a_row(batch: Batch, aborted: Sequence[Aborted]) -> bool:
+    """Whether `batch` (transactional or control) holds no row: a marker, or a batch of one of the
+    producer's aborted transactions (its offsets within the transaction's)."""
+    if batch.is_control:
+        return True
+    if not batch.is_transactional:
+        return False
+    pid, first, last = batch.producer_id, batch.base_offset, batch.last_offset
+    return any(a[0] == pid and a[1] <= first and last <= a[2] for a in aborted)
 
 
 def _header(view: memoryview, error: CorruptBatch, entry: IndexEntry) -> tuple[Batch, bool]:

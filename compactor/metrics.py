@@ -17,6 +17,11 @@ BYTES_READ = Counter("neve_compactor_wal_bytes_read", "WAL bytes read by compact
 BYTES_WRITTEN = Counter("neve_compactor_parquet_bytes", "Parquet bytes committed", ["topic"])
 LAG_OFFSETS = Gauge("neve_compactor_table_lag_offsets", "Offsets of a partition not in its table yet (high watermark - first WAL offset)", ["topic", "partition"])
 LAG_SECONDS = Gauge("neve_compactor_table_lag_seconds", "Age of the oldest record timestamp of a partition not in its table yet", ["topic", "partition"])
+TRANSACTION_HELD_OFFSETS = Gauge(
+    "neve_compactor_transaction_held_offsets",
+    "Offsets of a partition kept out of its table by an open transaction (high watermark - last stable offset; 0 once none is open), for partitions that had one",
+    ["topic", "partition"],
+)
 FILES_REWRITTEN = Counter("neve_compactor_files_rewritten", "Data files neve's merge rewrote into larger ones", ["topic"])
 PARTITIONS_REINDEXED = Counter("neve_compactor_partitions_reindexed", "Kafka partitions whose index entries were pointed at the files a rewrite made", ["topic"])
 SNAPSHOTS_EXPIRED = Counter("neve_compactor_snapshots_expired", "Table snapshots expired", ["topic"])
@@ -32,11 +37,15 @@ def set_lag(topic: str, partition: int, offsets: int, seconds: float) -> None:
     LAG_SECONDS.labels(topic, str(partition)).set(seconds)
 
 
+def set_held(topic: str, partition: int, offsets: int) -> None:
+    TRANSACTION_HELD_OFFSETS.labels(topic, str(partition)).set(offsets)
+
+
 def forget_lag(topic: str, partitions: int) -> None:
     """A topic this compactor no longer cycles (another compactor took it, or it was deleted):
     its lag is that compactor's to export."""
     for p in range(partitions):
-        for gauge in (LAG_OFFSETS, LAG_SECONDS):
+        for gauge in (LAG_OFFSETS, LAG_SECONDS, TRANSACTION_HELD_OFFSETS):
             try:
                 gauge.remove(topic, str(p))
             except KeyError:

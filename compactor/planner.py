@@ -6,6 +6,11 @@ every entry is in exactly one task, so each WAL byte range is read once per cycl
 A partition is due when one of its pending entries is old enough (its max timestamp at least
 `freshness_ms` before `now_ms`) or its pending bytes reach `due_bytes`; then all its pending
 entries are planned, in offset order, so a cycle takes about `freshness_ms` of records at once.
+
+Pending stops at the partition's last stable offset: only entries wholly below it are planned, so
+an open transaction holds its partition's table back (the records before it too, when they share
+an entry with it) and every row a cycle writes is of a transaction that has ended. Each run carries
+the aborted transactions its offsets meet, as plain tuples the task decodes with (job.py).
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from metadata.model import IndexEntry, ObjectType
 
 MiB = 1 << 20
 TopicPartition = tuple[str, int]
+# A transaction a producer aborted on the partition: (producer id, first offset, last offset), the
+# last being its abort marker's. The producer's transactional batches in that range are not rows.
+Aborted = tuple[int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +35,7 @@ class Run:
     partition: int
     entries: tuple[IndexEntry, ...]
     first_offset: int  # the checkpoint, when it falls inside the first entry: records below it are skipped
+    aborted: tuple[Aborted, ...] = ()  # the aborted transactions whose records lie in its offsets
 
     @property
     def last_offset(self) -> int:
@@ -79,19 +88,23 @@ def plan(
     min_task_bytes: int = 4 * MiB,
     max_task_bytes: int = 128 * MiB,
     merge_gap: int = 0,
+    stable: Mapping[TopicPartition, int] | None = None,
+    aborted: Mapping[TopicPartition, Sequence[Aborted]] | None = None,
 ) -> Plan:
     """The cycle's tasks. `entries`: each partition's index entries in offset order (PARQUET ones
     are skipped); `checkpoints`: each partition's next offset not in the table (0 when absent);
+    `stable`: each partition's last stable offset (absent: no limit), entries reaching it are not
+    planned; `aborted`: each partition's aborted transactions over its entries (absent: none);
     `parallelism`: the executors' cores, tasks are sized to give each about as many bytes, within
     [min_task_bytes, max_task_bytes]. A task's ranges of one object that touch (or lie within
     `merge_gap` bytes: fewer GETs, but the bytes between may be another task's too) are one read."""
     runs: list[Run] = []
     offsets: dict[TopicPartition, tuple[int, int]] = {}
     for tp in sorted(entries):
-        due = _due(entries[tp], checkpoints.get(tp, 0), now_ms - freshness_ms, due_bytes)
+        due = _due(entries[tp], checkpoints.get(tp, 0), now_ms - freshness_ms, due_bytes, stable.get(tp) if stable else None)
         if due:
             first = max(due[0].base_offset, checkpoints.get(tp, 0))
-            runs.append(Run(tp[0], tp[1], tuple(due), first))
+            runs.append(Run(tp[0], tp[1], tuple(due), first, tuple(aborted.get(tp, ())) if aborted else ()))
             offsets[tp] = (first, due[-1].last_offset)
     total = sum(run.size for run in runs)
     target = min(max_task_bytes, max(min_task_bytes, -(-total // max(1, parallelism))))
@@ -113,14 +126,17 @@ def plan(
     return Plan(tuple(tasks), offsets)
 
 
-def _due(entries: Sequence[IndexEntry], checkpoint: int, old_before_ms: int, due_bytes: int) -> list[IndexEntry]:
-    """The WAL entries holding offsets from `checkpoint` on, up to the last one that is due."""
+def _due(entries: Sequence[IndexEntry], checkpoint: int, old_before_ms: int, due_bytes: int, stable: int | None = None) -> list[IndexEntry]:
+    """The WAL entries holding offsets from `checkpoint` on and wholly below `stable` (None: no
+    limit), up to the last one that is due."""
     pending = [e for e in entries if e.object_type == ObjectType.WAL and e.last_offset >= checkpoint]
     # Consecutive from the checkpoint's side: a gap (an entry not yet visible) ends the run, so the
-    # table never skips offsets it has not seen.
+    # table never skips offsets it has not seen; so does an entry reaching an open transaction.
     run: list[IndexEntry] = []
     for entry in pending:
         if run and entry.base_offset != run[-1].last_offset + 1:
+            break
+        if stable is not None and entry.last_offset >= stable:
             break
         run.append(entry)
     # Once any of them is old enough, all are taken: a cycle takes about `freshness_ms` of a
@@ -132,20 +148,27 @@ def _due(entries: Sequence[IndexEntry], checkpoint: int, old_before_ms: int, due
 
 
 def _split(run: Run, target: int) -> list[Run]:
-    """A partition's run cut, between entries, into pieces of about `target` bytes."""
+    """A partition's run cut, between entries, into pieces of about `target` bytes (each with the
+    aborted transactions its offsets meet)."""
     pieces: list[Run] = []
     chunk: list[IndexEntry] = []
     size = 0
     first = run.first_offset
     for entry in run.entries:
         if chunk and size + entry.size > target:
-            pieces.append(Run(run.topic, run.partition, tuple(chunk), first))
+            pieces.append(_piece(run, chunk, first))
             first = entry.base_offset
             chunk, size = [], 0
         chunk.append(entry)
         size += entry.size
-    pieces.append(Run(run.topic, run.partition, tuple(chunk), first))
+    pieces.append(_piece(run, chunk, first))
     return pieces
+
+
+def _piece(run: Run, entries: list[IndexEntry], first: int) -> Run:
+    last = entries[-1].last_offset
+    aborted = tuple(a for a in run.aborted if a[1] <= last and a[2] >= first) if run.aborted else ()
+    return Run(run.topic, run.partition, tuple(entries), first, aborted)
 
 
 def _task(runs: list[Run], merge_gap: int) -> Task:

@@ -3,8 +3,10 @@ manifest → one Iceberg commit → index swap, topic by topic (`neve compactor`
 
 Each cycle of a topic: its table is loaded or created and evolved by the topic's registered value
 schemas; the last cycle's index swap is finished if a crash cut it short (reindex.py); the WAL
-entries older than the freshness setting are planned into tasks (planner.py); the job turns them
-into Parquet files (job.py, on Spark or in this process); the cycle's manifest is written; the
+entries older than the freshness setting, below each partition's last stable offset (an open
+transaction holds its partition's table back: `neve_compactor_transaction_held_offsets`), are
+planned into tasks with the aborted transactions they meet (planner.py); the job turns them into
+Parquet files, without control batches or aborted records (job.py, on Spark or in this process); the cycle's manifest is written; the
 committer appends the files in one snapshot naming the manifest (committer.py); the index swap
 replaces the WAL entries by one PARQUET entry per partition. A crash or a failure anywhere is
 finished or redone by the next cycle: files written but not committed are orphans (never in the
@@ -154,6 +156,7 @@ class CompactionService:
         self.sharing = None
         self._fence = None  # the lead's fence this run's swaps carry
         self._failing: dict[str, Failing] = {}  # by topic name
+        self._held: dict[str, set[int]] = {}  # by topic name: its partitions an open transaction has held back
         self._failed_now: set[str] = set()  # topics whose cycle failed in this run
         self._owned: dict = {}  # topic id -> TopicInfo: the topics the last run cycled
         # identifier -> (what it is the table of, the pyiceberg Table as this process last committed to it)
@@ -296,6 +299,7 @@ class CompactionService:
                 self._recovered.discard(self._identifier(info))
                 self._tables.pop(self._identifier(info), None)
                 metrics.forget_lag(info.name, info.partitions)
+                self._held.pop(info.name, None)
         for topic_id, info in owned.items():
             if topic_id not in self._owned:
                 self._recovered.discard(self._identifier(info))
@@ -488,6 +492,7 @@ class CompactionService:
         """The cycle's tasks over the topic's WAL entries (their lag exported on the way)."""
         entries = self._wal_entries(info)
         self._export_lag(info, entries)
+        stable, aborted = self._transactions(info, entries)  # read with the entries: no await between
         # pure CPU over every pending entry (thousands at 1,000 partitions): off the broker's loop
         return await asyncio.to_thread(
             planner.plan,
@@ -497,7 +502,45 @@ class CompactionService:
             freshness_ms=self.config.freshness_ms,
             due_bytes=self.config.due_bytes,
             parallelism=self.config.parallelism,
+            stable=stable,
+            aborted=aborted,
         )
+
+    def _transactions(self, info: TopicInfo, entries: Mapping[int, list[IndexEntry]]) -> tuple[dict, dict]:
+        """Per partition with pending entries, its last stable offset where a transaction is open
+        there (the table waits below it), and the aborted transactions its entries meet, as the
+        planner takes them; the offsets open transactions hold back exported. A partition that
+        never had a transaction costs a lookup or two."""
+        views = self.metadata.topic_views(info.topic_id)
+        stable: dict[planner.TopicPartition, int] = {}
+        aborted: dict[planner.TopicPartition, list[planner.Aborted]] = {}
+        held: dict[int, int] = {}
+        for p, wal in entries.items():
+            view = views[p] if p < len(views) else None
+            if view is None or not wal:
+                continue
+            lso = view.last_stable_offset
+            last = wal[-1].last_offset
+            if lso < view.next_offset:
+                stable[(info.name, p)] = lso
+                held[p] = view.next_offset - lso
+                last = min(last, lso - 1)
+            found = view.aborted_between(wal[0].base_offset, last) if last >= wal[0].base_offset else ()
+            if found:
+                aborted[(info.name, p)] = [(a.producer_id, a.first_offset, a.last_offset) for a in found]
+        self._export_held(info, held)
+        return stable, aborted
+
+    def _export_held(self, info: TopicInfo, held: dict[int, int]) -> None:
+        """The offsets of each partition an open transaction holds out of the table; a partition
+        held before and no longer is exported as 0 (only partitions ever held are exported)."""
+        before = self._held.get(info.name, set())
+        for p in before - held.keys():
+            metrics.set_held(info.name, p, 0)
+        for p, n in held.items():
+            metrics.set_held(info.name, p, n)
+        if held:
+            self._held[info.name] = before | held.keys()
 
     async def _expire_wal(self, info: TopicInfo) -> None:
         try:

@@ -10,6 +10,11 @@ table kept it; otherwise the Avro value re-encoded with its writer schema behind
 header, which the compactor's byte-exact rule made identical to what was produced), compressed
 with the topic's compression.type (`producer`: the original batch's codec), CRC computed.
 
+Offsets that hold no row (a transaction's markers and aborted records, never rows; rows table
+retention deleted) leave gaps between the rebuilt batches; those at an entry's end are served as
+one empty batch (as Kafka's log cleaner leaves one), so a consumer moves past them to the next
+entry or the high watermark.
+
 The batches rebuilt from one window are kept (a run; a byte-bounded LRU of runs by partition and
 codec), so every consumer of the same range is served without reading or decoding the rows again;
 while a consumer is served from one run, the next is rebuilt (read ahead), so that a consumer
@@ -39,6 +44,7 @@ import pyarrow.compute as pc
 
 from cache.flight import SingleFlight
 from cache.reader import ObjectReader
+from wal.batch_builder import build_batch
 from wal.manifest import CycleManifest, PartitionCompaction
 from wal.store import ObjectStoreError
 
@@ -119,6 +125,7 @@ class CompactedReader:
         pieces: list[memoryview] = []
         used = 0
         offset = max(fetch_offset, entry.base_offset)
+        served_to = offset - 1  # the last offset of the last batch served
         while offset <= entry.last_offset:
             run = await self._run(topic_id, partition, entry, offset, compression)
             if run is None:
@@ -141,7 +148,14 @@ class CompactedReader:
                     i += 1
                 if i > start:
                     pieces.append(part.data[bounds[start] : bounds[i]])
+            if last is not None:
+                served_to = last
             offset = run.hi + 1
+        if served_to < entry.last_offset and (used + EMPTY_BATCH_SIZE <= budget or (first and not pieces)):
+            # The entry's last offsets hold no row (a transaction's marker, aborted records): an
+            # empty batch over them, as Kafka's log cleaner leaves one, moves a consumer past them
+            # (otherwise one at the partition's end would stay below its high watermark).
+            pieces.append(memoryview(empty_batch(served_to + 1, entry.last_offset)))
         return _joined(pieces), True
 
     async def close(self) -> None:
@@ -439,6 +453,14 @@ class CompactedReader:
                 self._encoders[schema_id] = ValueEncoder(schema_id, schema.text) if schema is not None else None
             out[schema_id] = self._encoders[schema_id]
         return out
+
+
+def empty_batch(first: int, last: int) -> bytes:
+    """A batch of no record over offsets [first, last]."""
+    return build_batch([], last_offset_delta=last - first, base_offset=first)
+
+
+EMPTY_BATCH_SIZE = len(empty_batch(0, 0))
 
 
 def _timestamps(kafka: pa.ChunkedArray) -> pa.Array:
