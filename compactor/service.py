@@ -47,6 +47,7 @@ from typing import Any, NamedTuple
 
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.store import Fenced, MetadataError, MetadataStore
+from metadata.transactions import KEY_PREFIX, ending_partitions
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
 from wal.store import ObjectStore
 
@@ -228,7 +229,15 @@ class CompactionService:
         failure alone (`_topic_failed`); a lost lead (Fenced) stops the cycle."""
         started = time.monotonic()
         live = tables.live_topic_ids(self.metadata)  # once a cycle: each table's binding check reads it
-        prepared = await self._each(topics, lambda info: self._prepare(info, live))
+        recovering = [info for info in topics if self._identifier(info) not in self._recovered]
+        loaded = {}
+        if recovering:
+            for info, table in zip(recovering, await self._each(recovering, lambda info: self._recover(info, live)), strict=True):
+                if table is not None:
+                    loaded[info.topic_id] = table
+        topics = [info for info in topics if self._identifier(info) in self._recovered]  # a failed recovery is that topic's failure
+        reads, ending = await self._read_pending(topics)
+        prepared = await self._each(topics, lambda info: self._prepare(info, live, reads[info.topic_id], ending, loaded.get(info.topic_id)))
         due: list[_Due] = []
         for outcome in prepared:
             if isinstance(outcome, _Due):
@@ -367,7 +376,10 @@ class CompactionService:
 
     async def compact_topic(self, info: TopicInfo) -> TopicCycle:
         """One cycle of one topic alone, its failure raised (tests, the compaction bench)."""
-        prepared = await self._prepare(info, tables.live_topic_ids(self.metadata))
+        live = tables.live_topic_ids(self.metadata)
+        table = await self._recover(info, live) if self._identifier(info) not in self._recovered else None
+        reads, ending = await self._read_pending([info])
+        prepared = await self._prepare(info, live, reads[info.topic_id], ending, table)
         if isinstance(prepared, TopicCycle):
             return prepared
         (results,) = await self._run_job([prepared])
@@ -376,24 +388,53 @@ class CompactionService:
         prepared.results = results
         return await self._commit(prepared)
 
-    async def _prepare(self, info: TopicInfo, live: frozenset[str] | None) -> TopicCycle | _Due:
-        """A topic's part of a cycle before its tasks run: its last cycle's index swap finished
-        when this compactor has not seen it through (reindex.finish_last_cycle), its due WAL
-        entries planned, and when there are any, its table evolved by the topic's value schemas
-        and the context its tasks need. A topic with nothing due costs no catalog, table metadata
-        or registry read (its table loaded once, when this compactor takes it on)."""
+    async def _recover(self, info: TopicInfo, live: frozenset[str] | None):
+        """A topic this compactor has not seen through its last cycle: its table loaded, and that
+        cycle's index swap finished (reindex.finish_last_cycle), before its entries are read: the
+        swap may move them. Returns the table."""
+        identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
+        self._check_lead()
+        self._tables.pop(identifier, None)  # read as it is now, not as this process last knew it
+        table = await self._table(info, identifier, live)
+        await finish_last_cycle(self.metadata, self.objects, table, self._fence)
+        self._recovered.add(identifier)
+        return table
+
+    async def _read_pending(self, topics: list[TopicInfo]) -> tuple[dict, set[tuple[str, int]] | None]:
+        """Each topic's pending entries, last stable offsets and aborted transactions, read from
+        the view all at once (no await between topics), and the partitions whose transaction's
+        markers the view may hold only in part: the stored transactions are read before and after
+        (metadata/transactions.py `ending_partitions`), the view caught up with the first read.
+        Those partitions wait for the next cycle, so a transaction over several partitions (and
+        topics) is in each table whole or not at all. None when the stored transactions could not
+        be read: then every partition that has had a transaction waits."""
+        try:
+            before = await self.metadata.registry_items(KEY_PREFIX)
+            await self.metadata.view_caught_up()
+        except MetadataError as e:
+            log.warning("transactions unreadable: partitions with transactions wait", extra={"error": str(e)})
+            before = None
+        reads = {info.topic_id: self._pending(info) for info in topics}
+        ending: set[tuple[str, int]] | None = None
+        if before is not None:
+            try:
+                after = await self.metadata.registry_items(KEY_PREFIX)
+            except MetadataError as e:
+                log.warning("transactions unreadable: partitions with transactions wait", extra={"error": str(e)})
+            else:
+                ending = ending_partitions({i.key: (i.value, i.revision) for i in before}, {i.key: (i.value, i.revision) for i in after}) if before or after else set()
+        return reads, ending
+
+    async def _prepare(self, info: TopicInfo, live: frozenset[str] | None, pending: tuple, ending: set[tuple[str, int]] | None, table=None) -> TopicCycle | _Due:
+        """A topic's part of a cycle before its tasks run: its due WAL entries planned (from what
+        `_read_pending` read), and when there are any, its table evolved by the topic's value
+        schemas and the context its tasks need. A topic with nothing due costs no catalog, table
+        metadata or registry read (its table loaded once, when this compactor takes it on)."""
         from .job import TaskContext
 
         started = time.monotonic()
         identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
-        table = None
-        if identifier not in self._recovered:  # the table first: its last cycle may move index entries
-            self._check_lead()
-            self._tables.pop(identifier, None)  # read as it is now, not as this process last knew it
-            table = await self._table(info, identifier, live)
-            await finish_last_cycle(self.metadata, self.objects, table, self._fence)
-            self._recovered.add(identifier)
-        plan = await self._plan(info)
+        plan = await self._plan(info, pending, ending)
         if not plan.tasks:
             return TopicCycle(info.name, identifier)
         if table is None:
@@ -488,11 +529,25 @@ class CompactionService:
         )
         return cycle
 
-    async def _plan(self, info: TopicInfo) -> planner.Plan:
-        """The cycle's tasks over the topic's WAL entries (their lag exported on the way)."""
+    def _pending(self, info: TopicInfo) -> tuple:
+        """The topic's WAL entries not in its table yet (their lag exported on the way), with the
+        last stable offsets and aborted transactions read with them: no await between."""
         entries = self._wal_entries(info)
         self._export_lag(info, entries)
-        stable, aborted = self._transactions(info, entries)  # read with the entries: no await between
+        stable, aborted = self._transactions(info, entries)
+        return entries, stable, aborted
+
+    async def _plan(self, info: TopicInfo, pending: tuple, ending: set[tuple[str, int]] | None) -> planner.Plan:
+        """The cycle's tasks over the topic's pending WAL entries, but for the partitions of a
+        transaction whose markers are being written (`ending`; None: every partition that has had
+        a transaction)."""
+        entries, stable, aborted = pending
+        if ending is None:
+            views = self.metadata.topic_views(info.topic_id)
+            entries = {p: e for p, e in entries.items() if not (p < len(views) and views[p] is not None and views[p].txn_starts is not None)}
+        elif ending:
+            topic = info.topic_id.hex
+            entries = {p: e for p, e in entries.items() if (topic, p) not in ending}
         # pure CPU over every pending entry (thousands at 1,000 partitions): off the broker's loop
         return await asyncio.to_thread(
             planner.plan,

@@ -326,6 +326,12 @@ class MetadataStore(abc.ABC):
         store always; the etcd store while its watch is connected)."""
         return True
 
+    async def view_caught_up(self) -> None:  # noqa: B027 - a store whose view is always current needs nothing
+        """Return once the in-memory view reflects every write made durable before the call (a
+        reader that pairs the view with a durable read, as the compactor does with transaction
+        states). The embedded store's view always does; the etcd store reads the current revision
+        and waits for its watch to reach it. Raises MetadataUnavailable."""
+
     async def durable_high_watermarks(self, partitions: Collection[TopicPartition]) -> dict[TopicPartition, int]:
         """The high watermark of each partition as the store holds it now, which a view that
         lags may not show yet: Fetch asks it, once per request and only beyond the view's high

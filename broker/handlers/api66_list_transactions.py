@@ -8,10 +8,11 @@ import time
 
 from kio.schema.errors import ErrorCode
 
+from metadata.transactions import Status
+
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
 from ..transactions.coordinator import TransactionError
-from ..transactions.state import Status
 
 
 @handles(66, "ListTransactions", 0, 1)

@@ -35,10 +35,10 @@ from kio.schema.errors import ErrorCode
 from metadata.model import CommittedOffset
 from metadata.rules import MAX_EPOCH
 from metadata.store import MetadataError, MetadataStore
+from metadata.transactions import KEY_PREFIX, PendingOffset, Status, Transaction, id_of, key_of
 
 from ..metrics import HANGING_TRANSACTIONS_ABORTED, TRANSACTIONS_ENDED
 from .markers import MarkersNotWritten, write_markers
-from .state import KEY_PREFIX, PendingOffset, Status, Transaction, id_of, key_of
 
 log = logging.getLogger("neve.broker.transactions")
 

@@ -474,6 +474,20 @@ class _Follower:
     def is_current(self) -> bool:
         return self._watching and not self._closed
 
+    async def view_caught_up(self) -> None:
+        import grpc
+        from aetcd import rpc
+
+        self.ops += 1
+        try:
+            await self._client.connect()
+            # a count of one key's range: only the response header's revision is wanted
+            response = await self._client.kvstub.Range(rpc.RangeRequest(key=self.keys.prefix("caught-up"), count_only=True), timeout=self.settings.timeout, metadata=self._client.metadata)
+        except grpc.aio.AioRpcError as e:
+            raise MetadataUnavailable(f"etcd read failed: {e.code().name} {e.details()}") from e
+        if not await self._view_reaches(response.header.revision, self.settings.timeout * 2):
+            raise MetadataUnavailable(f"the view did not reach revision {response.header.revision} within {self.settings.timeout * 2:.0f} s")
+
     async def durable_high_watermarks(self, partitions) -> dict[tuple[uuid.UUID, int], int]:
         """The heads' next offsets as etcd holds them: one read-only transaction of up to
         TXN_READS gets (etcd's default operation limit), so a Fetch beyond the view's high

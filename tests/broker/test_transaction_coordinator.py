@@ -13,9 +13,9 @@ import pytest
 
 from broker.appender import commit_fn
 from broker.transactions.coordinator import Fenced, TransactionCoordinator, TransactionError
-from broker.transactions.state import Status, key_of
 from metadata.embedded import EmbeddedMetadataStore
 from metadata.model import Append, CommittedOffset, ObjectCommit
+from metadata.transactions import Status, key_of
 from wal.store import MemoryObjectStore
 from wal.writer import WalWriter
 

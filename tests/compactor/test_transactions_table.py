@@ -127,3 +127,51 @@ async def test_the_table_holds_exactly_the_committed_records_and_waits_for_open_
         assert kafka_rows(rows_pyiceberg(table)) == want
         assert kafka_rows(rows_duckdb(table)) == want
         assert {e.object_type for p in (0, 1) for e in metadata.entries(info.topic_id, p, 0, 100)} == {ObjectType.PARQUET}
+
+
+async def test_a_transaction_whose_markers_are_being_written_waits_whole(tmp_path: Path):
+    """A transaction over two partitions: its commit marker stored on the first, the coordinator's
+    decision stored, the second marker not yet. A cycle then takes neither partition's records of
+    it (nor anything of those partitions): the snapshot holds the transaction whole or not at all.
+    Once the second marker and the completion are stored, the next cycle takes both."""
+    from metadata.transactions import Status, Transaction, key_of
+
+    objects_url = f"file://{tmp_path / 'objects'}"
+    config = CompactorConfig(catalog_url=f"sqlite://{tmp_path / 'catalog.db'}", warehouse=f"file://{tmp_path / 'warehouse'}", runner="in-process", freshness_ms=0, maintenance_interval_ms=0)
+    async with contextlib.AsyncExitStack() as stack:
+        metadata = load_metadata_store(f"sqlite:///{tmp_path / 'metadata.db'}")
+        await metadata.start()
+        stack.push_async_callback(metadata.close)
+        objects = load_object_store(objects_url)
+        stack.push_async_callback(objects.close)
+        lookup = StoreLookup(metadata)
+        stack.push_async_callback(lookup.close)
+        service = CompactionService(config, metadata, objects, objects_url, lookup)
+        stack.push_async_callback(service.close)
+        info = await metadata.create_topic("torn", 3)
+        wal = Wal(metadata, objects, info.topic_id)
+        t = info.topic_id.hex
+
+        txn = Transaction(producer_id=5, producer_epoch=0, timeout_ms=60_000, status=Status.ONGOING, partitions=((t, 0), (t, 1)), started_ms=1)
+        assert await metadata.registry_write({key_of("tid"): txn.encode()}, {key_of("tid"): 0})
+        await wal.records(0, [b"x0", b"x1"], pid=5)
+        await wal.records(1, [b"y0"], pid=5)
+        await wal.records(2, [b"plain"])  # a partition outside the transaction
+        item = await metadata.registry_get(key_of("tid"))
+        assert await metadata.registry_write({key_of("tid"): txn.with_(status=Status.PREPARE_COMMIT).encode()}, {key_of("tid"): item.revision})
+        await wal.marker(0, pid=5, kind=COMMIT_MARKER)  # partition 0's records are stable now, partition 1's not
+
+        first = await service.compact_topic(metadata.topics()["torn"])
+        assert first.offsets == {2: (0, 0)}  # neither partition of the transaction
+        table = (await service._load_catalog()).load_table("neve.torn")
+        assert kafka_rows(rows_pyiceberg(table)) == [(2, 0, b"plain", False, False)]
+
+        await wal.marker(1, pid=5, kind=COMMIT_MARKER)
+        item = await metadata.registry_get(key_of("tid"))
+        assert await metadata.registry_write({key_of("tid"): txn.with_(status=Status.COMPLETE_COMMIT, partitions=()).encode()}, {key_of("tid"): item.revision})
+        second = await service.compact_topic(metadata.topics()["torn"])
+        assert second.offsets == {0: (0, 2), 1: (0, 1)}
+        table = (await service._load_catalog()).load_table("neve.torn")
+        want = [(0, 0, b"x0", True, False), (0, 1, b"x1", True, False), (1, 0, b"y0", True, False), (2, 0, b"plain", False, False)]
+        assert kafka_rows(rows_pyiceberg(table)) == want
+        assert kafka_rows(rows_duckdb(table)) == want

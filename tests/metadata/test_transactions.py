@@ -10,7 +10,7 @@ from dataclasses import replace
 from metadata.model import ABORT_MARKER, COMMIT_MARKER, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, AbortedTransaction, Append, IndexEntry, ObjectType
 from metadata.sequencer import Head, ProducerState, sequence
 
-from .helpers import append, commit
+from .helpers import append, commit, open_etcd_store
 
 T = uuid.UUID(int=7)
 
@@ -111,3 +111,17 @@ async def test_a_compacted_range_forgets_its_aborted_transactions(open_store):
     assert view.aborted_between(0, 5) == [AbortedTransaction(5, 3, 4)]
     reopened = await open_store()
     assert reopened.topic_views(t)[0].aborted_between(0, 5) == [AbortedTransaction(5, 3, 4)]
+
+
+async def test_the_etcd_view_catches_up_with_what_another_store_made_durable(etcd_server):
+    root = f"caught-{uuid.uuid4().hex[:8]}"
+    writer, reader = await open_etcd_store(etcd_server, root), await open_etcd_store(etcd_server, root)
+    t = (await writer.create_topic("caught", 1)).topic_id
+    await reader.view_caught_up()
+    assert reader.topic_by_id(t) is not None
+    for _ in range(3):
+        await writer.commit(commit(append(t, 0, 0, 10, 2)))
+        await reader.view_caught_up()  # returns only once the reader's view has the commit
+        assert reader.topic_views(t)[0].next_offset == writer.topic_views(t)[0].next_offset
+    await writer.close()
+    await reader.close()

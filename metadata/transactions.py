@@ -1,6 +1,9 @@
-"""One transactional id's transaction state, as the metadata store keeps it: the value every
-coordinator step reads and replaces by compare-and-write (`coordinator.py`), so that whichever
-broker takes the next step starts from the last durable one.
+"""One transactional id's transaction state, as the metadata store keeps it (one of its
+compare-and-write items, `MetadataStore.registry_*`): the value every step of the broker's
+transaction coordinator (broker/transactions/coordinator.py) reads and replaces by
+compare-and-write, so that whichever broker takes the next step starts from the last durable one;
+and that the compactor reads to keep a transaction's partitions out of a snapshot while its
+markers are being written (`ending_partitions`).
 
 The states are Kafka's (TransactionState.scala): Empty (a producer id, no transaction yet),
 Ongoing (partitions or a group added), PrepareCommit / PrepareAbort (the outcome decided and
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from urllib.parse import quote, unquote
 
@@ -111,3 +115,22 @@ class Transaction:
             previous_epoch=d.get("previous_epoch", -1),
             extra={k: v for k, v in d.items() if k not in known},
         )
+
+
+def ending_partitions(before: Mapping[str, tuple[bytes, int]], after: Mapping[str, tuple[bytes, int]]) -> set[tuple[str, int]]:
+    """The partitions (topic id hex, partition) whose view may hold only some of a transaction's
+    markers, given the stored transactions (value, revision by transactional id) read `before`
+    and `after` a reading of the view that reflects at least what `before` saw: those of every
+    transaction deciding in either read (its markers being written), or that changed between them
+    (it may have decided and completed in between). A transaction's decision is stored before its
+    first marker and its completion after its last, so one whose markers the view holds only in
+    part is one of these."""
+    ending: set[tuple[str, int]] = set()
+    for transactional_id in before.keys() | after.keys():
+        old, new = before.get(transactional_id), after.get(transactional_id)
+        changed = old is None or new is None or old[1] != new[1]
+        for raw, _ in [read for read in (old, new) if read is not None]:
+            txn = Transaction.decode(raw)
+            if changed or txn.status.preparing:
+                ending.update(txn.partitions)
+    return ending
