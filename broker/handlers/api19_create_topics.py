@@ -8,18 +8,16 @@ creating."""
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
 from ..topic_configs import INVALID_CONFIG, InvalidConfig, check, describe
 from ..topics import INVALID_PARTITIONS, INVALID_TOPIC_EXCEPTION, create_topic_checked, table_refusal, topic_name_error
 
-NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
 
 

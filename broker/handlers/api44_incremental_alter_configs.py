@@ -9,13 +9,10 @@ topic answers UNKNOWN_TOPIC_OR_PARTITION; broker resources INVALID_REQUEST (read
 
 from __future__ import annotations
 
-import datetime
-
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
 from ..topic_configs import INVALID_CONFIG, INVALID_REQUEST, TOPIC_CONFIGS, ConfigType, alter_topic
 
-NO_THROTTLE = datetime.timedelta(0)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
