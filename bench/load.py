@@ -66,6 +66,7 @@ STEP_KEYS = (
     "acked",
     "failed",
     "unacknowledged",
+    "transactions",
     "records_per_s",
     "mb_per_s",
     "ack_latency_ms",
@@ -121,6 +122,7 @@ class Load:
     consumer_config: dict = field(default_factory=dict)
     profile_path: Path | None = None  # py-spy flame graph of the broker over the window
     client: str = "c"  # producers: librdkafka driven from C ("c") or from Python ("python"); see bench/workers.py
+    transaction_ms: int = 0  # producers (Python client only): transactional, committing this often; 0: not
 
 
 @dataclass
@@ -154,7 +156,7 @@ def run_load(system: System, load: Load, progress: Progress) -> StepOutcome:
     for i in range(load.producers):
         rate = load.rate / load.producers if load.rate else None
         config = {**PRODUCER_DEFAULTS, **load.producer_config}
-        plans.append(workers.WorkerPlan("producer", i, system.bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config, keyless=load.keyless, client=load.client))
+        plans.append(workers.WorkerPlan("producer", i, system.bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config, keyless=load.keyless, client=load.client, transaction_ms=load.transaction_ms))
     for j in range(load.consumers):
         config = {**CONSUMER_DEFAULTS, **load.consumer_config}
         plans.append(workers.WorkerPlan("consumer", load.producers + j, system.bootstrap, topic, load.partitions, load.record_bytes, None, stamp, config, load.consumer_groups))
@@ -405,6 +407,7 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
         "acked": acked,
         "failed": failed,
         "unacknowledged": produced - acked - failed,
+        "transactions": sum(o.get("transactions", 0) for o in prods),
         "records_per_s": round(window_acked / window, 1),
         "mb_per_s": round(produced_bytes / MB / window, 3),
         "ack_latency_ms": latency_ms(sent_in_window),

@@ -47,6 +47,7 @@ class WorkerPlan:
     group: bool = False  # consumer: subscribe as the one member of its own group instead of assign()
     keyless: bool = False  # producer: no partition given, librdkafka's sticky partitioner picks (KIP-480)
     client: str = "c"  # producer: "c", librdkafka driven from C (bench/loadgen/produce.c); "python", from confluent-kafka
+    transaction_ms: int = 0  # producer (python client): a transactional producer committing a transaction this often; 0: none
 
 
 def _publish(counters, base: int, values: dict[int, float]) -> None:
@@ -83,14 +84,22 @@ def producer_main(plan: WorkerPlan, control, counters, results) -> None:
             if state["first_error"] is None:
                 state["first_error"] = str(err)
 
-    producer = confluent_kafka.Producer({"bootstrap.servers": plan.bootstrap, **plan.config, "on_delivery": on_delivery})
+    transactional = plan.transaction_ms > 0
+    config = {**plan.config, "transactional.id": f"neve-bench-{os.getpid()}-{plan.index}"} if transactional else plan.config
+    producer = confluent_kafka.Producer({"bootstrap.servers": plan.bootstrap, **config, "on_delivery": on_delivery})
     error = None
     sent = 0
+    transactions = 0
     try:
         _wait_for_topic(producer, plan)
+        if transactional:
+            producer.init_transactions(60)
         counters[base + READY] = 1
         while control[PHASE] == PREPARE:
             time.sleep(0.005)
+        if transactional:
+            producer.begin_transaction()
+            txn_due = monotonic() + plan.transaction_ms / 1000
         pad = os.urandom(plan.record_bytes)
         tail = pad[STAMP.size :]
         topic, partitions, rate, keyless = plan.topic, plan.partitions, plan.rate, plan.keyless
@@ -118,9 +127,19 @@ def producer_main(plan: WorkerPlan, control, counters, results) -> None:
                 sent += 1
             poll(0)
             now = monotonic()
+            if transactional and now >= txn_due:
+                # the commit waits for the transaction's records to be acknowledged, then EndTxn
+                producer.commit_transaction(60)
+                transactions += 1
+                producer.begin_transaction()
+                now = monotonic()
+                txn_due = now + plan.transaction_ms / 1000
             if now >= next_publish:
                 _publish(counters, base, {SENT: sent, ACKED: state["acked"], FAILED: state["failed"]})
                 next_publish = now + PUBLISH_EVERY_S
+        if transactional and control[PHASE] != ABORT:
+            producer.commit_transaction(FLUSH_TIMEOUT_S)
+            transactions += 1
         deadline = monotonic() + FLUSH_TIMEOUT_S
         while len(producer) and monotonic() < deadline and control[PHASE] != ABORT:
             producer.flush(0.2)
@@ -139,6 +158,7 @@ def producer_main(plan: WorkerPlan, control, counters, results) -> None:
             "produced": sent,
             "acked": state["acked"],
             "failed": state["failed"],
+            "transactions": transactions,
             "first_error": state["first_error"],
             "error": error,
             "ack_times": ack_times.tobytes(),

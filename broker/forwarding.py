@@ -61,7 +61,7 @@ RELAY_MARK = "\x1fneve-relay@"
 JOIN_GROUP, SYNC_GROUP = 11, 14
 # Every implemented API that names a group and is answered by its coordinator (FindCoordinator is
 # answered here; ListGroups lists this broker's own groups).
-GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 42, 47, 68, 69})
+GROUP_APIS = frozenset({8, 9, 11, 12, 13, 14, 15, 28, 42, 47, 68, 69})  # 28: TxnOffsetCommit, checked against the group's members
 # Requests naming several groups: (request field listing them, response field answering them).
 BATCHES = {9: ("groups", "groups"), 15: ("groups", "groups"), 42: ("groups_names", "results"), 69: ("group_ids", "groups")}
 TIMEOUT_S = 30.0

@@ -354,12 +354,13 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             return False
         e = replacement
         tid = topic_id.hex
-        await self._write(
-            [
-                ("DELETE FROM index_entries WHERE topic_id = ? AND partition = ? AND base_offset BETWEEN ? AND ?", (tid, partition, first, last), False),
-                ("INSERT INTO index_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (tid, partition, e.base_offset, e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp), False),
-            ]
-        )
+        statements = [
+            ("DELETE FROM index_entries WHERE topic_id = ? AND partition = ? AND base_offset BETWEEN ? AND ?", (tid, partition, first, last), False),
+            ("INSERT INTO index_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", (tid, partition, e.base_offset, e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp), False),
+        ]
+        if e.object_type != ObjectType.WAL:  # its aborted records are gone with the WAL range (PartitionView.replace)
+            statements.append(("DELETE FROM aborted_transactions WHERE topic_id = ? AND partition = ? AND last_offset BETWEEN ? AND ?", (tid, partition, first, last), False))
+        await self._write(statements)
         part.replace(replacement)
         return True
 

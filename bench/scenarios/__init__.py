@@ -17,7 +17,8 @@ from . import (
     produce,
     put_ceiling,
     stored_bytes,
+    transactions,
     zones,
 )
 
-SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness, catchup_table, stored_bytes, maintenance, zones)}
+SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness, catchup_table, stored_bytes, maintenance, zones, transactions)}

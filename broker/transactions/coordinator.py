@@ -225,6 +225,17 @@ class TransactionCoordinator:
                     return
         raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
 
+    async def pending_offsets(self, group: str) -> set[tuple[uuid.UUID, int]]:
+        """The partitions of `group` with offsets an unfinished transaction would commit (KIP-447:
+        OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them, so a member
+        taking a partition over waits for the transaction instead of reading it again). A scan of
+        the stored transactions: asked when a member is assigned partitions, not per record."""
+        pending = set()
+        for txn, _ in (await self.transactions()).values():
+            if txn.status in (Status.ONGOING, Status.PREPARE_COMMIT):
+                pending.update((uuid.UUID(hex=o.topic_id), o.partition) for o in txn.offsets if o.group == group)
+        return pending
+
     async def end(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """EndTxn: decide the outcome, make it durable, complete it."""
         decided = Status.PREPARE_COMMIT if commit else Status.PREPARE_ABORT

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 import pytest
 from kio.index import load_response_schema
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
 from kio.schema.join_group.v5.request import JoinGroupRequest, JoinGroupRequestProtocol
@@ -367,3 +368,35 @@ async def test_a_kip_848_member_is_relayed_too(cluster):
     assert (g.error_code, [(m.member_id, m.client_id) for m in g.members]) == (NONE, [("m-848", "kip848,zone_id=b")])
     assert forwarded("ConsumerGroupHeartbeat") - before == 1
     assert group in cluster.services[coordinator].coordinator.groups and group not in cluster.services[relay].coordinator.groups
+
+
+async def test_a_transactional_offset_commit_is_relayed_to_the_groups_coordinator(cluster):
+    from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+    from kio.schema.txn_offset_commit.v3.request import TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic
+
+    group, coordinator, relay = await zone_a_group(cluster)
+    tid = f"tid-{uuid.uuid4().hex[:6]}"
+    relayed_before = forwarded("TxnOffsetCommit")
+    async with Client(cluster.ports[relay], "member-b,zone_id=b") as member:
+        joined = await join(member, group)
+        assert (await member.ask(sync_request(group, joined, [(joined.member_id, b"t")]))).error_code == NONE
+        init = await member.ask(InitProducerIdRequest(transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1))
+        pid, epoch = init.producer_id, init.producer_epoch
+        added = await member.ask(AddOffsetsToTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group))
+        assert added.error_code == NONE
+
+        def commit(generation: int) -> TxnOffsetCommitRequest:
+            partitions = (TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=7, committed_leader_epoch=-1, committed_metadata=None),)
+            return TxnOffsetCommitRequest(
+                transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=generation, member_id=joined.member_id, group_instance_id=None,
+                topics=(TxnOffsetCommitRequestTopic(name="t", partitions=partitions),),
+            )
+
+        stale = await member.ask(commit(joined.generation_id + 1))  # checked by the coordinator, which holds the generation
+        assert [p.error_code for p in stale.topics[0].partitions] == [ErrorCode.illegal_generation]
+        accepted = await member.ask(commit(joined.generation_id))
+        assert [p.error_code for p in accepted.topics[0].partitions] == [NONE]
+    assert forwarded("TxnOffsetCommit") - relayed_before == 2
+    topic_id = cluster.store.topics()["t"].topic_id
+    assert await cluster.services[coordinator].transactions.pending_offsets(group) == {(topic_id, 0)}

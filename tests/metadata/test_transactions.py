@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from metadata.model import ABORT_MARKER, COMMIT_MARKER, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, AbortedTransaction, Append
+from metadata.model import ABORT_MARKER, COMMIT_MARKER, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, AbortedTransaction, Append, IndexEntry, ObjectType
 from metadata.sequencer import Head, ProducerState, sequence
 
 from .helpers import append, commit
@@ -95,3 +95,19 @@ async def test_last_stable_offset_and_aborted_transactions_in_the_store(open_sto
     if hasattr(store, "_view_reaches"):  # the first store follows the second's commit through its watch
         assert await store._view_reaches(again.mod_revision, 30)
         assert (view.last_stable_offset, view.aborted_between(0, 100)) == (12, [AbortedTransaction(7, 3, 1), AbortedTransaction(11, 8, 1)])
+
+
+async def test_a_compacted_range_forgets_its_aborted_transactions(open_store):
+    store = await open_store()
+    t = (await store.create_topic("gone", 1)).topic_id
+    await store.commit(commit(replace(append(t, 0, 0, 10, 2, pid=4, epoch=0, seq=0), transactional=True)))  # 0-1
+    await store.commit(commit(Append(t, 0, 0, 10, 1, 0, producer_id=4, producer_epoch=0, base_sequence=-1, transactional=True, control=ABORT_MARKER)))  # 2
+    await store.commit(commit(replace(append(t, 0, 0, 10, 2, pid=4, epoch=0, seq=2), transactional=True)))  # 3-4
+    await store.commit(commit(Append(t, 0, 0, 10, 1, 0, producer_id=4, producer_epoch=0, base_sequence=-1, transactional=True, control=ABORT_MARKER)))  # 5
+    view = store.topic_views(t)[0]
+    assert view.aborted_between(0, 5) == [AbortedTransaction(2, 0, 4), AbortedTransaction(5, 3, 4)]
+    replaced = store.entries(t, 0, 0, max_entries=2)
+    assert await store.replace_entries(t, 0, replaced, IndexEntry(0, 2, "table/f.parquet", ObjectType.PARQUET, 0, 2, 0))
+    assert view.aborted_between(0, 5) == [AbortedTransaction(5, 3, 4)]
+    reopened = await open_store()
+    assert reopened.topic_views(t)[0].aborted_between(0, 5) == [AbortedTransaction(5, 3, 4)]

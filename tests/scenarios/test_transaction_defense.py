@@ -99,3 +99,45 @@ def test_transactional_produce_is_checked_against_the_transaction(neve_factory):
         assert produce(raw, topic, 0, tid, pid, epoch, 3, ["zombie"]).error_code == ErrorCode.invalid_producer_epoch
     finally:
         raw.close()
+
+
+def test_transactional_offsets_reach_the_group_only_on_commit(neve_factory):
+    from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+    from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopics
+    from kio.schema.txn_offset_commit.v3.request import TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic
+
+    node = neve_factory(env=LINGER)
+    topic = f"txn-offsets-{uuid.uuid4().hex[:6]}"
+    create_topics(node.bootstrap, topic)
+    tid, group = f"tid-{uuid.uuid4().hex[:6]}", f"group-{uuid.uuid4().hex[:6]}"
+    raw = Raw(node.port)
+
+    def offsets(stable: bool) -> list[tuple[int, int, ErrorCode]]:
+        request = OffsetFetchRequest(groups=(OffsetFetchRequestGroup(group_id=group, topics=(OffsetFetchRequestTopics(name=topic, partition_indexes=(0, 1)),)),), require_stable=stable)
+        answer = call(raw, request).groups[0]
+        assert answer.error_code == ErrorCode.none
+        return [(p.partition_index, p.committed_offset, p.error_code) for p in answer.topics[0].partitions]
+
+    def transaction(offset: int, commit: bool) -> None:
+        assert call(raw, AddOffsetsToTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch, group_id=group)).error_code == ErrorCode.none
+        commit_request = TxnOffsetCommitRequest(
+            transactional_id=tid, group_id=group, producer_id=pid, producer_epoch=epoch, generation_id=-1, member_id="", group_instance_id=None,
+            topics=(TxnOffsetCommitRequestTopic(name=topic, partitions=(TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=offset, committed_leader_epoch=-1, committed_metadata="m"),)),),
+        )
+        assert [p.error_code for p in call(raw, commit_request).topics[0].partitions] == [ErrorCode.none]
+        # pending: a stable read waits for the transaction (KIP-447), a plain one sees the last commit
+        assert offsets(stable=True)[0] == (0, -1, ErrorCode.unstable_offset_commit)
+        assert offsets(stable=True)[1] == (1, -1, ErrorCode.none)
+        before = offsets(stable=False)
+        assert call(raw, EndTxnRequest(transactional_id=tid, producer_id=pid, producer_epoch=epoch, committed=commit)).error_code == ErrorCode.none
+        assert offsets(stable=True) == ([(0, offset, ErrorCode.none), (1, -1, ErrorCode.none)] if commit else before)
+
+    try:
+        init = call(raw, InitProducerIdRequest(transactional_id=tid, transaction_timeout=datetime.timedelta(seconds=60), producer_id=-1, producer_epoch=-1))
+        pid, epoch = init.producer_id, init.producer_epoch
+        transaction(5, commit=True)
+        transaction(9, commit=False)  # aborted: the group keeps 5
+        assert offsets(stable=False)[0] == (0, 5, ErrorCode.none)
+        transaction(12, commit=True)
+    finally:
+        raw.close()

@@ -1,0 +1,151 @@
+"""The transaction coordinator over a real metadata store and a real WAL writer (in-memory object
+store), on a clock the test moves: the sweep aborts a transaction open past its timeout (fencing
+its producer), completes a decided transaction whose coordinator died before its markers, forgets
+ids idle past the expiration, and ends a hanging transaction no stored transaction accounts for;
+two coordinators on one store (two brokers) take turns on one transaction without losing a step;
+any string is a transactional id of its own."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from broker.appender import commit_fn
+from broker.transactions.coordinator import Fenced, TransactionCoordinator, TransactionError
+from broker.transactions.state import Status, key_of
+from metadata.embedded import EmbeddedMetadataStore
+from metadata.model import Append, CommittedOffset, ObjectCommit
+from wal.store import MemoryObjectStore
+from wal.writer import WalWriter
+
+T0 = 1_800_000_000.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def env():
+    store = EmbeddedMetadataStore(None)
+    await store.start()
+    wal = WalWriter(MemoryObjectStore(), commit_fn(store), linger_ms=1)
+    clock = Clock()
+    topic = await store.create_topic("t", 3)
+    yield store, wal, clock, topic.topic_id
+    await wal.close()
+    await store.close()
+
+
+def coordinator(store, wal, clock, **kw) -> TransactionCoordinator:
+    return TransactionCoordinator(store, wal, max_timeout_ms=60_000, id_expiration_ms=3_600_000, clock=clock, **kw)
+
+
+async def records(store, topic_id, partition: int, pid: int, epoch: int, seq: int, count: int = 2) -> int:
+    """Transactional records as a producer's batch would be stored; returns their base offset."""
+    append = Append(topic_id, partition, 0, 10, count, 0, producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+    (result,) = await store.commit(ObjectCommit(f"wal/{uuid.uuid4().hex}", 10, (append,)))
+    assert result.error_code == 0, result
+    return result.base_offset
+
+
+async def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_fenced(env):
+    store, wal, clock, t = env
+    c = coordinator(store, wal, clock)
+    pid, epoch = await c.init_producer_id("late", 5_000)
+    await c.add_partitions("late", pid, epoch, [(t, 0), (t, 1)])
+    await records(store, t, 0, pid, epoch, 0)
+    view = store.topic_views(t)[0]
+    assert (view.last_stable_offset, view.next_offset) == (0, 2)
+    clock.now += 4.0
+    assert await c.sweep() == 0  # not yet
+    clock.now += 2.0
+    assert await c.sweep() == 1
+    txn, _ = await c.load("late")
+    assert (txn.status, txn.producer_epoch, txn.previous_epoch) == (Status.COMPLETE_ABORT, epoch + 1, epoch)
+    assert (view.last_stable_offset, view.next_offset) == (3, 3)  # the abort marker at 2
+    assert [(a.first_offset, a.last_offset, a.producer_id) for a in view.aborted_between(0, 2)] == [(0, 2, pid)]
+    assert store.topic_views(t)[1].next_offset == 1  # a marker where it wrote nothing too
+    with pytest.raises(Fenced):
+        await c.end("late", pid, epoch, commit=True)
+    # KIP-360: the fenced producer may init again with its old epoch, and goes on at a new one
+    assert await c.init_producer_id("late", 5_000, pid, epoch) == (pid, epoch + 2)
+
+
+async def test_a_decided_transaction_whose_coordinator_died_is_completed_by_the_sweep(env):
+    store, wal, clock, t = env
+    c = coordinator(store, wal, clock)
+    pid, epoch = await c.init_producer_id("decided", 30_000)
+    await c.add_partitions("decided", pid, epoch, [(t, 2)])
+    await c.add_offsets("decided", pid, epoch, "g")
+    await c.commit_offsets("decided", pid, epoch, "g", {(t, 0): CommittedOffset(41)})
+    await records(store, t, 2, pid, epoch, 0)
+    # the coordinator stored its decision, then died before the markers
+    txn, revision = await c.load("decided")
+    assert await store.registry_write({key_of("decided"): txn.with_(status=Status.PREPARE_COMMIT).encode()}, {key_of("decided"): revision})
+    successor = coordinator(store, wal, clock)
+    assert await successor.sweep() == 0  # within the grace: its coordinator may still be writing them
+    clock.now += 11.0
+    assert await successor.sweep() == 1
+    assert (await successor.load("decided"))[0].status == Status.COMPLETE_COMMIT
+    assert (await store.fetch_offsets("g"))[(t, 0)].offset == 41
+    view = store.topic_views(t)[2]
+    assert (view.last_stable_offset, view.next_offset, view.aborted_between(0, 10)) == (3, 3, [])
+
+
+async def test_idle_ids_are_forgotten(env):
+    store, wal, clock, t = env
+    c = coordinator(store, wal, clock)
+    pid, epoch = await c.init_producer_id("idle", 30_000)
+    await c.add_partitions("idle", pid, epoch, [(t, 0)])
+    await c.end("idle", pid, epoch, commit=False)
+    clock.now += 3_599.0
+    assert await c.sweep() == 0
+    clock.now += 2.0
+    assert await c.sweep() == 1
+    assert await c.load("idle") == (None, 0)
+
+
+async def test_a_hanging_transaction_is_aborted_after_the_longest_timeout(env):
+    store, wal, clock, t = env
+    c = coordinator(store, wal, clock)
+    first = await records(store, t, 1, pid=77, epoch=3, seq=0)  # no transactional id holds it
+    view = store.topic_views(t)[1]
+    assert view.last_stable_offset == first
+    assert await c.sweep() == 0  # first seen now
+    clock.now += 59.0
+    assert await c.sweep() == 0
+    clock.now += 2.0
+    assert await c.sweep() == 1
+    assert (view.last_stable_offset, view.next_offset) == (3, 3)
+    assert store.producer_states(t, 1)[77].epoch == 3
+
+
+async def test_two_coordinators_on_one_store_take_turns(env):
+    store, wal, clock, t = env
+    a, b = coordinator(store, wal, clock), coordinator(store, wal, clock)
+    pid, epoch = await a.init_producer_id("shared", 30_000)
+    await b.add_partitions("shared", pid, epoch, [(t, 0)])
+    await a.add_partitions("shared", pid, epoch, [(t, 1)])
+    txn, _ = await b.load("shared")
+    assert (txn.status, txn.partitions) == (Status.ONGOING, ((t.hex, 0), (t.hex, 1)))
+    await b.end("shared", pid, epoch, commit=True)
+    await a.end("shared", pid, epoch, commit=True)  # a retry through the other broker: done already
+    with pytest.raises(TransactionError):
+        await a.end("shared", pid, epoch, commit=False)  # the other outcome: INVALID_TXN_STATE
+    assert [v.next_offset for v in store.topic_views(t)] == [1, 1, 0]
+
+
+@pytest.mark.parametrize("transactional_id", ["a/b", "../../x", "%2F", "transactions/other", "ünï 🜁", "x" * 5000])
+async def test_any_string_is_a_transactional_id_of_its_own(env, transactional_id):
+    store, wal, clock, t = env
+    c = coordinator(store, wal, clock)
+    pid, _ = await c.init_producer_id(transactional_id, 30_000)
+    other, _ = await c.init_producer_id(transactional_id + "-2", 30_000)
+    assert pid != other
+    assert set(await c.transactions()) == {transactional_id, transactional_id + "-2"}
