@@ -103,6 +103,13 @@ GROUP_FORWARD_FAILURES = Counter(
 )
 GROUP_FORWARDS_IN_FLIGHT = Gauge("neve_group_forwards_in_flight", "Relayed group requests waiting for their coordinator's answer")
 PRODUCE_BYTES = LOOP_COUNTERS.produce_bytes
+TRANSACTIONS_ENDED = Counter(
+    "neve_transactions_ended_total",
+    "Transactions completed by this broker, by outcome (commit, abort) and cause (client: EndTxn; fenced: a new producer of its id; timeout: the sweep; recovered: decided by a broker that died)",
+    ["outcome", "cause"],
+)
+HANGING_TRANSACTIONS_ABORTED = Counter("neve_hanging_transactions_aborted_total", "Open transactions of a partition that no transactional id held, aborted by the sweep")
+TRANSACTIONAL_PRODUCE_REFUSED = Counter("neve_transactional_produce_refused_total", "Transactional produce partitions refused by the coordinator check (KIP-890), by error", ["error"])
 FETCH_BYTES = Counter("neve_fetch_bytes_total", "Record batch bytes returned by Fetch")
 OBJECT_GETS = Counter("neve_object_gets_total", "Object-store GETs made to serve fetches (reads from the recent-objects cache excluded)")
 OBJECT_GET_BYTES = Counter("neve_object_get_bytes_total", "Bytes read from the object store to serve fetches")

@@ -29,7 +29,7 @@ from wal.format import Chunk
 from wal.writer import WalUnavailable
 
 from ..codec import NO_THROTTLE, OnePartitionProduce, build, error
-from ..metrics import PRODUCE_BYTES
+from ..metrics import PRODUCE_BYTES, TRANSACTIONAL_PRODUCE_REFUSED
 from ..registry import handles
 from ..topic_configs import max_message_bytes
 from ..transactions.coordinator import TransactionError
@@ -201,6 +201,8 @@ async def _verify(s, request, checks: list, submits: list) -> dict:
             refused[tp] = (ErrorCode.invalid_producer_epoch, "the producer was fenced by a newer one with its transactional id")
         elif code != ErrorCode.none:
             refused[tp] = (ErrorCode.invalid_txn_state, "the partition is not in the producer's open transaction (AddPartitionsToTxn)")
+    for code, _ in refused.values():
+        TRANSACTIONAL_PRODUCE_REFUSED.labels(code.name.lower()).inc()
     if refused:
         log.info("transactional_produce_refused", extra={"transactional_id": request.transactional_id, "producer_id": first.producer_id, "partitions": len(refused)})
     return refused

@@ -36,6 +36,7 @@ from metadata.model import CommittedOffset
 from metadata.rules import MAX_EPOCH
 from metadata.store import MetadataError, MetadataStore
 
+from ..metrics import HANGING_TRANSACTIONS_ABORTED, TRANSACTIONS_ENDED
 from .markers import MarkersNotWritten, write_markers
 from .state import KEY_PREFIX, PendingOffset, Status, Transaction, id_of, key_of
 
@@ -151,10 +152,10 @@ class TransactionCoordinator:
                 if producer_id >= 0 and (producer_id != txn.producer_id or producer_epoch not in (txn.producer_epoch, txn.previous_epoch)):
                     raise Fenced(f"producer {producer_id} epoch {producer_epoch} is not the current producer of this transactional id")
                 if txn.status.preparing:
-                    await self._complete(transactional_id, txn)
+                    await self._complete(transactional_id, txn, "recovered")
                     continue
                 if txn.status == Status.ONGOING:
-                    await self._abort_fencing(transactional_id, txn, revision, "fenced by a new producer")
+                    await self._abort_fencing(transactional_id, txn, revision, "fenced")
                     continue
                 if txn.producer_epoch + 1 >= MAX_EPOCH:
                     new_id, epoch = (await self._new_producer_id())[0], 0
@@ -186,7 +187,7 @@ class TransactionCoordinator:
                 txn, revision = await self.load(transactional_id)
                 txn = self._check_producer(txn, producer_id, producer_epoch)
                 if txn.status.preparing:
-                    await self._complete(transactional_id, txn)
+                    await self._complete(transactional_id, txn, "client")
                     continue
                 now = self._now()
                 if txn.status != Status.ONGOING:
@@ -251,10 +252,10 @@ class TransactionCoordinator:
                     log.info("transaction_decided", extra={"transactional_id": transactional_id, "producer_id": producer_id, "epoch": producer_epoch, "outcome": str(decided), "partitions": len(txn.partitions)})
                     if self._kill_during_end and transactional_id == self._kill_during_end and producer_epoch == 0 and prepared.partitions:
                         await self._die_after_first_marker(prepared)
-                    await self._complete(transactional_id, prepared)
+                    await self._complete(transactional_id, prepared, "client")
                     return
                 if txn.status == decided:  # a retry of this EndTxn, or its coordinator died: finish it
-                    await self._complete(transactional_id, txn)
+                    await self._complete(transactional_id, txn, "client")
                     return
                 if txn.status == completed:  # a retry of an EndTxn that completed
                     return
@@ -272,16 +273,17 @@ class TransactionCoordinator:
             handler.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
-    async def _abort_fencing(self, transactional_id: str, txn: Transaction, revision: int, reason: str) -> bool:
-        """Abort an open transaction at the next epoch, so its producer can write no more."""
+    async def _abort_fencing(self, transactional_id: str, txn: Transaction, revision: int, cause: str) -> bool:
+        """Abort an open transaction at the next epoch, so its producer can write no more; `cause`:
+        fenced (a new producer of its id) or timeout (the sweep)."""
         prepared = txn.with_(status=Status.PREPARE_ABORT, producer_epoch=txn.producer_epoch + 1, previous_epoch=txn.producer_epoch, updated_ms=self._now())
         if not await self._store(transactional_id, prepared, revision):
             return False
-        log.info("transaction_aborted", extra={"transactional_id": transactional_id, "producer_id": txn.producer_id, "epoch": txn.producer_epoch, "reason": reason, "partitions": len(txn.partitions)})
-        await self._complete(transactional_id, prepared)
+        log.info("transaction_aborted", extra={"transactional_id": transactional_id, "producer_id": txn.producer_id, "epoch": txn.producer_epoch, "cause": cause, "timeout_ms": txn.timeout_ms, "partitions": len(txn.partitions)})
+        await self._complete(transactional_id, prepared, cause)
         return True
 
-    async def _complete(self, transactional_id: str, prepared: Transaction) -> None:
+    async def _complete(self, transactional_id: str, prepared: Transaction, cause: str) -> None:
         """Carry out a decided transaction: its offsets (on commit), its markers, then the state
         complete, unless someone completed it meanwhile. Raises TransactionError (retriable) if a
         part could not be stored: the decision stays, and is carried out again by whoever finds
@@ -308,6 +310,7 @@ class TransactionCoordinator:
             if txn != prepared:  # completed (or moved on) by another broker meanwhile
                 return
             if await self._store(transactional_id, done.with_(updated_ms=self._now()), revision):
+                TRANSACTIONS_ENDED.labels("commit" if commit else "abort", cause).inc()
                 return
         raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
 
@@ -327,12 +330,12 @@ class TransactionCoordinator:
                     async with self._serialized(transactional_id):
                         current, revision = await self.load(transactional_id)
                         if current == txn:
-                            changed += await self._abort_fencing(transactional_id, txn, revision, f"open longer than its timeout of {txn.timeout_ms} ms")
+                            changed += await self._abort_fencing(transactional_id, txn, revision, "timeout")
                 elif txn.status.preparing and now - txn.updated_ms > PREPARED_GRACE_MS:
                     async with self._serialized(transactional_id):
                         current, _ = await self.load(transactional_id)
                         if current == txn:
-                            await self._complete(transactional_id, txn)
+                            await self._complete(transactional_id, txn, "recovered")
                             changed += 1
                 elif txn.status.complete and now - txn.updated_ms > self.id_expiration_ms:
                     async with self._serialized(transactional_id):
@@ -372,6 +375,7 @@ class TransactionCoordinator:
                 log.warning("hanging_transaction_not_ended", extra={"topic_id": topic_id.hex, "partition": p, "producer_id": pid, "error": str(e)})
                 continue
             log.warning("hanging_transaction_aborted", extra={"topic_id": topic_id.hex, "partition": p, "producer_id": pid, "first_offset": first})
+            HANGING_TRANSACTIONS_ABORTED.inc()
             del self._unaccounted[(topic_id, p, pid, first)]
             ended += 1
         return ended
