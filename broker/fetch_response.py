@@ -15,7 +15,6 @@ current leader, snapshot id, node endpoints)."""
 
 from __future__ import annotations
 
-import datetime
 import functools
 import io
 import struct
@@ -26,9 +25,8 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 from kio.serial import writers
 
-from .codec import FramePieces, OwnFrame, build, response_module
+from .codec import NO_THROTTLE, FramePieces, OwnFrame, build, response_module
 
-NO_THROTTLE = datetime.timedelta(0)
 FIRST_FLEXIBLE = 12  # Fetch v12 is the first with compact arrays and tagged fields
 FIRST_BY_ID = 13  # topics named by id from v13
 

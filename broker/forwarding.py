@@ -44,11 +44,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from .codec import OwnFrame, has_field, request_codec
 from .groups.coordinator import coordinator_for
-from .groups.group import COORDINATOR_NOT_AVAILABLE, GroupError
+from .groups.group import GroupError
 from .locality import known_zone
 from .metrics import GROUP_FORWARD_BYTES, GROUP_FORWARD_FAILURES, GROUP_FORWARDS, GROUP_FORWARDS_IN_FLIGHT
 
@@ -197,7 +198,7 @@ class _Unavailable:
 
     def __getattr__(self, name: str):
         async def refuse(*args, **kwargs):
-            raise GroupError(COORDINATOR_NOT_AVAILABLE, self.reason)
+            raise GroupError(ErrorCode.coordinator_not_available, self.reason)
 
         return refuse
 

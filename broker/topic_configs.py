@@ -17,6 +17,8 @@ import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from kio.schema.errors import ErrorCode
+
 from metadata.store import MetadataError
 from table import names
 from wal.batch_builder import COMPRESSION_TYPES
@@ -248,17 +250,16 @@ def retention_policy(configs: Mapping[str, str]) -> RetentionPolicy:
 # -- changing a topic's configs (AlterConfigs, IncrementalAlterConfigs) ---------------------------
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-INVALID_CONFIG, INVALID_REQUEST, UNKNOWN_TOPIC_OR_PARTITION = 40, 42, 3
 
 
 def resource_refusal(resource_type: int, name: str, topics: Mapping) -> tuple[int, str] | None:
     """The (error code, message) for an alter of anything but an existing topic, else None."""
     if resource_type == BROKER_RESOURCE:
-        return INVALID_REQUEST, "broker configs are read-only in neve: set them in the node's configuration (neve config) and restart"
+        return ErrorCode.invalid_request, "broker configs are read-only in neve: set them in the node's configuration (neve config) and restart"
     if resource_type != TOPIC_RESOURCE:
-        return INVALID_REQUEST, f"unsupported resource type {resource_type}"
+        return ErrorCode.invalid_request, f"unsupported resource type {resource_type}"
     if name not in topics:
-        return UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist."
+        return ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
     return None
 
 
@@ -271,7 +272,7 @@ async def alter_topic(metadata, resource, validate_only: bool, compute) -> tuple
         return refusal
     names = [c.name for c in resource.configs]
     if len(set(names)) != len(names):
-        return INVALID_REQUEST, "Error due to duplicate config keys"
+        return ErrorCode.invalid_request, "Error due to duplicate config keys"
     old = metadata.topics()[resource.resource_name].configs
     new, code, message = compute(old)
     if new is None:
@@ -284,11 +285,11 @@ async def replace_configs(metadata, name: str, old: Mapping[str, str], new: Mapp
     try:
         stored = check(new)
     except InvalidConfig as e:
-        return INVALID_CONFIG, str(e)
+        return ErrorCode.invalid_config, str(e)
     changed_table = stored.get(names.TABLE_CONFIG, "") != old.get(names.TABLE_CONFIG, "")
     other = names.table_collision(name, stored, (names.Topic(n, t.configs) for n, t in metadata.topics().items())) if changed_table else None
     if other is not None:
-        return INVALID_CONFIG, names.collision_message(name, stored, other)
+        return ErrorCode.invalid_config, names.collision_message(name, stored, other)
     if validate_only:
         return 0, None
     changes: dict[str, str | None] = {k: None for k in old if k not in stored}

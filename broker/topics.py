@@ -8,14 +8,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from kio.schema.errors import ErrorCode
+
 from metadata.store import MetadataError
 from table import names
 
 _LEGAL = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-
-INVALID_TOPIC_EXCEPTION = 17
-INVALID_PARTITIONS = 37
-INVALID_CONFIG = 40
 
 
 def topic_name_error(name: str | None) -> str | None:
@@ -31,16 +29,16 @@ def table_refusal(name: str, configs: Mapping[str, str], topics: Mapping) -> tup
     other = names.table_collision(name, configs, (names.Topic(n, t.configs) for n, t in topics.items()))
     if other is None:
         return None
-    code = INVALID_CONFIG if configs.get(names.TABLE_CONFIG, "").strip() else INVALID_TOPIC_EXCEPTION
+    code = ErrorCode.invalid_config if configs.get(names.TABLE_CONFIG, "").strip() else ErrorCode.invalid_topic_exception
     return code, names.collision_message(name, configs, other)
 
 
 async def create_topic_checked(services, name, partitions: int, configs: dict[str, str]):
     """(error code, message or None, TopicInfo | None)."""
     if (message := topic_name_error(name)) is not None:
-        return INVALID_TOPIC_EXCEPTION, message, None
+        return ErrorCode.invalid_topic_exception, message, None
     if partitions <= 0 or partitions > 100_000:
-        return INVALID_PARTITIONS, f"num_partitions {partitions} must be between 1 and 100000", None
+        return ErrorCode.invalid_partitions, f"num_partitions {partitions} must be between 1 and 100000", None
     if (refusal := table_refusal(name, configs, services.metadata.topics())) is not None:
         return *refusal, None
     try:

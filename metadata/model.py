@@ -116,11 +116,3 @@ class AbortedTransaction:
     last_offset: int
     first_offset: int
     producer_id: int
-
-
-# Kafka error codes the sequencer answers with.
-NONE = 0
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100

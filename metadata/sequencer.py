@@ -21,11 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from kio.schema.errors import ErrorCode
+
 from .model import (
     ABORT_MARKER,
-    INVALID_PRODUCER_EPOCH,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    UNKNOWN_TOPIC_OR_PARTITION,
     AbortedTransaction,
     AppendResult,
     IndexEntry,
@@ -156,7 +155,7 @@ def sequence(
         tp = (a.topic_id, a.partition)
         head = heads.get(tp)
         if head is None:
-            results.append(AppendResult(UNKNOWN_TOPIC_OR_PARTITION))
+            results.append(AppendResult(ErrorCode.unknown_topic_or_partition))
             if run_tp is not None:
                 close_run()
                 run_tp = None
@@ -170,7 +169,7 @@ def sequence(
             pkey = (a.producer_id, a.topic_id, a.partition)
             state = new_producers.get(pkey) or producers.get(pkey)
             if state is not None and a.producer_epoch < state.epoch:
-                results.append(AppendResult(INVALID_PRODUCER_EPOCH, -1, log_start))
+                results.append(AppendResult(ErrorCode.invalid_producer_epoch, -1, log_start))
                 if run_tp is not None:
                     close_run()
                     run_tp = None
@@ -185,22 +184,22 @@ def sequence(
             pkey = (a.producer_id, a.topic_id, a.partition)
             state = new_producers.get(pkey) or producers.get(pkey)
             last_seq = last_sequence(a.base_sequence, a.record_count)
-            error = 0
+            error = ErrorCode.none
             if state is not None:
                 original = state.find(a.producer_epoch, a.base_sequence, last_seq)
                 if original is not None:
-                    results.append(AppendResult(0, original.base_offset, log_start, duplicate=True))
+                    results.append(AppendResult(ErrorCode.none, original.base_offset, log_start, duplicate=True))
                     if run_tp is not None:
                         close_run()
                         run_tp = None
                     continue
                 if a.producer_epoch < state.epoch:
-                    error = INVALID_PRODUCER_EPOCH
+                    error = ErrorCode.invalid_producer_epoch
                 elif a.producer_epoch > state.epoch:
                     if a.base_sequence != 0:
-                        error = OUT_OF_ORDER_SEQUENCE_NUMBER
+                        error = ErrorCode.out_of_order_sequence_number
                 elif a.base_sequence != ((state.batches[-1].last_seq + 1) % SEQUENCE_MODULUS if state.batches else 0):
-                    error = OUT_OF_ORDER_SEQUENCE_NUMBER
+                    error = ErrorCode.out_of_order_sequence_number
             if error:
                 results.append(AppendResult(error, -1, log_start))
                 if run_tp is not None:
@@ -216,7 +215,7 @@ def sequence(
         # Stored: take the offsets and extend or open the index run.
         last_offset = next_offset + a.record_count - 1
         new_heads[tp] = last_offset + 1
-        results.append(AppendResult(0, next_offset, log_start))
+        results.append(AppendResult(ErrorCode.none, next_offset, log_start))
         if run_tp == tp and a.start == run_end:
             run_last = last_offset
             run_end = a.start + a.size

@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Collection, Container, Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from kio.schema.errors import ErrorCode
+
 from .model import AppendResult, BrokerRegistration, CommittedOffset, IndexEntry, ObjectCommit, TopicInfo
 from .sequencer import ProducerState
 from .view import PartitionView
@@ -25,25 +27,25 @@ from .view import PartitionView
 class MetadataError(Exception):
     """Base of the errors below; `error_code` is the Kafka error to answer with."""
 
-    error_code = -1
+    error_code = ErrorCode.unknown_server_error
 
 
 class TopicAlreadyExists(MetadataError):
-    error_code = 36
+    error_code = ErrorCode.topic_already_exists
 
 
 class UnknownTopic(MetadataError):
-    error_code = 3
+    error_code = ErrorCode.unknown_topic_or_partition
 
 
 class InvalidPartitions(MetadataError):
-    error_code = 37
+    error_code = ErrorCode.invalid_partitions
 
 
 class MetadataUnavailable(MetadataError):
     """The store could not be reached or the write could not be made durable (retriable)."""
 
-    error_code = 7  # REQUEST_TIMED_OUT
+    error_code = ErrorCode.request_timed_out
 
 
 class Fenced(MetadataError):

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import cramjam
 import numpy as np
 from crc32c import crc32c
+from kio.schema.errors import ErrorCode
 from kio.serial.readers import read_signed_varint, read_signed_varlong
 
 from .record_walk import NO_KEY, OK, as_array, check_records, outcome_message
@@ -56,13 +57,6 @@ _LOG_APPEND_TIME = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _MAX_CODEC = 4  # zstd
-
-CORRUPT_MESSAGE = 2
-MESSAGE_TOO_LARGE = 10
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
 
 # The Java client frames snappy like xerial's SnappyOutputStream: this magic, then a version and a
 # minimum-compatible version (i32 each), then blocks of u32 length + raw snappy.
@@ -143,7 +137,7 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
     array = as_array(view)  # what the record walk reads
     total = len(view)
     if total == 0:
-        raise InvalidRecords(INVALID_RECORD, "no record batch")
+        raise InvalidRecords(ErrorCode.invalid_record, "no record batch")
     first: tuple | None = None
     batch_count = record_count = 0
     max_timestamp = -1
@@ -154,40 +148,40 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
         # Legacy (v0/v1) messages keep their magic at the same position, so look at it before
         # trusting any v2 field: an old client deserves "unsupported format", not "corrupt".
         if remaining <= _MAGIC_POSITION:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} truncated at {remaining} bytes")
+            raise InvalidRecords(ErrorCode.corrupt_message, f"batch {batch_count} truncated at {remaining} bytes")
         magic = view[pos + _MAGIC_POSITION]
         if magic != 2:
-            raise InvalidRecords(UNSUPPORTED_FOR_MESSAGE_FORMAT, f"batch {batch_count} has magic {magic}, only 2 is supported")
+            raise InvalidRecords(ErrorCode.unsupported_for_message_format, f"batch {batch_count} has magic {magic}, only 2 is supported")
         if remaining < BATCH_HEADER_SIZE:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} truncated at {remaining} bytes")
+            raise InvalidRecords(ErrorCode.corrupt_message, f"batch {batch_count} truncated at {remaining} bytes")
         fields = BATCH_HEADER.unpack_from(view, pos)
         batch_length = fields[1]
         if batch_length < _MIN_BATCH_LENGTH:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} has batchLength {batch_length}")
+            raise InvalidRecords(ErrorCode.corrupt_message, f"batch {batch_count} has batchLength {batch_length}")
         size = LOG_OVERHEAD + batch_length
         if size > remaining:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} claims {size} bytes, {remaining} remain")
+            raise InvalidRecords(ErrorCode.corrupt_message, f"batch {batch_count} claims {size} bytes, {remaining} remain")
         if max_size is not None and size > max_size:
-            raise InvalidRecords(MESSAGE_TOO_LARGE, f"batch {batch_count} is {size} bytes, the limit is {max_size}")
+            raise InvalidRecords(ErrorCode.message_too_large, f"batch {batch_count} is {size} bytes, the limit is {max_size}")
         if crc32c(view[pos + _CRC_START : pos + size]) != fields[4]:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"batch {batch_count} fails its CRC-32C")
+            raise InvalidRecords(ErrorCode.corrupt_message, f"batch {batch_count} fails its CRC-32C")
         attributes = fields[5]
         if attributes & _CODEC_MASK > _MAX_CODEC:
-            raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"batch {batch_count} has compression codec {attributes & _CODEC_MASK}")
+            raise InvalidRecords(ErrorCode.unsupported_compression_type, f"batch {batch_count} has compression codec {attributes & _CODEC_MASK}")
         if attributes & _CONTROL:
-            raise InvalidRecords(INVALID_RECORD, "clients may not write control batches")
+            raise InvalidRecords(ErrorCode.invalid_record, "clients may not write control batches")
         last_offset_delta, count = fields[6], fields[12]
         if count <= 0 or count != last_offset_delta + 1:
-            raise InvalidRecords(INVALID_RECORD, f"batch {batch_count} has {count} records but lastOffsetDelta {last_offset_delta}")
+            raise InvalidRecords(ErrorCode.invalid_record, f"batch {batch_count} has {count} records but lastOffsetDelta {last_offset_delta}")
         _check_records(view, array, pos, size, attributes & _CODEC_MASK, count, keyed, batch_count, max_expanded)
         if first is None:
             first = fields
         elif fields[9] != first[9] or fields[10] != first[10]:
             # The sequencer checks one producer's sequence range per partition and request: a
             # second producer's batch would be stored unchecked. No client sends one.
-            raise InvalidRecords(INVALID_RECORD, f"batch {batch_count} is from producer {fields[9]} epoch {fields[10]}, batch 0 from producer {first[9]} epoch {first[10]}")
+            raise InvalidRecords(ErrorCode.invalid_record, f"batch {batch_count} is from producer {fields[9]} epoch {fields[10]}, batch 0 from producer {first[9]} epoch {first[10]}")
         elif first[9] >= 0 and fields[11] != (next_sequence := (first[11] + record_count) % SEQUENCE_MODULUS):
-            raise InvalidRecords(OUT_OF_ORDER_SEQUENCE_NUMBER, f"batch {batch_count} has base sequence {fields[11]}, {next_sequence} follows the batches before it")
+            raise InvalidRecords(ErrorCode.out_of_order_sequence_number, f"batch {batch_count} has base sequence {fields[11]}, {next_sequence} follows the batches before it")
         batch_count += 1
         record_count += count
         if fields[8] > max_timestamp:
@@ -220,13 +214,13 @@ def _check_records(view: memoryview, array, pos: int, size: int, codec: int, cou
     except InvalidRecords as e:
         raise InvalidRecords(e.error_code, f"batch {index}: {e}") from None
     except Exception as e:  # cramjam's DecompressionError
-        raise InvalidRecords(CORRUPT_MESSAGE, f"batch {index} does not decompress: {e}") from None
+        raise InvalidRecords(ErrorCode.corrupt_message, f"batch {index} does not decompress: {e}") from None
     outcome, record, a, b = check_records(array, start, end, count, keyed)
     if outcome != OK:
-        code = INVALID_RECORD if outcome == NO_KEY else CORRUPT_MESSAGE
+        code = ErrorCode.invalid_record if outcome == NO_KEY else ErrorCode.corrupt_message
         raise InvalidRecords(code, f"batch {index}: {outcome_message(outcome, record, a, b, count)}")
     if a != count:
-        raise InvalidRecords(CORRUPT_MESSAGE, f"batch {index} holds {a} records, its header says {count}")
+        raise InvalidRecords(ErrorCode.corrupt_message, f"batch {index} holds {a} records, its header says {count}")
 
 
 def iter_headers(data: bytes | memoryview) -> Iterator[BatchHeader]:
@@ -236,12 +230,12 @@ def iter_headers(data: bytes | memoryview) -> Iterator[BatchHeader]:
     pos = 0
     while pos < total:
         if total - pos < BATCH_HEADER_SIZE:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} truncated")
+            raise InvalidRecords(ErrorCode.corrupt_message, f"stored batch at {pos} truncated")
         (base_offset, batch_length, _epoch, _magic, _crc, attributes, last_offset_delta, base_timestamp, max_timestamp, producer_id, producer_epoch, base_sequence, record_count) = BATCH_HEADER.unpack_from(view, pos)
         size = LOG_OVERHEAD + batch_length
         # A length below the header would loop forever or overlap the next batch.
         if batch_length < _MIN_BATCH_LENGTH or pos + size > total:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} has batchLength {batch_length}")
+            raise InvalidRecords(ErrorCode.corrupt_message, f"stored batch at {pos} has batchLength {batch_length}")
         yield BatchHeader(
             position=pos,
             size=size,
@@ -268,10 +262,10 @@ def inject_offsets(data: bytes | memoryview, base_offset: int, leader_epoch: int
     base = base_offset
     while pos < total:
         if total - pos < BATCH_HEADER_SIZE:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} truncated")
+            raise InvalidRecords(ErrorCode.corrupt_message, f"stored batch at {pos} truncated")
         (batch_length,) = _I32.unpack_from(out, pos + 8)
         if batch_length < _MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + batch_length > total:
-            raise InvalidRecords(CORRUPT_MESSAGE, f"stored batch at {pos} has batchLength {batch_length}")
+            raise InvalidRecords(ErrorCode.corrupt_message, f"stored batch at {pos} has batchLength {batch_length}")
         (last_offset_delta,) = _I32.unpack_from(out, pos + _LAST_OFFSET_DELTA_POSITION)
         _PREFIX.pack_into(out, pos, base, batch_length, leader_epoch)
         base += last_offset_delta + 1
@@ -310,7 +304,7 @@ def _first_record_at(view: memoryview, header: BatchHeader, base: int, target: i
             pos = body + length
             # attributes, timestampDelta, offsetDelta, key, value and header count: a byte each at least
             if length < 6 or pos > end:
-                raise InvalidRecords(CORRUPT_MESSAGE, f"record length {length} overruns the batch at {header.position}")
+                raise InvalidRecords(ErrorCode.corrupt_message, f"record length {length} overruns the batch at {header.position}")
             timestamp_delta, size = read_signed_varlong(records, body + 1)
             offset_delta, _ = read_signed_varint(records, body + 1 + size)
             record_timestamp = header.max_timestamp if log_append else header.base_timestamp + timestamp_delta
@@ -319,7 +313,7 @@ def _first_record_at(view: memoryview, header: BatchHeader, base: int, target: i
     except InvalidRecords:
         raise
     except Exception as e:  # kio's BufferUnderflow/ValueError, cramjam's DecompressionError
-        raise InvalidRecords(CORRUPT_MESSAGE, f"batch at {header.position} does not decode: {e}") from e
+        raise InvalidRecords(ErrorCode.corrupt_message, f"batch at {header.position} does not decode: {e}") from e
     return None
 
 
@@ -342,7 +336,7 @@ def decompress(codec: int, payload: memoryview, limit: int | None = None):
         return cramjam.lz4.decompress(payload)
     if codec == 4:
         return cramjam.zstd.decompress(payload)
-    raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {codec}")
+    raise InvalidRecords(ErrorCode.unsupported_compression_type, f"compression codec {codec}")
 
 
 # cramjam's words when the output it was given is full (its DecompressionError covers both this and
@@ -354,7 +348,7 @@ _DECOMPRESS_INTO = {1: cramjam.gzip.decompress_into, 2: cramjam.snappy.decompres
 def _decompress_within(codec: int, payload: memoryview, limit: int) -> np.ndarray:
     into = _DECOMPRESS_INTO.get(codec)
     if into is None:
-        raise InvalidRecords(UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {codec}")
+        raise InvalidRecords(ErrorCode.unsupported_compression_type, f"compression codec {codec}")
     out = np.empty(limit, dtype=np.uint8)
     try:
         if codec == 2 and payload[: len(_XERIAL_MAGIC)] == _XERIAL_MAGIC:
@@ -365,7 +359,7 @@ def _decompress_within(codec: int, payload: memoryview, limit: int) -> np.ndarra
             size = into(payload, out)
     except Exception as e:
         if any(words in str(e) for words in _OUTPUT_FULL):
-            raise InvalidRecords(MESSAGE_TOO_LARGE, f"its records expand past {limit} bytes") from None
+            raise InvalidRecords(ErrorCode.message_too_large, f"its records expand past {limit} bytes") from None
         raise
     view = out[:size]
     view.flags.writeable = False  # as the walk reads bytes
@@ -378,10 +372,10 @@ def _xerial_blocks(payload: memoryview):
     end = len(payload)
     while pos < end:
         if end - pos < 4:
-            raise InvalidRecords(CORRUPT_MESSAGE, "xerial snappy block length truncated")
+            raise InvalidRecords(ErrorCode.corrupt_message, "xerial snappy block length truncated")
         (length,) = _U32.unpack_from(payload, pos)
         pos += 4
         if pos + length > end:
-            raise InvalidRecords(CORRUPT_MESSAGE, "xerial snappy block truncated")
+            raise InvalidRecords(ErrorCode.corrupt_message, "xerial snappy block truncated")
         yield payload[pos : pos + length]
         pos += length

@@ -29,20 +29,11 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kio.schema.errors import ErrorCode
+
 from .assignors import ASSIGNORS, DEFAULT, Assignment
 
 log = logging.getLogger("neve.broker.groups")
-
-NONE = 0
-COORDINATOR_NOT_AVAILABLE = 15
-UNKNOWN_MEMBER_ID = 25
-INVALID_REQUEST = 42
-FENCED_INSTANCE_ID = 82
-FENCED_MEMBER_EPOCH = 110
-UNRELEASED_INSTANCE_ID = 111
-UNSUPPORTED_ASSIGNOR = 112
-STALE_MEMBER_EPOCH = 113
-INVALID_REGULAR_EXPRESSION = 128
 
 JOIN, LEAVE, STATIC_LEAVE = 0, -1, -2
 # Kafka's group.consumer.session.timeout.ms / heartbeat.interval.ms defaults.
@@ -215,7 +206,7 @@ class ConsumerGroup:
         """One heartbeat: join (epoch 0), heartbeat, or leave (-1, static -2). `topics` maps topic
         names to TopicInfo (id, partitions)."""
         if self.deleted:
-            return HeartbeatResult(COORDINATOR_NOT_AVAILABLE)
+            return HeartbeatResult(ErrorCode.coordinator_not_available)
         problem = self._invalid(hb)
         if problem is not None:
             return HeartbeatResult(*problem, member_id=hb.member_id or None)
@@ -245,30 +236,30 @@ class ConsumerGroup:
         changed = member.assigned != before
         if changed or hb.member_epoch == JOIN:
             self._on_change(self)
-        return HeartbeatResult(NONE, None, member.member_id, member.epoch, self.heartbeat_interval_ms, dict(member.assigned) if full or changed else None)
+        return HeartbeatResult(ErrorCode.none, None, member.member_id, member.epoch, self.heartbeat_interval_ms, dict(member.assigned) if full or changed else None)
 
     def _invalid(self, hb: Heartbeat) -> tuple[int, str] | None:
         if hb.version >= 1 and not hb.member_id:
-            return INVALID_REQUEST, "MemberId can't be empty."
+            return ErrorCode.invalid_request, "MemberId can't be empty."
         if hb.member_epoch < STATIC_LEAVE:
-            return INVALID_REQUEST, f"MemberEpoch {hb.member_epoch} is invalid."
+            return ErrorCode.invalid_request, f"MemberEpoch {hb.member_epoch} is invalid."
         if hb.member_epoch != JOIN and not hb.member_id:
-            return INVALID_REQUEST, "MemberId can't be empty."
+            return ErrorCode.invalid_request, "MemberId can't be empty."
         if hb.member_epoch == STATIC_LEAVE and hb.instance_id is None:
-            return INVALID_REQUEST, "InstanceId can't be null when leaving as a static member."
+            return ErrorCode.invalid_request, "InstanceId can't be null when leaving as a static member."
         if hb.member_epoch == JOIN:
             if hb.rebalance_timeout_ms < 0:
-                return INVALID_REQUEST, "RebalanceTimeoutMs must be provided in first request."
+                return ErrorCode.invalid_request, "RebalanceTimeoutMs must be provided in first request."
             if hb.owned is None or any(hb.owned.values()):
-                return INVALID_REQUEST, "TopicPartitions must be empty when (re-)joining."
+                return ErrorCode.invalid_request, "TopicPartitions must be empty when (re-)joining."
             if hb.topic_names is None and hb.topic_regex is None:
-                return INVALID_REQUEST, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
+                return ErrorCode.invalid_request, "SubscribedTopicNames or SubscribedTopicRegex must be set in first request."
         if hb.assignor is not None and hb.assignor not in ASSIGNORS:
-            return UNSUPPORTED_ASSIGNOR, f"ServerAssignor {hb.assignor} is not supported. Supported assignors: {', '.join(ASSIGNORS)}."
+            return ErrorCode.unsupported_assignor, f"ServerAssignor {hb.assignor} is not supported. Supported assignors: {', '.join(ASSIGNORS)}."
         if hb.topic_regex:
             problem = regex_problem(hb.topic_regex)
             if problem is not None:
-                return INVALID_REGULAR_EXPRESSION, f"SubscribedTopicRegex {hb.topic_regex!r}: {problem}"
+                return ErrorCode.invalid_regular_expression, f"SubscribedTopicRegex {hb.topic_regex!r}: {problem}"
         return None
 
     def _join(self, hb: Heartbeat) -> tuple[ConsumerMember, HeartbeatResult | None]:
@@ -277,7 +268,7 @@ class ConsumerGroup:
             old = self.members[self.static[hb.instance_id]]
             if old.member_id != member_id:
                 if old.epoch != STATIC_LEAVE:
-                    return old, HeartbeatResult(UNRELEASED_INSTANCE_ID, f"Static member {old.member_id} with instance id {hb.instance_id} is not released.", member_id)
+                    return old, HeartbeatResult(ErrorCode.unreleased_instance_id, f"Static member {old.member_id} with instance id {hb.instance_id} is not released.", member_id)
                 return self._replace_static(old, member_id), None
         member = self.members.get(member_id)
         if member is not None:
@@ -312,16 +303,16 @@ class ConsumerGroup:
     def _existing(self, hb: Heartbeat) -> tuple[ConsumerMember | None, HeartbeatResult | None]:
         member = self.members.get(hb.member_id)
         if member is None:
-            return None, HeartbeatResult(UNKNOWN_MEMBER_ID, f"Member {hb.member_id} is not a member of group {self.group_id}.", hb.member_id)
+            return None, HeartbeatResult(ErrorCode.unknown_member_id, f"Member {hb.member_id} is not a member of group {self.group_id}.", hb.member_id)
         if hb.instance_id is not None and self.static.get(hb.instance_id, member.member_id) != member.member_id:
-            return None, HeartbeatResult(FENCED_INSTANCE_ID, None, hb.member_id)
+            return None, HeartbeatResult(ErrorCode.fenced_instance_id, None, hb.member_id)
         if hb.member_epoch > member.epoch:
-            return None, HeartbeatResult(FENCED_MEMBER_EPOCH, f"The member epoch {hb.member_epoch} is newer than {member.epoch}.", hb.member_id)
+            return None, HeartbeatResult(ErrorCode.fenced_member_epoch, f"The member epoch {hb.member_epoch} is newer than {member.epoch}.", hb.member_id)
         if hb.member_epoch < member.epoch:
             # Only the epoch just before, with nothing beyond the current assignment: our answer was lost.
             lost_answer = hb.member_epoch == member.previous_epoch and (hb.owned is None or not _minus(hb.owned, member.assigned))
             if not lost_answer:
-                return None, HeartbeatResult(FENCED_MEMBER_EPOCH, f"The member epoch {hb.member_epoch} is older than {member.epoch}.", hb.member_id)
+                return None, HeartbeatResult(ErrorCode.fenced_member_epoch, f"The member epoch {hb.member_epoch} is older than {member.epoch}.", hb.member_id)
         return member, None
 
     def _leave(self, hb: Heartbeat) -> HeartbeatResult:
@@ -329,12 +320,12 @@ class ConsumerGroup:
         if hb.instance_id is not None:
             known = self.static.get(hb.instance_id)
             if known is None:
-                return HeartbeatResult(UNKNOWN_MEMBER_ID, f"Instance id {hb.instance_id} is unknown.", member_id)
+                return HeartbeatResult(ErrorCode.unknown_member_id, f"Instance id {hb.instance_id} is unknown.", member_id)
             if known != member_id:
-                return HeartbeatResult(FENCED_INSTANCE_ID, None, member_id)
+                return HeartbeatResult(ErrorCode.fenced_instance_id, None, member_id)
         member = self.members.get(member_id)
         if member is None:
-            return HeartbeatResult(UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {self.group_id}.", member_id)
+            return HeartbeatResult(ErrorCode.unknown_member_id, f"Member {member_id} is not a member of group {self.group_id}.", member_id)
         if hb.member_epoch == STATIC_LEAVE:
             # Kept, assignment and all, for the session timeout: a restart takes it back unchanged.
             if member.state is MemberState.UNREVOKED_PARTITIONS:
@@ -343,9 +334,9 @@ class ConsumerGroup:
                 member.previous_epoch, member.epoch = member.epoch, STATIC_LEAVE
             self._touch(member)
             self._on_change(self)
-            return HeartbeatResult(NONE, None, member_id, STATIC_LEAVE, self.heartbeat_interval_ms)
+            return HeartbeatResult(ErrorCode.none, None, member_id, STATIC_LEAVE, self.heartbeat_interval_ms)
         self._remove(member, "left")
-        return HeartbeatResult(NONE, None, member_id, LEAVE, self.heartbeat_interval_ms)
+        return HeartbeatResult(ErrorCode.none, None, member_id, LEAVE, self.heartbeat_interval_ms)
 
     # -- the target assignment ----------------------------------------------------------------------
 
@@ -472,15 +463,15 @@ class ConsumerGroup:
         """Kafka's rule: epoch -1 without member commits only while the group is empty; otherwise
         the member must exist and give its current epoch (STALE_MEMBER_EPOCH if not)."""
         if self.deleted:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if member_epoch < 0 and not member_id and not self.members:
-            return NONE
+            return ErrorCode.none
         member = self.members.get(member_id)
         if member is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         if member_epoch != member.epoch:
-            return STALE_MEMBER_EPOCH
-        return NONE
+            return ErrorCode.stale_member_epoch
+        return ErrorCode.none
 
     def not_held(self, member_id: str, partitions: Iterable[tuple[uuid.UUID, int]]) -> set[tuple[uuid.UUID, int]]:
         """The partitions a member's commit names but the member does not hold (neither assigned
@@ -500,11 +491,11 @@ class ConsumerGroup:
 
     def validate_fetch(self, member_id: str | None, member_epoch: int) -> int:
         if member_id is None or (member_epoch < 0 and not member_id):
-            return NONE
+            return ErrorCode.none
         member = self.members.get(member_id)
         if member is None:
-            return UNKNOWN_MEMBER_ID
-        return NONE if member_epoch == member.epoch else STALE_MEMBER_EPOCH
+            return ErrorCode.unknown_member_id
+        return ErrorCode.none if member_epoch == member.epoch else ErrorCode.stale_member_epoch
 
     # -- lifecycle --------------------------------------------------------------------------------------
 

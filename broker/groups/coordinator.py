@@ -37,20 +37,18 @@ import hashlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from kio.schema.errors import ErrorCode
+
 from metadata.model import CommittedOffset
 from metadata.store import MetadataError, TopicPartition
 
 from ..locality import brokers_for_zone
 from . import consumer_group, state
 from .consumer_group import ConsumerGroup, Heartbeat, HeartbeatResult
-from .group import COORDINATOR_NOT_AVAILABLE, INCONSISTENT_GROUP_PROTOCOL, NONE, NOT_COORDINATOR, UNKNOWN_MEMBER_ID, Group, GroupError, GroupState, JoinResult, SyncResult
+from .group import Group, GroupError, GroupState, JoinResult, SyncResult
 
 log = logging.getLogger("neve.broker.groups")
 
-INVALID_SESSION_TIMEOUT = 26
-GROUP_ID_NOT_FOUND = 69
-NON_EMPTY_GROUP = 68
-INVALID_GROUP_ID = 24
 # Kafka's group.min/max.session.timeout.ms defaults.
 MIN_SESSION_TIMEOUT_MS = 6_000
 MAX_SESSION_TIMEOUT_MS = 1_800_000
@@ -112,7 +110,7 @@ class GroupCoordinator:
             if item is None and not await self.metadata.registry_write({key: (zone or "").encode()}, {key: 0}):
                 item = await self.metadata.registry_get(key)  # another broker recorded it first
         except MetadataError as e:
-            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+            raise GroupError(ErrorCode.coordinator_not_available, str(e)) from e
         home = self._homes[group_id] = (zone or "") if item is None else item.value.decode()
         if zone is not None and home != zone:  # this broker's first asker is a member from elsewhere
             log.info("group_home_elsewhere", extra={"group": group_id, "home_zone": home, "client_zone": zone})
@@ -134,19 +132,19 @@ class GroupCoordinator:
         self._live_seen = live
         for group_id in [g for g in self.groups if not self.owns(g)]:
             log.info("group_moved", extra={"group": group_id, "coordinator": self.coordinator(group_id).node_id})
-            self.groups.pop(group_id).shutdown(NOT_COORDINATOR)
+            self.groups.pop(group_id).shutdown(ErrorCode.not_coordinator)
 
     async def check_owner(self, group_id: str) -> None:
         if not group_id:
-            raise GroupError(INVALID_GROUP_ID, "empty group id")
+            raise GroupError(ErrorCode.invalid_group_id, "empty group id")
         await self.place(group_id, None)
         self._drop_moved_groups()
         if not self.owns(group_id):
             # held from before its home zone was known here (the cluster gained zones): let it go
             stale = self.groups.pop(group_id, None)
             if stale is not None:
-                stale.shutdown(NOT_COORDINATOR)
-            raise GroupError(NOT_COORDINATOR)
+                stale.shutdown(ErrorCode.not_coordinator)
+            raise GroupError(ErrorCode.not_coordinator)
 
     async def group(self, group_id: str, create: bool = False) -> Group | ConsumerGroup | None:
         """The group's live state, loaded from the store the first time; None if it has no stored
@@ -168,7 +166,7 @@ class GroupCoordinator:
         try:
             data = await self.metadata.load_group(group_id)
         except MetadataError as e:
-            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+            raise GroupError(ErrorCode.coordinator_not_available, str(e)) from e
         if group_id in self.groups:
             return self.groups[group_id]
         if data is None:
@@ -181,7 +179,7 @@ class GroupCoordinator:
             log.error("group_state_unreadable", extra={"group": group_id, "error": repr(e)})
             return None
         if not self.owns(group_id):
-            raise GroupError(NOT_COORDINATOR)
+            raise GroupError(ErrorCode.not_coordinator)
         self.groups[group_id] = group
         group.start_sessions()
         if isinstance(group, ConsumerGroup):
@@ -195,7 +193,7 @@ class GroupCoordinator:
 
     def _replace(self, old: Group | ConsumerGroup, new: Group | ConsumerGroup) -> None:
         """An empty group of one type becomes a group of the other type (as Kafka converts them)."""
-        old.shutdown(COORDINATOR_NOT_AVAILABLE)
+        old.shutdown(ErrorCode.coordinator_not_available)
         self.groups[new.group_id] = new
         log.info("group_type_changed", extra={"group": new.group_id, "type": _type(new)})
 
@@ -224,18 +222,18 @@ class GroupCoordinator:
 
     def close(self) -> None:
         for group in self.groups.values():
-            group.shutdown(NOT_COORDINATOR)
+            group.shutdown(ErrorCode.not_coordinator)
         self.groups.clear()
 
     # -- membership ----------------------------------------------------------------------------------
 
     async def join(self, group_id: str, member_id: str, instance_id: str | None, protocol_type: str, protocols, session_timeout_ms: int, rebalance_timeout_ms: int, client_id: str, client_host: str, require_known_member_id: bool):
         if not self.min_session_timeout_ms <= session_timeout_ms <= self.max_session_timeout_ms:
-            return JoinResult(INVALID_SESSION_TIMEOUT, member_id=member_id)
+            return JoinResult(ErrorCode.invalid_session_timeout, member_id=member_id)
         group = await self.group(group_id, create=True)
         if isinstance(group, ConsumerGroup):
             if not group.is_empty:
-                return JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)  # a consumer-protocol group
+                return JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id)  # a consumer-protocol group
             self._replace(group, group := Group(group_id, self._on_change))
         fut = group.join(member_id, instance_id, protocol_type, list(protocols), session_timeout_ms, rebalance_timeout_ms, client_id, client_host, require_known_member_id)
         return await fut
@@ -243,16 +241,16 @@ class GroupCoordinator:
     async def sync(self, group_id: str, generation: int, member_id: str, instance_id: str | None, protocol_type: str | None, protocol_name: str | None, assignments: Mapping[str, bytes]):
         group = await self.group(group_id)
         if group is None or isinstance(group, ConsumerGroup):
-            return SyncResult(UNKNOWN_MEMBER_ID)
+            return SyncResult(ErrorCode.unknown_member_id)
         return await group.sync(generation, member_id, instance_id, protocol_type, protocol_name, dict(assignments))
 
     async def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> int:
         group = await self.group(group_id)
-        return UNKNOWN_MEMBER_ID if group is None or isinstance(group, ConsumerGroup) else group.heartbeat(generation, member_id, instance_id)
+        return ErrorCode.unknown_member_id if group is None or isinstance(group, ConsumerGroup) else group.heartbeat(generation, member_id, instance_id)
 
     async def leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[int]:
         group = await self.group(group_id)
-        return [UNKNOWN_MEMBER_ID if group is None or isinstance(group, ConsumerGroup) else group.leave(m, i) for m, i in members]
+        return [ErrorCode.unknown_member_id if group is None or isinstance(group, ConsumerGroup) else group.leave(m, i) for m, i in members]
 
     async def consumer_heartbeat(self, group_id: str, heartbeat: Heartbeat) -> HeartbeatResult:
         """A KIP-848 ConsumerGroupHeartbeat. A non-empty classic group of that id answers
@@ -260,14 +258,14 @@ class GroupCoordinator:
         group = await self.group(group_id)
         if isinstance(group, Group):
             if not group.is_empty or group.pending:
-                return HeartbeatResult(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.", heartbeat.member_id or None)
+                return HeartbeatResult(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.", heartbeat.member_id or None)
             self._replace(group, group := self._new_consumer_group(group_id))
         elif group is None:
             if heartbeat.member_epoch != 0:
-                return HeartbeatResult(UNKNOWN_MEMBER_ID, f"Group {group_id} has no member {heartbeat.member_id}.", heartbeat.member_id or None)
+                return HeartbeatResult(ErrorCode.unknown_member_id, f"Group {group_id} has no member {heartbeat.member_id}.", heartbeat.member_id or None)
             group = self._new_consumer_group(group_id)
             result = group.heartbeat(heartbeat, self.metadata.topics())
-            if result.error == NONE:  # a refused first heartbeat leaves no empty group behind
+            if result.error == ErrorCode.none:  # a refused first heartbeat leaves no empty group behind
                 self.groups.setdefault(group_id, group)
             return result
         return group.heartbeat(heartbeat, self.metadata.topics())
@@ -276,7 +274,7 @@ class GroupCoordinator:
         """ConsumerGroupDescribe: GROUP_ID_NOT_FOUND unless it is a consumer-protocol group."""
         group = await self.group(group_id)
         if not isinstance(group, ConsumerGroup) or group.deleted:
-            raise GroupError(GROUP_ID_NOT_FOUND, f"Group {group_id} is not a consumer group.")
+            raise GroupError(ErrorCode.group_id_not_found, f"Group {group_id} is not a consumer group.")
         return group
 
     # -- offsets ----------------------------------------------------------------------------------------
@@ -286,18 +284,18 @@ class GroupCoordinator:
         KIP-848 group, STALE_MEMBER_EPOCH for a partition the member no longer holds."""
         group, code = await self._commit_check(group_id, generation, member_id, instance_id)
         codes = dict.fromkeys(offsets, code)
-        if code == NONE and isinstance(group, ConsumerGroup):
+        if code == ErrorCode.none and isinstance(group, ConsumerGroup):
             refused = group.not_held(member_id, offsets)
             if refused:
                 log.info("offset_commit_refused", extra={"group": group_id, "member": member_id, "partitions": len(refused), "reason": "not held by the member"})
-            codes.update(dict.fromkeys(refused, consumer_group.STALE_MEMBER_EPOCH))
-        accepted = {tp: offset for tp, offset in offsets.items() if codes[tp] == NONE}
+            codes.update(dict.fromkeys(refused, ErrorCode.stale_member_epoch))
+        accepted = {tp: offset for tp, offset in offsets.items() if codes[tp] == ErrorCode.none}
         if accepted:
             try:
                 await self.metadata.commit_offsets(group_id, accepted)
             except MetadataError as e:
                 log.warning("offset_commit_failed", extra={"group": group_id, "error": str(e)})
-                codes.update(dict.fromkeys(accepted, COORDINATOR_NOT_AVAILABLE))
+                codes.update(dict.fromkeys(accepted, ErrorCode.coordinator_not_available))
         return codes
 
     async def _commit_check(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> tuple[Group | ConsumerGroup | None, int]:
@@ -305,7 +303,7 @@ class GroupCoordinator:
         group = await self.group(group_id)
         if group is not None:
             return group, group.validate_commit(generation, member_id, instance_id)
-        return None, UNKNOWN_MEMBER_ID if (generation >= 0 or member_id or instance_id is not None) else NONE
+        return None, ErrorCode.unknown_member_id if (generation >= 0 or member_id or instance_id is not None) else ErrorCode.none
 
     async def check_commit(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> int:
         """A transactional offset commit's answer before the transaction keeps its offsets
@@ -321,19 +319,19 @@ class GroupCoordinator:
             group = await self.group(group_id)
             if isinstance(group, ConsumerGroup):
                 code = group.validate_fetch(member_id, member_epoch)
-                if code != NONE:
+                if code != ErrorCode.none:
                     raise GroupError(code)
         try:
             return await self.metadata.fetch_offsets(group_id)
         except MetadataError as e:
-            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+            raise GroupError(ErrorCode.coordinator_not_available, str(e)) from e
 
     async def delete_offsets(self, group_id: str, partitions: list[TopicPartition]) -> None:
         await self.check_owner(group_id)
         try:
             await self.metadata.delete_offsets(group_id, partitions)
         except MetadataError as e:
-            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+            raise GroupError(ErrorCode.coordinator_not_available, str(e)) from e
 
     # -- admin ------------------------------------------------------------------------------------------
 
@@ -360,7 +358,7 @@ class GroupCoordinator:
             names = sorted(set(names) | set(self.groups))
             await self._place_listed(names)
         except MetadataError as e:
-            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
+            raise GroupError(ErrorCode.coordinator_not_available, str(e)) from e
         out = []
         for name in names:
             if not self.owns(name):
@@ -381,9 +379,9 @@ class GroupCoordinator:
     async def delete(self, group_id: str) -> int:
         group = await self.group(group_id)
         if group is not None and not group.is_empty:
-            return NON_EMPTY_GROUP
+            return ErrorCode.non_empty_group
         if group is None and not await self.fetch_offsets(group_id):
-            return GROUP_ID_NOT_FOUND
+            return ErrorCode.group_id_not_found
         try:
             await self.metadata.delete_offsets(group_id)
             if group is not None:
@@ -391,13 +389,13 @@ class GroupCoordinator:
                     group.deleted = True
                 else:
                     group.state = GroupState.DEAD
-                group.shutdown(COORDINATOR_NOT_AVAILABLE)
+                group.shutdown(ErrorCode.coordinator_not_available)
                 self.groups.pop(group_id, None)
                 self._on_change(group)
                 await self.flush()
         except MetadataError as e:
-            raise GroupError(COORDINATOR_NOT_AVAILABLE, str(e)) from e
-        return NONE
+            raise GroupError(ErrorCode.coordinator_not_available, str(e)) from e
+        return ErrorCode.none
 
 
 def _zoned(brokers: Sequence) -> bool:

@@ -21,17 +21,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-log = logging.getLogger("neve.broker.groups")
+from kio.schema.errors import ErrorCode
 
-NONE = 0
-UNKNOWN_MEMBER_ID = 25
-ILLEGAL_GENERATION = 22
-REBALANCE_IN_PROGRESS = 27
-INCONSISTENT_GROUP_PROTOCOL = 23
-MEMBER_ID_REQUIRED = 79
-FENCED_INSTANCE_ID = 82
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
+log = logging.getLogger("neve.broker.groups")
 
 
 class GroupState(enum.Enum):
@@ -142,13 +134,13 @@ class Group:
         rebalance waits for the other members."""
         fut = self._loop().create_future()
         if self.state is GroupState.DEAD:
-            fut.set_result(JoinResult(COORDINATOR_NOT_AVAILABLE, member_id=member_id))
+            fut.set_result(JoinResult(ErrorCode.coordinator_not_available, member_id=member_id))
             return fut
         if not protocol_type or not protocols:
-            fut.set_result(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+            fut.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id))
             return fut
         if self.members and (protocol_type != self.protocol_type or not self.subscribed_protocols() & {n for n, _ in protocols}):
-            fut.set_result(JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id))
+            fut.set_result(JoinResult(ErrorCode.inconsistent_group_protocol, member_id=member_id))
             return fut
         args = (instance_id, protocol_type, protocols, session_timeout_ms, rebalance_timeout_ms, client_id, client_host)
         if not member_id:
@@ -158,7 +150,7 @@ class Group:
             if require_known_member_id and instance_id is None:
                 # KIP-394: hand out an id first, so a client that dies mid-join leaves no ghost member
                 self.pending[new_id] = self._loop().call_later(session_timeout_ms / 1000, self._expire_pending, new_id)
-                fut.set_result(JoinResult(MEMBER_ID_REQUIRED, member_id=new_id))
+                fut.set_result(JoinResult(ErrorCode.member_id_required, member_id=new_id))
                 return fut
             self._add_member(new_id, fut, *args)
             return fut
@@ -168,10 +160,10 @@ class Group:
             return fut
         member = self.members.get(member_id)
         if instance_id is not None and self.static.get(instance_id, member_id) != member_id:
-            fut.set_result(JoinResult(FENCED_INSTANCE_ID, member_id=member_id))
+            fut.set_result(JoinResult(ErrorCode.fenced_instance_id, member_id=member_id))
             return fut
         if member is None:
-            fut.set_result(JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id))
+            fut.set_result(JoinResult(ErrorCode.unknown_member_id, member_id=member_id))
             return fut
         changed = member.protocols != protocols
         self._update(member, *args)
@@ -213,8 +205,8 @@ class Group:
         old_id = self.static[instance_id]
         old = self.members.pop(old_id)
         self._cancel_session(old)
-        _resolve(old.join_waiter, JoinResult(FENCED_INSTANCE_ID, member_id=old_id))
-        _resolve(old.sync_waiter, SyncResult(FENCED_INSTANCE_ID))
+        _resolve(old.join_waiter, JoinResult(ErrorCode.fenced_instance_id, member_id=old_id))
+        _resolve(old.sync_waiter, SyncResult(ErrorCode.fenced_instance_id))
         new_id = f"{instance_id}-{uuid.uuid4()}"
         member = Member(new_id, instance_id, client_id, client_host, session_ms, rebalance_ms, protocol_type, list(protocols), assignment=old.assignment)
         self.members[new_id] = member
@@ -226,7 +218,7 @@ class Group:
             self._touch(member)
             self._on_change(self)
             # Answered as a follower (the old leader id) so it just fetches its kept assignment.
-            fut.set_result(JoinResult(NONE, self.generation, self.protocol_type, self.protocol_name, old_id if was_leader else (self.leader or ""), new_id))
+            fut.set_result(JoinResult(ErrorCode.none, self.generation, self.protocol_type, self.protocol_name, old_id if was_leader else (self.leader or ""), new_id))
             return fut
         self._await_join(member, fut)
         if self.state is GroupState.PREPARING_REBALANCE:
@@ -236,7 +228,7 @@ class Group:
         return fut
 
     def _await_join(self, member: Member, fut: asyncio.Future) -> None:
-        _resolve(member.join_waiter, JoinResult(REBALANCE_IN_PROGRESS, member_id=member.member_id))
+        _resolve(member.join_waiter, JoinResult(ErrorCode.rebalance_in_progress, member_id=member.member_id))
         member.join_waiter = fut
         self._cancel_session(member)  # a member waiting in a rebalance is bounded by the rebalance timeout
 
@@ -244,7 +236,7 @@ class Group:
         if self.state is GroupState.COMPLETING_REBALANCE:
             for m in self.members.values():
                 m.assignment = b""
-                _resolve(m.sync_waiter, SyncResult(REBALANCE_IN_PROGRESS))
+                _resolve(m.sync_waiter, SyncResult(ErrorCode.rebalance_in_progress))
                 m.sync_waiter = None
         if self.state is not GroupState.PREPARING_REBALANCE:
             log.info("group_rebalance", extra={"group": self.group_id, "generation": self.generation, "members": len(self.members)})
@@ -296,27 +288,27 @@ class Group:
         members = ()
         if member.member_id == self.leader:
             members = tuple((m.member_id, m.instance_id, m.metadata_for(self.protocol_name)) for m in self.members.values())
-        return JoinResult(NONE, self.generation, self.protocol_type, self.protocol_name, self.leader or "", member.member_id, members)
+        return JoinResult(ErrorCode.none, self.generation, self.protocol_type, self.protocol_name, self.leader or "", member.member_id, members)
 
     # -- SyncGroup --------------------------------------------------------------------------------
 
     def sync(self, generation: int, member_id: str, instance_id: str | None, protocol_type: str | None, protocol_name: str | None, assignments: dict[str, bytes]) -> asyncio.Future:
         fut = self._loop().create_future()
         code = self._check_member(member_id, instance_id, generation)
-        if code == NONE and ((protocol_type and protocol_type != self.protocol_type) or (protocol_name and protocol_name != self.protocol_name)):
-            code = INCONSISTENT_GROUP_PROTOCOL
-        if code != NONE:
+        if code == ErrorCode.none and ((protocol_type and protocol_type != self.protocol_type) or (protocol_name and protocol_name != self.protocol_name)):
+            code = ErrorCode.inconsistent_group_protocol
+        if code != ErrorCode.none:
             fut.set_result(SyncResult(code))
             return fut
         member = self.members[member_id]
         if self.state is GroupState.PREPARING_REBALANCE:
-            fut.set_result(SyncResult(REBALANCE_IN_PROGRESS))
+            fut.set_result(SyncResult(ErrorCode.rebalance_in_progress))
         elif self.state is GroupState.STABLE:
             self._touch(member)
             fut.set_result(self._sync_result(member))
         else:  # CompletingRebalance: followers wait for the leader's assignments
             self._touch(member)
-            _resolve(member.sync_waiter, SyncResult(REBALANCE_IN_PROGRESS))
+            _resolve(member.sync_waiter, SyncResult(ErrorCode.rebalance_in_progress))
             member.sync_waiter = fut
             if member_id == self.leader:
                 for m in self.members.values():
@@ -329,27 +321,27 @@ class Group:
         return fut
 
     def _sync_result(self, member: Member) -> SyncResult:
-        return SyncResult(NONE, member.assignment, self.protocol_type, self.protocol_name)
+        return SyncResult(ErrorCode.none, member.assignment, self.protocol_type, self.protocol_name)
 
     # -- Heartbeat, LeaveGroup, commits ---------------------------------------------------------------
 
     def _check_member(self, member_id: str, instance_id: str | None, generation: int) -> int:
         if self.state is GroupState.DEAD:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if instance_id is not None and instance_id in self.static and self.static[instance_id] != member_id:
-            return FENCED_INSTANCE_ID
+            return ErrorCode.fenced_instance_id
         if member_id not in self.members:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         if generation != self.generation:
-            return ILLEGAL_GENERATION
-        return NONE
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
 
     def heartbeat(self, generation: int, member_id: str, instance_id: str | None) -> int:
         code = self._check_member(member_id, instance_id, generation)
-        if code == NONE:
+        if code == ErrorCode.none:
             self._touch(self.members[member_id])
             if self.state is GroupState.PREPARING_REBALANCE:
-                return REBALANCE_IN_PROGRESS
+                return ErrorCode.rebalance_in_progress
         return code
 
     def validate_commit(self, generation: int, member_id: str, instance_id: str | None) -> int:
@@ -357,36 +349,36 @@ class Group:
         generation -1 ("simple" commits from assign() consumers) is allowed only while the group
         has no members."""
         if self.state is GroupState.DEAD:
-            return COORDINATOR_NOT_AVAILABLE
+            return ErrorCode.coordinator_not_available
         if generation >= 0 or member_id or instance_id is not None:
             code = self._check_member(member_id, instance_id, generation)
-            if code != NONE:
+            if code != ErrorCode.none:
                 return code
             self._touch(self.members[member_id])
         elif self.members:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         if self.state is GroupState.COMPLETING_REBALANCE:
-            return REBALANCE_IN_PROGRESS
-        return NONE
+            return ErrorCode.rebalance_in_progress
+        return ErrorCode.none
 
     def leave(self, member_id: str, instance_id: str | None) -> int:
         if instance_id is not None:
             known = self.static.get(instance_id)
             if known is None:
-                return UNKNOWN_MEMBER_ID
+                return ErrorCode.unknown_member_id
             if member_id and member_id != known:
-                return FENCED_INSTANCE_ID
+                return ErrorCode.fenced_instance_id
             member_id = known
         if member_id in self.pending:
             self.pending.pop(member_id).cancel()
             self._maybe_complete_join()
-            return NONE
+            return ErrorCode.none
         member = self.members.get(member_id)
         if member is None:
-            return UNKNOWN_MEMBER_ID
+            return ErrorCode.unknown_member_id
         self._remove(member)
         self._after_departure()
-        return NONE
+        return ErrorCode.none
 
     def _after_departure(self) -> None:
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
@@ -401,8 +393,8 @@ class Group:
         del self.members[member.member_id]
         if member.instance_id is not None and self.static.get(member.instance_id) == member.member_id:
             del self.static[member.instance_id]
-        _resolve(member.join_waiter, JoinResult(UNKNOWN_MEMBER_ID, member_id=member.member_id))
-        _resolve(member.sync_waiter, SyncResult(UNKNOWN_MEMBER_ID))
+        _resolve(member.join_waiter, JoinResult(ErrorCode.unknown_member_id, member_id=member.member_id))
+        _resolve(member.sync_waiter, SyncResult(ErrorCode.unknown_member_id))
         if self.leader == member.member_id:
             self.leader = next((m for m, v in self.members.items() if v.join_waiter is not None), next(iter(self.members), None))
 

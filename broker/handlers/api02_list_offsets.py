@@ -21,7 +21,6 @@ connection."""
 
 from __future__ import annotations
 
-import datetime
 import logging
 
 from kio.schema.errors import ErrorCode
@@ -30,13 +29,12 @@ from metadata.model import ObjectType
 from wal.batch import InvalidRecords, offset_for_timestamp
 from wal.store import ObjectStoreError
 
-from ..codec import build, has_field
+from ..codec import NO_THROTTLE, build, has_field
 from ..metrics import LIST_OFFSETS_READ_FAILURES
 from ..registry import handles
 
 log = logging.getLogger("neve.broker.list_offsets")
 
-NO_THROTTLE = datetime.timedelta(0)
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 

@@ -19,17 +19,15 @@ The controller named is the lowest node id among the leaders' brokers (in the cl
 
 from __future__ import annotations
 
-import datetime
 import uuid
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, has_field
+from ..codec import NO_THROTTLE, build, has_field
 from ..locality import ZONE_HINTS, brokers_for_zone, brokers_listed, leader_for
 from ..registry import handles
 from ..topics import create_topic_checked
 
-NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
 
 

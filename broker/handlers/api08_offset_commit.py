@@ -14,18 +14,16 @@ topic is deleted."""
 
 from __future__ import annotations
 
-import datetime
 import time
 
 from kio.schema.errors import ErrorCode
 
 from metadata.model import CommittedOffset
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 MAX_METADATA = 4096
 
 

@@ -11,16 +11,12 @@ there."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, error, has_field
+from ..codec import NO_THROTTLE, build, error, has_field
 from ..groups.group import GroupError
 from ..registry import handles
 from ..transactions.coordinator import TransactionError
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 async def _fetch_group(ctx, group_id: str, wanted, cls, member: tuple[str | None, int] = (None, -1), require_stable: bool = False) -> tuple[int, list]:

@@ -26,17 +26,14 @@ without a zone."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, has_field
+from ..codec import NO_THROTTLE, build, has_field
 from ..groups.coordinator import coordinator_for
 from ..groups.group import GroupError
 from ..locality import ZONE_HINTS
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 GROUP, TRANSACTION = 0, 1
 
 

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import datetime
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError, JoinResult
 from ..registry import handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 def _ms(value) -> int:

@@ -6,13 +6,9 @@ when another broker owns the group."""
 
 from __future__ import annotations
 
-import datetime
-
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError
 from ..registry import handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 @handles(12, "Heartbeat", 0, 4)

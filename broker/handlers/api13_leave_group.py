@@ -4,15 +4,11 @@ others; a static member named with a member id other than its current one is FEN
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, error, has_field
+from ..codec import NO_THROTTLE, build, error, has_field
 from ..groups.group import GroupError
 from ..registry import handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 @handles(13, "LeaveGroup", 0, 5)

@@ -5,13 +5,9 @@ ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID; a sync during a new rebalance REBALANCE_
 
 from __future__ import annotations
 
-import datetime
-
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError, SyncResult
 from ..registry import handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 @handles(14, "SyncGroup", 0, 5)

@@ -7,16 +7,13 @@ are in ConsumerGroupDescribe). Authorized operations are not computed."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.consumer_group import ConsumerGroup
 from ..groups.group import GroupError, GroupState
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 NOT_COMPUTED = -2147483648
 
 

@@ -4,15 +4,11 @@ groups, whose states are Empty, Assigning, Reconciling and Stable)."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError
 from ..registry import handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 @handles(16, "ListGroups", 0, 5)

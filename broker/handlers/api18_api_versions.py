@@ -5,15 +5,11 @@ is answered in v0 with UNSUPPORTED_VERSION (KIP-511) by the connection, using
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.api_versions.v0 import response as v0
 from kio.schema.errors import ErrorCode
 
-from ..codec import build
+from ..codec import NO_THROTTLE, build
 from ..registry import HANDLERS, handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 def _ranges(module):

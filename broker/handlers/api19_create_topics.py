@@ -8,18 +8,16 @@ creating."""
 
 from __future__ import annotations
 
-import datetime
 import uuid
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
-from ..topic_configs import INVALID_CONFIG, InvalidConfig, check, describe
-from ..topics import INVALID_PARTITIONS, INVALID_TOPIC_EXCEPTION, create_topic_checked, table_refusal, topic_name_error
+from ..topic_configs import InvalidConfig, check, describe
+from ..topics import create_topic_checked, table_refusal, topic_name_error
 
-NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -43,11 +41,11 @@ async def create_topics(ctx, request):
         if topic.name in seen:
             code, message = int(ErrorCode.invalid_request), "topic named twice in one request"
         elif (message := topic_name_error(topic.name)) is not None:
-            code = INVALID_TOPIC_EXCEPTION
+            code = ErrorCode.invalid_topic_exception
         elif partitions <= 0:
-            code, message = INVALID_PARTITIONS, f"num_partitions {partitions} must be positive"
+            code, message = ErrorCode.invalid_partitions, f"num_partitions {partitions} must be positive"
         elif config_error is not None:
-            code, message = INVALID_CONFIG, config_error
+            code, message = ErrorCode.invalid_config, config_error
         elif topic.name in s.metadata.topics():
             code, message = int(ErrorCode.topic_already_exists), f"Topic '{topic.name}' already exists."
         elif (refusal := table_refusal(topic.name, configs, {**s.metadata.topics(), **validated})) is not None:

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import datetime
 import uuid
 
 from kio.schema.errors import ErrorCode
 
 from metadata.store import MetadataError
 
-from ..codec import build, error, has_field
+from ..codec import NO_THROTTLE, build, error, has_field
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 ZERO_UUID = uuid.UUID(int=0)
 
 

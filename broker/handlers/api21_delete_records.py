@@ -7,16 +7,13 @@ start is durable in the metadata store; the request timeout is not needed."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
 from metadata.store import MetadataError
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 HIGH_WATERMARK = -1
 
 

@@ -5,17 +5,14 @@ fencing its earlier producer (broker/transactions/coordinator.py)."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
 from metadata.store import MetadataError
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
 from ..transactions.coordinator import Fenced, TransactionError
 
-NO_THROTTLE = datetime.timedelta(0)
 PRODUCER_FENCED_SINCE = 4  # KIP-588: older versions are answered INVALID_PRODUCER_EPOCH
 
 

@@ -9,14 +9,11 @@ answered the same way (neve has no followers)."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build
+from ..codec import NO_THROTTLE, build
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 EPOCH = 0
 
 

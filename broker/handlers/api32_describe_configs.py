@@ -11,16 +11,13 @@ UNKNOWN_TOPIC_OR_PARTITION; other resource types INVALID_REQUEST."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, has_field
+from ..codec import NO_THROTTLE, build, has_field
 from ..config import BrokerSettings
 from ..registry import handles
 from ..topic_configs import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigSource, ConfigType, describe
 
-NO_THROTTLE = datetime.timedelta(0)
 _DEFAULTS = BrokerSettings()
 
 

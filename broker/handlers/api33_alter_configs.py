@@ -7,13 +7,9 @@ brokers are configured by their node configuration)."""
 
 from __future__ import annotations
 
-import datetime
-
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
 from ..topic_configs import alter_topic
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 @handles(33, "AlterConfigs", 0, 2)

@@ -7,14 +7,11 @@ store has no meaningful capacity. Topics that do not exist are left out, as in K
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build
+from ..codec import NO_THROTTLE, build
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 PAGE = 4096
 
 

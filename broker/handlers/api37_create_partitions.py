@@ -6,16 +6,13 @@ INVALID_REQUEST. validate_only checks without growing."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
 from metadata.store import MetadataError
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 MAX_PARTITIONS = 100_000  # as CreateTopics
 
 

@@ -4,13 +4,9 @@ NOT_COORDINATOR."""
 
 from __future__ import annotations
 
-import datetime
-
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError
 from ..registry import handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 @handles(42, "DeleteGroups", 0, 2)

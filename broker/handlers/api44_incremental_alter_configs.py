@@ -9,13 +9,12 @@ topic answers UNKNOWN_TOPIC_OR_PARTITION; broker resources INVALID_REQUEST (read
 
 from __future__ import annotations
 
-import datetime
+from kio.schema.errors import ErrorCode
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
-from ..topic_configs import INVALID_CONFIG, INVALID_REQUEST, TOPIC_CONFIGS, ConfigType, alter_topic
+from ..topic_configs import TOPIC_CONFIGS, ConfigType, alter_topic
 
-NO_THROTTLE = datetime.timedelta(0)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
@@ -26,16 +25,16 @@ def apply_ops(current: dict[str, str], ops) -> tuple[dict[str, str] | None, int,
         name, value = op.name, op.value
         if op.config_operation == SET:
             if value is None:
-                return None, INVALID_CONFIG, f"Null value not supported for topic configs: {name}"
+                return None, ErrorCode.invalid_config, f"Null value not supported for topic configs: {name}"
             configs[name] = value
         elif op.config_operation == DELETE:
             configs.pop(name, None)
         elif op.config_operation in (APPEND, SUBTRACT):
             spec = TOPIC_CONFIGS.get(name)
             if spec is None:
-                return None, INVALID_CONFIG, f"Unknown topic config name: {name}"
+                return None, ErrorCode.invalid_config, f"Unknown topic config name: {name}"
             if spec.type != ConfigType.LIST:
-                return None, INVALID_CONFIG, f"Can't {'APPEND' if op.config_operation == APPEND else 'SUBTRACT'} to key {name} because its type is not LIST."
+                return None, ErrorCode.invalid_config, f"Can't {'APPEND' if op.config_operation == APPEND else 'SUBTRACT'} to key {name} because its type is not LIST."
             base = configs.get(name, spec.default)
             items = [i for i in base.split(",") if i]
             given = [i.strip() for i in (value or "").split(",") if i.strip()]
@@ -45,7 +44,7 @@ def apply_ops(current: dict[str, str], ops) -> tuple[dict[str, str] | None, int,
                 items = [i for i in items if i not in given]
             configs[name] = ",".join(items)
         else:
-            return None, INVALID_REQUEST, f"Unknown config operation {op.config_operation} for {name}"
+            return None, ErrorCode.invalid_request, f"Unknown config operation {op.config_operation} for {name}"
     return configs, 0, None
 
 

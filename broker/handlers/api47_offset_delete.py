@@ -4,16 +4,12 @@ GROUP_SUBSCRIBED_TO_TOPIC (their offsets are kept), unknown partitions UNKNOWN_T
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError
 from ..groups.subscription import subscribed_topics
 from ..registry import handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 @handles(47, "OffsetDelete", 0, 0)

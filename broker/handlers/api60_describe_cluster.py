@@ -7,15 +7,12 @@ UNSUPPORTED_ENDPOINT_TYPE. Authorized operations are not reported (no authorizer
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build
+from ..codec import NO_THROTTLE, build
 from ..locality import brokers_for_zone, brokers_listed, known_zone
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 BROKERS, CONTROLLERS = 1, 2
 NOT_REPORTED = -2147483648
 

@@ -8,17 +8,13 @@ coordinator has no epochs: its steps are compare-and-writes of the stored state)
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
 from metadata.model import ObjectType
 from wal.batch import iter_headers
 
-from ..codec import build
+from ..codec import NO_THROTTLE, build
 from ..registry import handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 async def batch_max_timestamp(s, topic_id, partition: int, base_offset: int) -> int:

@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import datetime
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.consumer_group import Heartbeat, HeartbeatResult
 from ..groups.group import GroupError
 from ..registry import handles
-
-NO_THROTTLE = datetime.timedelta(0)
 
 
 def _ms(value) -> int:

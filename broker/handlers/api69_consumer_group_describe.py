@@ -6,15 +6,12 @@ operations are not computed."""
 
 from __future__ import annotations
 
-import datetime
-
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, error
+from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError
 from ..registry import handles
 
-NO_THROTTLE = datetime.timedelta(0)
 NOT_COMPUTED = -2147483648
 CONSUMER_MEMBER = 1
 

@@ -15,7 +15,9 @@ import time
 import uuid
 from collections.abc import Iterable
 
-from metadata.model import ABORT_MARKER, COMMIT_MARKER, INVALID_PRODUCER_EPOCH, UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION
+from kio.schema.errors import ErrorCode
+
+from metadata.model import ABORT_MARKER, COMMIT_MARKER
 from wal.batch import RecordsSummary
 from wal.batch_builder import build_batch
 from wal.format import Chunk
@@ -53,6 +55,6 @@ async def write_markers(wal, partitions: Iterable[tuple[uuid.UUID, int]], produc
             fut.cancel()
         raise MarkersNotWritten(f"the WAL refused a marker: {e}") from e
     outcomes = await asyncio.gather(*futures, return_exceptions=True)
-    failed = [o for o in outcomes if isinstance(o, BaseException) or o.error_code not in (0, INVALID_PRODUCER_EPOCH, UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID)]
+    failed = [o for o in outcomes if isinstance(o, BaseException) or o.error_code not in (ErrorCode.none, ErrorCode.invalid_producer_epoch, ErrorCode.unknown_topic_or_partition, ErrorCode.unknown_topic_id)]
     if failed:
         raise MarkersNotWritten(f"{len(failed)} of {len(futures)} markers not stored: {failed[0]!r}")

@@ -6,11 +6,9 @@ import asyncio
 import uuid
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from metadata.model import (
-    INVALID_PRODUCER_EPOCH,
-    OUT_OF_ORDER_SEQUENCE_NUMBER,
-    UNKNOWN_TOPIC_OR_PARTITION,
     AppendResult,
     IndexEntry,
     ObjectType,
@@ -88,7 +86,7 @@ async def test_delete_topic(store):
     # The other topic is untouched, and the deleted one's partitions take no more appends.
     assert store.high_watermark(keep.topic_id, 0) == 2
     results = await store.commit(commit(append(gone.topic_id, 0, 0, 10, 1), append(keep.topic_id, 0, 10, 10, 1)))
-    assert results == [refused(UNKNOWN_TOPIC_OR_PARTITION), ok(2)]
+    assert results == [refused(ErrorCode.unknown_topic_or_partition), ok(2)]
 
 
 async def test_topic_changes_are_seen_at_once_and_kept(store):
@@ -188,7 +186,7 @@ async def test_rejected_append_splits_the_entry(store):
             key="wal/x",
         )
     )
-    assert results == [ok(5), refused(OUT_OF_ORDER_SEQUENCE_NUMBER), ok(7)]
+    assert results == [ok(5), refused(ErrorCode.out_of_order_sequence_number), ok(7)]
     assert store.entries(t, 0, 5) == [IndexEntry(5, 6, "wal/x", WAL, 0, 10, 1), IndexEntry(7, 9, "wal/x", WAL, 20, 10, 3)]
     assert store.high_watermark(t, 0) == 10
 
@@ -213,14 +211,14 @@ async def test_unknown_partition_is_refused_alone(store):
     results = await store.commit(
         commit(append(t, 0, 0, 10, 1), append(t, 2, 10, 10, 1), append(uuid.uuid4(), 0, 20, 10, 1), append(t, 1, 30, 10, 3), key="wal/z")
     )
-    assert results == [ok(0), refused(UNKNOWN_TOPIC_OR_PARTITION), refused(UNKNOWN_TOPIC_OR_PARTITION), ok(0)]
+    assert results == [ok(0), refused(ErrorCode.unknown_topic_or_partition), refused(ErrorCode.unknown_topic_or_partition), ok(0)]
     assert store.entries(t, 0, 0) == [IndexEntry(0, 0, "wal/z", WAL, 0, 10, 0)]
     assert store.entries(t, 1, 0) == [IndexEntry(0, 2, "wal/z", WAL, 30, 10, 0)]
 
 
 async def test_commit_with_nothing_stored(store):
     t = (await store.create_topic("t", 1)).topic_id
-    assert await store.commit(commit(append(t, 5, 0, 10, 1))) == [refused(UNKNOWN_TOPIC_OR_PARTITION)]
+    assert await store.commit(commit(append(t, 5, 0, 10, 1))) == [refused(ErrorCode.unknown_topic_or_partition)]
     assert await store.commit(commit()) == []
     assert store.high_watermark(t, 0) == 0
     assert store.entries(t, 0, 0) == []
@@ -285,35 +283,35 @@ async def test_only_the_last_five_batches_are_remembered(store, topic):
     assert [(await store.commit(commit(b)))[0] for b in batches] == [ok(o) for o in range(6)]
     assert [(await store.commit(commit(b)))[0] for b in batches[1:]] == [dup(o) for o in range(1, 6)]
     # The first is forgotten: now it is just out of sequence.
-    assert await store.commit(commit(batches[0])) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert await store.commit(commit(batches[0])) == [refused(ErrorCode.out_of_order_sequence_number)]
 
 
 async def test_duplicate_needs_the_same_sequence_range(store, topic):
     await store.commit(commit(append(topic, 0, 0, 10, 3, pid=1, epoch=0, seq=0)))
-    assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=0, seq=0))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=0, seq=0))) == [refused(ErrorCode.out_of_order_sequence_number)]
 
 
 async def test_sequence_gap_is_out_of_order(store, topic):
     await store.commit(commit(append(topic, 0, 0, 10, 3, pid=1, epoch=0, seq=0)))
-    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=4))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=4))) == [refused(ErrorCode.out_of_order_sequence_number)]
     assert store.high_watermark(topic, 0) == 3
     assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=3))) == [ok(3)]
 
 
 async def test_old_epoch_is_fenced(store, topic):
     await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=3, seq=0)))
-    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=2, seq=2))) == [refused(INVALID_PRODUCER_EPOCH)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=2, seq=2))) == [refused(ErrorCode.invalid_producer_epoch)]
     # Even a batch the old epoch really wrote before is fenced, not a duplicate.
-    assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=2, seq=0))) == [refused(INVALID_PRODUCER_EPOCH)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=2, seq=0))) == [refused(ErrorCode.invalid_producer_epoch)]
     assert store.high_watermark(topic, 0) == 2
 
 
 async def test_new_epoch_restarts_at_sequence_zero(store, topic):
     await store.commit(commit(append(topic, 0, 0, 10, 4, pid=1, epoch=0, seq=0)))
-    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=1, seq=4))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=1, seq=4))) == [refused(ErrorCode.out_of_order_sequence_number)]
     assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=1, seq=0))) == [ok(4)]
     # The new epoch's state replaced the old one: its batches are gone, its epoch is fenced.
-    assert await store.commit(commit(append(topic, 0, 0, 10, 4, pid=1, epoch=0, seq=0))) == [refused(INVALID_PRODUCER_EPOCH)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 4, pid=1, epoch=0, seq=0))) == [refused(ErrorCode.invalid_producer_epoch)]
     assert await store.commit(commit(append(topic, 0, 0, 10, 2, pid=1, epoch=1, seq=0))) == [dup(4)]
     assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=1, seq=2))) == [ok(6)]
 
@@ -323,13 +321,13 @@ async def test_sequence_wraps_at_int32_max(store, topic):
     # MAX-1, MAX, 0, 1: one batch across the wrap
     assert await store.commit(commit(append(topic, 0, 0, 10, 4, pid=1, epoch=0, seq=MAX_SEQ - 1))) == [ok(2)]
     assert await store.commit(commit(append(topic, 0, 0, 10, 4, pid=1, epoch=0, seq=MAX_SEQ - 1))) == [dup(2)]
-    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=3))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=3))) == [refused(ErrorCode.out_of_order_sequence_number)]
     assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=2))) == [ok(6)]
 
 
 async def test_sequence_after_int32_max_is_zero(store, topic):
     await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=MAX_SEQ)))
-    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=MAX_SEQ + 1))) == [refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=MAX_SEQ + 1))) == [refused(ErrorCode.out_of_order_sequence_number)]
     assert await store.commit(commit(append(topic, 0, 0, 10, 1, pid=1, epoch=0, seq=0))) == [ok(1)]
 
 
@@ -342,7 +340,7 @@ async def test_producer_state_is_per_partition_and_per_producer(store, topic):
             append(topic, 1, 20, 10, 1, pid=1, epoch=0, seq=3),  # ...and now known there: a gap
         )
     )
-    assert results == [ok(3), ok(0), refused(OUT_OF_ORDER_SEQUENCE_NUMBER)]
+    assert results == [ok(3), ok(0), refused(ErrorCode.out_of_order_sequence_number)]
 
 
 async def test_appends_of_one_commit_are_checked_in_order(store, topic):
@@ -357,7 +355,7 @@ async def test_appends_of_one_commit_are_checked_in_order(store, topic):
             key="wal/o",
         )
     )
-    assert results == [ok(0), ok(3), dup(3), refused(OUT_OF_ORDER_SEQUENCE_NUMBER), ok(5), refused(INVALID_PRODUCER_EPOCH)]
+    assert results == [ok(0), ok(3), dup(3), refused(ErrorCode.out_of_order_sequence_number), ok(5), refused(ErrorCode.invalid_producer_epoch)]
     assert store.entries(topic, 0, 0) == [IndexEntry(0, 4, "wal/o", WAL, 0, 20, 0), IndexEntry(5, 5, "wal/o", WAL, 40, 10, 0)]
 
 
@@ -528,7 +526,7 @@ async def test_everything_survives_a_restart(open_store):
             key="w3",
         )
     )
-    assert results == [dup(0), dup(3), refused(OUT_OF_ORDER_SEQUENCE_NUMBER), refused(INVALID_PRODUCER_EPOCH), ok(5)]
+    assert results == [dup(0), dup(3), refused(ErrorCode.out_of_order_sequence_number), refused(ErrorCode.invalid_producer_epoch), ok(5)]
     # The producer-id counter and epoch table.
     fresh, epoch = await store.init_producer_id()
     assert epoch == 0 and fresh > max(p for p, _ in issued)  # never reused after a restart

@@ -7,8 +7,9 @@ import uuid
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kio.schema.errors import ErrorCode
 
-from metadata.model import INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_TOPIC_OR_PARTITION, AppendResult, IndexEntry, ObjectType
+from metadata.model import AppendResult, IndexEntry, ObjectType
 from metadata.sequencer import BatchSequence, Head, ProducerState, involved, last_sequence, sequence
 
 from .helpers import append, commit
@@ -44,14 +45,14 @@ def test_byte_gap_between_appends_of_a_partition_splits_the_entry():
 
 def test_unknown_partition_closes_the_run():
     out = sequence(commit(append(T, 0, 0, 10, 1), append(U, 0, 10, 10, 1), append(T, 0, 10, 10, 1), key="k"), {(T, 0): Head(0)}, {})
-    assert out.results == [AppendResult(0, 0, 0), AppendResult(UNKNOWN_TOPIC_OR_PARTITION, -1, 0), AppendResult(0, 1, 0)]
+    assert out.results == [AppendResult(0, 0, 0), AppendResult(ErrorCode.unknown_topic_or_partition, -1, 0), AppendResult(0, 1, 0)]
     assert out.entries == {(T, 0): [IndexEntry(0, 0, "k", WAL, 0, 10, 0), IndexEntry(1, 1, "k", WAL, 10, 10, 0)]}
 
 
 def test_nothing_stored_changes_nothing():
     state = ProducerState(0, (BatchSequence(0, 4, 0),))
     out = sequence(commit(append(T, 0, 0, 10, 5, pid=1, epoch=0, seq=0), append(T, 1, 0, 10, 1)), {(T, 0): Head(5)}, {(1, T, 0): state})
-    assert out.results == [AppendResult(0, 0, 0, duplicate=True), AppendResult(UNKNOWN_TOPIC_OR_PARTITION)]
+    assert out.results == [AppendResult(0, 0, 0, duplicate=True), AppendResult(ErrorCode.unknown_topic_or_partition)]
     assert (out.heads, out.entries, out.producers, out.changed) == ({}, {}, {}, False)
 
 
@@ -80,7 +81,7 @@ def test_refusals_answer_with_the_log_start():
         {(T, 0): Head(10, 4)},
         {(9, T, 0): state},
     )
-    assert out.results == [AppendResult(INVALID_PRODUCER_EPOCH, -1, 4), AppendResult(OUT_OF_ORDER_SEQUENCE_NUMBER, -1, 4)]
+    assert out.results == [AppendResult(ErrorCode.invalid_producer_epoch, -1, 4), AppendResult(ErrorCode.out_of_order_sequence_number, -1, 4)]
 
 
 def test_involved_names_what_sequence_reads():
@@ -157,6 +158,6 @@ def test_stored_appends_tile_offsets_and_entries(specs):
         assert sum(e.size for e in entries) == 8 * len(stored)
     for r, a in zip(out.results, appends, strict=True):
         if a.partition == 2:
-            assert r == AppendResult(UNKNOWN_TOPIC_OR_PARTITION)
+            assert r == AppendResult(ErrorCode.unknown_topic_or_partition)
         elif r.duplicate:
             assert r.error_code == 0 and a.producer_id >= 0

@@ -7,7 +7,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import replace
 
-from metadata.model import ABORT_MARKER, COMMIT_MARKER, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER, AbortedTransaction, Append, IndexEntry, ObjectType
+from kio.schema.errors import ErrorCode
+
+from metadata.model import ABORT_MARKER, COMMIT_MARKER, AbortedTransaction, Append, IndexEntry, ObjectType
 from metadata.sequencer import Head, ProducerState, sequence
 
 from .helpers import append, commit, open_etcd_store
@@ -45,15 +47,15 @@ def test_an_abort_marker_records_the_aborted_range():
 def test_a_marker_with_a_stale_epoch_is_refused_and_a_newer_one_starts_its_epoch():
     opened = sequence(commit(txn(0, 0, 1, pid=3, epoch=4, seq=0)), {(T, 0): Head(0)}, {})
     stale = sequence(commit(marker(0, 0, 3, 3, ABORT_MARKER)), {(T, 0): Head(1)}, opened.producers)
-    assert stale.results[0].error_code == INVALID_PRODUCER_EPOCH and not stale.changed
+    assert stale.results[0].error_code == ErrorCode.invalid_producer_epoch and not stale.changed
     bumped = sequence(commit(marker(0, 0, 3, 5, ABORT_MARKER)), {(T, 0): Head(1)}, opened.producers)
     assert bumped.producers[(3, T, 0)] == ProducerState(5, ())
     # at the new epoch the producer starts at sequence 0, and only there
     producers = bumped.producers
-    assert sequence(commit(txn(0, 0, 1, pid=3, epoch=5, seq=1)), {(T, 0): Head(2)}, producers).results[0].error_code == OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert sequence(commit(txn(0, 0, 1, pid=3, epoch=5, seq=1)), {(T, 0): Head(2)}, producers).results[0].error_code == ErrorCode.out_of_order_sequence_number
     assert sequence(commit(txn(0, 0, 1, pid=3, epoch=5, seq=0)), {(T, 0): Head(2)}, producers).results[0].base_offset == 2
     # the zombie at the old epoch is fenced
-    assert sequence(commit(txn(0, 0, 1, pid=3, epoch=4, seq=1)), {(T, 0): Head(2)}, producers).results[0].error_code == INVALID_PRODUCER_EPOCH
+    assert sequence(commit(txn(0, 0, 1, pid=3, epoch=4, seq=1)), {(T, 0): Head(2)}, producers).results[0].error_code == ErrorCode.invalid_producer_epoch
 
 
 def test_a_marker_for_a_partition_the_producer_never_wrote_is_stored():

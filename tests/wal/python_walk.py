@@ -4,7 +4,9 @@ one Python step a record, so that "the old path" stays runnable beside the new o
 
 from __future__ import annotations
 
-from wal.batch import BATCH_HEADER_SIZE, CORRUPT_MESSAGE, INVALID_RECORD, InvalidRecords, decompress
+from kio.schema.errors import ErrorCode
+
+from wal.batch import BATCH_HEADER_SIZE, InvalidRecords, decompress
 
 
 def check_records(view, _array, pos: int, size: int, codec: int, count: int, keyed: bool, index: int, _max_expanded=None) -> None:
@@ -23,9 +25,9 @@ def check_records(view, _array, pos: int, size: int, codec: int, count: int, key
     except InvalidRecords as e:
         raise InvalidRecords(e.error_code, f"batch {index}: {e}") from None
     except Exception as e:  # cramjam's DecompressionError
-        raise InvalidRecords(CORRUPT_MESSAGE, f"batch {index} does not decompress: {e}") from None
+        raise InvalidRecords(ErrorCode.corrupt_message, f"batch {index} does not decompress: {e}") from None
     if found != count:
-        raise InvalidRecords(CORRUPT_MESSAGE, f"batch {index} holds {found} records, its header says {count}")
+        raise InvalidRecords(ErrorCode.corrupt_message, f"batch {index} holds {found} records, its header says {count}")
 
 
 # The zigzag value of every varint of one or two bytes, indexed by its 7 or 14 payload bits: most
@@ -47,7 +49,7 @@ def _varint(data, pos: int, most: int) -> tuple[int, int]:
         if b < 0x80:
             return (value >> 1) ^ -(value & 1), pos
         shift += 7
-    raise InvalidRecords(CORRUPT_MESSAGE, f"varint longer than {most} bytes")
+    raise InvalidRecords(ErrorCode.corrupt_message, f"varint longer than {most} bytes")
 
 
 def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
@@ -67,7 +69,7 @@ def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
     try:
         while pos < end:
             if i == count:
-                raise InvalidRecords(CORRUPT_MESSAGE, f"{end - pos} bytes follow the last of {count} records")
+                raise InvalidRecords(ErrorCode.corrupt_message, f"{end - pos} bytes follow the last of {count} records")
             b = data[pos]
             if b < 0x80:
                 stop = pos + 1 + zigzag[b]
@@ -80,26 +82,26 @@ def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
                 stop = pos + n
             # attributes, timestamp delta, offset delta, key, value and header count: a byte each at least
             if stop - pos < 6 or stop > end:
-                raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has length {stop - pos}, {end - pos} bytes remain")
+                raise InvalidRecords(ErrorCode.corrupt_message, f"record {i} has length {stop - pos}, {end - pos} bytes remain")
             pos += 2  # attributes, and the timestamp delta's first byte: any delta is valid
             if data[pos - 1] >= 0x80:
                 limit = pos + 9
                 while data[pos] >= 0x80:
                     pos += 1
                     if pos == limit:
-                        raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has a timestamp delta longer than 10 bytes")
+                        raise InvalidRecords(ErrorCode.corrupt_message, f"record {i} has a timestamp delta longer than 10 bytes")
                 pos += 1
             # the offset delta, compared with the encoding record i must have
             if i < 64:
                 if data[pos] != i << 1:
-                    raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has offset delta {_varint(data, pos, 5)[0]}")
+                    raise InvalidRecords(ErrorCode.corrupt_message, f"record {i} has offset delta {_varint(data, pos, 5)[0]}")
                 pos += 1
             elif i < 8192 and data[pos] | data[pos + 1] << 8 == two_byte[i]:
                 pos += 2
             else:
                 n, pos = _varint(data, pos, 5)
                 if n != i:
-                    raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has offset delta {n}")
+                    raise InvalidRecords(ErrorCode.corrupt_message, f"record {i} has offset delta {n}")
             for nullable in key_nullable:  # the key's length and bytes, then the value's
                 b = data[pos]
                 if b < 0x80:
@@ -113,15 +115,15 @@ def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
                 if n > 0:
                     pos += n
                 elif n < 0 and not nullable:
-                    raise InvalidRecords(INVALID_RECORD, f"record {i} has no key, and the topic is compacted")
+                    raise InvalidRecords(ErrorCode.invalid_record, f"record {i} has no key, and the topic is compacted")
             if data[pos]:  # headers
                 headers, pos = _varint(data, pos, 5)
                 if headers < 0:
-                    raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has {headers} headers")
+                    raise InvalidRecords(ErrorCode.corrupt_message, f"record {i} has {headers} headers")
                 for _ in range(headers):
                     n, pos = _varint(data, pos, 5)
                     if n < 0:
-                        raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} has a header key of length {n}")
+                        raise InvalidRecords(ErrorCode.corrupt_message, f"record {i} has a header key of length {n}")
                     n, pos = _varint(data, pos + n, 5)
                     if n > 0:
                         pos += n
@@ -130,8 +132,8 @@ def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
             else:
                 pos += 1
             if pos != stop:
-                raise InvalidRecords(CORRUPT_MESSAGE, f"record {i}'s fields end {pos - stop:+d} bytes from its length")
+                raise InvalidRecords(ErrorCode.corrupt_message, f"record {i}'s fields end {pos - stop:+d} bytes from its length")
             i += 1
     except IndexError:
-        raise InvalidRecords(CORRUPT_MESSAGE, f"record {i} is truncated") from None
+        raise InvalidRecords(ErrorCode.corrupt_message, f"record {i} is truncated") from None
     return i
