@@ -6,6 +6,7 @@ second producer with the same transactional id fences the first."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 
 import pytest
@@ -179,3 +180,99 @@ def test_kafkajs_transactions_commit_abort_commit(neve_factory, artifacts_dir):
     got = consume_all(node.bootstrap, [first, second], "read_committed", 60)
     assert got == {tp: records for tp, records in committed.items() if records}  # exact offsets, in order
     assert len(values_of(consume_all(node.bootstrap, [first, second], "read_uncommitted", 90))) == 90
+
+
+class Transformer(threading.Thread):
+    """librdkafka consume-transform-produce, exactly once: in `group`, read `source`
+    (read_committed), write each record to `sink` (same partition, same key and value) and send
+    the consumed positions with the transaction (send_offsets_to_transaction); every
+    `abort_every`'th transaction is aborted instead and its records read again from the group's
+    committed offsets. After `hold_after` transactions it stays in the group reading nothing until
+    `resume` is set. Ends when the group's committed offsets reach `end` ("done"), or when fenced."""
+
+    def __init__(self, bootstrap: str, source: str, sink: str, group: str, transactional_id: str, end: dict[int, int], abort_every: int, hold_after: int = 0) -> None:
+        super().__init__(daemon=True)
+        self.args = (bootstrap, source, sink, group, transactional_id)
+        self.end, self.abort_every, self.hold_after = end, abort_every, hold_after
+        self.resume, self.holding, self.started_transactions = threading.Event(), threading.Event(), threading.Event()
+        self.outcome: str | None = None
+        self.committed = self.aborted = 0
+
+    def run(self) -> None:
+        try:
+            self.outcome = self._run()
+        except Exception as e:  # reported by the test
+            self.outcome = f"error {e!r}"
+
+    def _run(self) -> str:
+        bootstrap, source, sink, group, transactional_id = self.args
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed", "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5})
+        try:
+            producer.init_transactions(TIMEOUT)
+            self.started_transactions.set()
+            consumer.subscribe([source])
+            n = 0
+            for _ in range(4000):
+                holding = self.hold_after and n >= self.hold_after and not self.resume.is_set()
+                if holding:
+                    consumer.pause(consumer.assignment())
+                    self.holding.set()
+                    consumer.poll(0.1)
+                    continue
+                consumer.resume(consumer.assignment())
+                msgs = consumer.consume(50, 0.3)
+                if not msgs:
+                    committed = consumer.committed([TopicPartition(source, p) for p in self.end], timeout=TIMEOUT)
+                    if all(tp.offset >= self.end[tp.partition] for tp in committed):
+                        return "done"
+                    continue
+                try:
+                    producer.begin_transaction()
+                    for m in msgs:
+                        producer.produce(sink, key=m.key(), value=m.value(), partition=m.partition())
+                    producer.send_offsets_to_transaction(consumer.position(consumer.assignment()), consumer.consumer_group_metadata(), TIMEOUT)
+                    if self.abort_every and n % self.abort_every == self.abort_every - 1:
+                        producer.abort_transaction(TIMEOUT)
+                        self.aborted += 1
+                        for tp in consumer.committed(consumer.assignment(), timeout=TIMEOUT):
+                            consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else 0))
+                    else:
+                        producer.commit_transaction(TIMEOUT)
+                        self.committed += 1
+                except KafkaException as e:
+                    error = e.args[0]
+                    if error.fatal() or error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+                        return "fenced"
+                    raise
+                n += 1
+            return "gave up"
+        finally:
+            consumer.close()
+
+
+def test_librdkafka_consume_transform_produce_exactly_once_with_a_fenced_instance(neve_factory):
+    node = neve_factory(env=LINGER)
+    source, sink = f"src-{uuid.uuid4().hex[:6]}", f"sink-{uuid.uuid4().hex[:6]}"
+    create_topics(node.bootstrap, source, sink)
+    plain = Producer({"bootstrap.servers": node.bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    send(plain, source, [f"in-{i}" for i in range(600)])
+    inputs = consume_all(node.bootstrap, [source], "read_committed", 600)
+    end = {p: records[-1][0] + 1 for (_, p), records in inputs.items()}
+    group, tid = f"g-{uuid.uuid4().hex[:6]}", f"tid-{uuid.uuid4().hex[:6]}"
+
+    first = Transformer(node.bootstrap, source, sink, group, tid, end, abort_every=3, hold_after=4)
+    first.start()
+    assert first.holding.wait(TIMEOUT), first.outcome
+    second = Transformer(node.bootstrap, source, sink, group, tid, end, abort_every=4)
+    second.start()
+    assert second.started_transactions.wait(TIMEOUT), second.outcome  # initialized: the first is fenced
+    first.resume.set()
+    first.join(TIMEOUT * 2)
+    second.join(TIMEOUT * 2)
+    assert (first.outcome, second.outcome) == ("fenced", "done")
+    assert first.aborted + second.aborted > 0
+
+    output = consume_all(node.bootstrap, [sink], "read_committed", 600)
+    # each input record exactly once, in input order, in its partition
+    assert {p: [v for _, v in records] for (_, p), records in output.items()} == {p: [v for _, v in records] for (_, p), records in inputs.items()}
