@@ -78,7 +78,8 @@ def produce(ctx, request) -> asyncio.Future:
                 if request.transactional_id is None or summary.producer_id < 0:
                     parts.append((p.index, None, ErrorCode.transactional_id_authorization_failed, "transactional records need the request's transactional id and a producer id", 0))
                     continue
-                view = s.metadata.topic_views(info.topic_id)[p.index]
+                views = s.metadata.topic_views(info.topic_id)
+                view = views[p.index] if p.index < len(views) else None
                 if view is None or view.txn_starts is None or summary.producer_id not in view.txn_starts:
                     checks.append((info.topic_id, p.index))  # the transaction's first records here
             submits.append((parts, len(parts), Chunk(info.topic_id, p.index, data, summary.batch_count, summary.record_count, summary.max_timestamp), summary))
