@@ -21,7 +21,7 @@ RESULT_KEYS = {"scenario", "quick", "started_at", "finished_at", "elapsed_s", "c
 MACHINE_KEYS = {"nproc", "cpu_model", "memory_gib", "kernel", "python", "confluent_kafka", "librdkafka", "neve_commit", "loadavg_at_start"}
 STEP_KEYS = {
     "name", "system", "topic", "partitions", "record_bytes", "producers", "consumers", "mode", "offered_records_per_s", "warmup_s", "window_s",
-    "produced", "acked", "failed", "unacknowledged", "records_per_s", "mb_per_s", "ack_latency_ms", "backlog_records", "consumed_per_consumer",
+    "produced", "acked", "failed", "unacknowledged", "transactions", "records_per_s", "mb_per_s", "ack_latency_ms", "backlog_records", "consumed_per_consumer",
     "consumer_offset_anomalies", "consume_mb_per_s", "e2e_latency_ms", "broker_cpu_s", "broker_cpu_s_per_gib_produced",
     "broker_cpu_s_per_gib_consumed", "client_cpu_s", "servers_cpu_s", "machine_busy_cores", "slow_wal_puts", "slow_wal_commits", "hedged_wal_puts", "produce_requests", "objects_put",
     "object_bytes_put", "mean_object_bytes", "store_puts", "store_gets",
