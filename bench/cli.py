@@ -35,8 +35,11 @@ def _common() -> argparse.ArgumentParser:
     g.add_argument(
         "--client",
         choices=["c", "python"],
-        default="c",
-        help="what drives librdkafka in the producer processes: c (bench/loadgen/produce.c, built with the C compiler; default), or python (confluent-kafka, about 3 more CPU-microseconds per record, taken from the system under test)",
+        default=None,
+        help=(
+            "what drives librdkafka in the producer processes: c (bench/loadgen/produce.c, built with the C compiler; the default, but for transactions), "
+            "or python (confluent-kafka, about 3 more CPU-microseconds per record, taken from the system under test)"
+        ),
     )
     g.add_argument("--consumer-config", type=options.key_value, action="append", default=[], metavar="K=V", help="librdkafka consumer setting (repeatable)")
     g.add_argument("--results-dir", type=Path, default=DEFAULT_RESULTS, help="where <timestamp>-<scenario>/ is written (default bench/results)")

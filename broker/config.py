@@ -27,6 +27,7 @@ class BrokerSettings:
     group_consumer_heartbeat_interval_ms: int = 5_000
     transaction_max_timeout_ms: int = 900_000  # see neve/config.py
     transaction_check_interval_ms: int = 10_000
+    transaction_marker_linger_ms: int = 20
     transactional_id_expiration_ms: int = 604_800_000
     fault_drop_produce_response_every: int = 0
     fault_kill_during_end_txn: str = ""  # see neve/config.py [faults]

@@ -52,6 +52,7 @@ class Services:
                 max_timeout_ms=self.settings.transaction_max_timeout_ms,
                 id_expiration_ms=self.settings.transactional_id_expiration_ms,
                 kill_during_end=self.settings.fault_kill_during_end_txn,
+                marker_linger_ms=self.settings.transaction_marker_linger_ms,
             )
 
     def live_brokers(self):

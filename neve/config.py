@@ -73,6 +73,11 @@ class BrokerConfig:
     transaction_max_timeout_ms: int = 900_000
     """Longest transaction timeout a producer may ask for (transaction.timeout.ms): InitProducerId
     asking more gets INVALID_TRANSACTION_TIMEOUT (Kafka's transaction.max.timeout.ms)."""
+    transaction_marker_linger_ms: int = 20
+    """Longest a transaction's markers wait in the WAL buffer before their object is sealed,
+    whatever `wal.linger_ms` (EndTxn waits for them; a producer sends nothing meanwhile). Markers
+    of the transactions ending within it share one object: at most one extra WAL object per this
+    many ms, however many transactional producers."""
     transaction_check_interval_ms: int = 10_000
     """How often the broker leading the transaction sweep aborts transactions open past their
     timeout and finishes those whose coordinator died between decision and markers (Kafka's

@@ -65,6 +65,7 @@ def broker_settings(config: Config) -> BrokerSettings:
         group_consumer_heartbeat_interval_ms=b.group_consumer_heartbeat_interval_ms,
         transaction_max_timeout_ms=b.transaction_max_timeout_ms,
         transaction_check_interval_ms=b.transaction_check_interval_ms,
+        transaction_marker_linger_ms=b.transaction_marker_linger_ms,
         transactional_id_expiration_ms=b.transactional_id_expiration_ms,
     )
 

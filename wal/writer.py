@@ -91,6 +91,7 @@ class WalWriter:
         self._room = asyncio.Event()
         self._room.set()
         self._timer: asyncio.TimerHandle | None = None
+        self._opened = 0.0  # loop time the object being filled got its first chunk
         self._last_commit: asyncio.Future | None = None
         self._flushes: set[asyncio.Task] = set()
         self._closed = False
@@ -109,9 +110,12 @@ class WalWriter:
         while not self._room.is_set():
             await self._room.wait()
 
-    def submit(self, chunk: Chunk, meta: Any = None) -> asyncio.Future:
+    def submit(self, chunk: Chunk, meta: Any = None, within: float | None = None) -> asyncio.Future:
         """Buffer a chunk; the future resolves with its commit result. Never blocks, so callers
-        keep their submit order."""
+        keep their submit order. `within` (seconds): the object holding it is sealed at most this
+        long from now, sooner than the linger (a transaction's markers, which its producer waits
+        for: a short wait of their own still gathers the markers of many transactions in one
+        object)."""
         if self._closed:
             raise WalUnavailable("writer is closed")
         fut = asyncio.get_running_loop().create_future()
@@ -126,7 +130,11 @@ class WalWriter:
         if self._pending_bytes >= self.flush_bytes:
             self._flush()
         elif self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(self.linger, self._flush)
+            self._opened = asyncio.get_running_loop().time()
+            self._timer = asyncio.get_running_loop().call_later(self.linger if within is None else min(within, self.linger), self._flush)
+        elif within is not None and self._timer.when() > (due := asyncio.get_running_loop().time() + within):
+            self._timer.cancel()
+            self._timer = asyncio.get_running_loop().call_at(due, self._flush)
         return fut
 
     def seal_at(self, now: float) -> float | None:
@@ -137,7 +145,7 @@ class WalWriter:
         if self._timer is None:
             return None
         deadline = self._timer.when()
-        opened = deadline - self.linger
+        opened = self._opened
         if self._pending_bytes <= 0 or now <= opened:
             return deadline
         return min(deadline, opened + (now - opened) * self.flush_bytes / self._pending_bytes)

@@ -4,7 +4,7 @@ MB/s and the broker's CPU seconds per GiB of each, and the transactional one as 
 idempotent one (the target: at least 0.8 of its throughput).
 
 Both producers are librdkafka driven from Python (confluent-kafka): the C load generator has no
-transactions, and comparing like with like needs one client. A transaction's commit waits for
+transactions, and comparing like with like needs one client (`--client c` is refused). A transaction's commit waits for
 its records' acknowledgements and then EndTxn (its markers stored through the WAL), and the
 producer sends nothing meanwhile, so the ratio is the share of time a producer spends sending.
 """
@@ -28,6 +28,8 @@ def add_arguments(parser) -> None:
 
 def run(r) -> None:
     a = r.args
+    if a.client == "c":
+        raise SystemExit("the transactions scenario drives both producers from Python: drop --client c")
     system = r.make_system()
     timing = r.timing(full=(2.0, 10.0), quick=(0.5, 2.0))
     pairs = []

@@ -67,7 +67,7 @@ class Fenced(TransactionError):
 
 class TransactionCoordinator:
     def __init__(
-        self, metadata: MetadataStore, wal, *, max_timeout_ms: int = 900_000, id_expiration_ms: int = 604_800_000, kill_during_end: str = "", clock: Callable[[], float] = time.time
+        self, metadata: MetadataStore, wal, *, max_timeout_ms: int = 900_000, id_expiration_ms: int = 604_800_000, kill_during_end: str = "", marker_linger_ms: int = 20, clock: Callable[[], float] = time.time
     ) -> None:
         self.metadata = metadata
         self.wal = wal
@@ -75,6 +75,7 @@ class TransactionCoordinator:
         self.id_expiration_ms = id_expiration_ms
         self._clock = clock
         self._kill_during_end = kill_during_end  # a test fault (neve/config.py [faults] kill_during_end_txn)
+        self._marker_linger_s = marker_linger_ms / 1000
         self._locks: dict[str, list] = {}  # transactional id -> [lock, users]
         # open transactions on partitions that no stored transaction accounts for, by when the
         # sweep first saw them: (topic id, partition, producer id, first offset) -> ms
@@ -267,7 +268,7 @@ class TransactionCoordinator:
     async def _die_after_first_marker(self, prepared: Transaction) -> None:
         """The kill_during_end_txn fault: store the first partition's marker, then SIGKILL."""
         topic, partition = prepared.partitions[0]
-        await write_markers(self.wal, [(uuid.UUID(hex=topic), partition)], prepared.producer_id, prepared.producer_epoch, prepared.status == Status.PREPARE_COMMIT)
+        await write_markers(self.wal, [(uuid.UUID(hex=topic), partition)], prepared.producer_id, prepared.producer_epoch, prepared.status == Status.PREPARE_COMMIT, self._marker_linger_s)
         log.warning("fault_kill_during_end_txn", extra={"producer_id": prepared.producer_id})
         for handler in logging.getLogger().handlers:
             handler.flush()
@@ -300,7 +301,7 @@ class TransactionCoordinator:
             except MetadataError as e:
                 raise TransactionError(ErrorCode.coordinator_not_available, f"offsets not committed: {e}") from e
         try:
-            await write_markers(self.wal, [(uuid.UUID(hex=t), p) for t, p in prepared.partitions], prepared.producer_id, prepared.producer_epoch, commit)
+            await write_markers(self.wal, [(uuid.UUID(hex=t), p) for t, p in prepared.partitions], prepared.producer_id, prepared.producer_epoch, commit, self._marker_linger_s)
         except MarkersNotWritten as e:
             log.warning("transaction_markers_not_written", extra={"transactional_id": transactional_id, "error": str(e)})
             raise TransactionError(ErrorCode.concurrent_transactions, str(e)) from e
@@ -370,7 +371,7 @@ class TransactionCoordinator:
             if state is None or state.txn_first_offset != first:
                 continue
             try:
-                await write_markers(self.wal, [(topic_id, p)], pid, state.epoch, commit=False)
+                await write_markers(self.wal, [(topic_id, p)], pid, state.epoch, False, self._marker_linger_s)
             except MarkersNotWritten as e:
                 log.warning("hanging_transaction_not_ended", extra={"topic_id": topic_id.hex, "partition": p, "producer_id": pid, "error": str(e)})
                 continue

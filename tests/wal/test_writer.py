@@ -46,6 +46,24 @@ class Recorder:
         return [f"{key}#{i}" for i in range(len(chunks))]
 
 
+async def test_a_chunk_submitted_within_a_deadline_seals_its_object_sooner_than_the_linger():
+    store, commits = MemoryObjectStore(), Recorder()
+    writer = WalWriter(store, commits, linger_ms=600_000, flush_bytes=1 << 20)
+    loop = asyncio.get_running_loop()
+    produced = writer.submit(chunk(0, b"records"), meta="records")
+    marker = writer.submit(chunk(1, b"marker"), meta="marker", within=0.01)
+    assert writer.seal_at(loop.time()) <= loop.time() + 0.01
+    # both in one object, sealed by the marker's deadline, not the ten-minute linger
+    await asyncio.wait_for(asyncio.gather(produced, marker), 60)
+    assert [(datas, metas) for _, datas, metas in commits.commits] == [([b"records", b"marker"], ["records", "marker"])]
+    # a later deadline does not put off an earlier one
+    first = writer.submit(chunk(0, b"a"), meta="a", within=0.01)
+    second = writer.submit(chunk(0, b"b"), meta="b", within=300)
+    await asyncio.wait_for(asyncio.gather(first, second), 60)
+    assert [metas for _, _, metas in commits.commits[1:]] == [["a", "b"]]
+    await writer.close()
+
+
 async def test_linger_seals_one_object_with_every_chunk_in_submit_order():
     store, commits = MemoryObjectStore(), Recorder()
     writer = WalWriter(store, commits, linger_ms=1, flush_bytes=1 << 20)
