@@ -82,13 +82,6 @@ class PartitionView:
         i = bisect.bisect_left(aborted, (first_offset,), key=lambda a: (a.last_offset,))
         return [a for a in aborted[i:] if a.first_offset <= last_offset]
 
-    def drop_aborted_below(self, offset: int) -> None:
-        """Forget the aborted transactions whose marker lies below `offset` (no reader gets
-        their records any more)."""
-        aborted = self._aborted
-        if aborted:
-            del aborted[: bisect.bisect_left(aborted, (offset,), key=lambda a: (a.last_offset,))]
-
     def __len__(self) -> int:
         return len(self._base)
 
