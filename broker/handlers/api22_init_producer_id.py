@@ -11,7 +11,7 @@ from metadata.store import MetadataError
 
 from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
-from ..transactions.coordinator import Fenced, TransactionError
+from ..transactions.coordinator import TransactionError, error_code
 
 PRODUCER_FENCED_SINCE = 4  # KIP-588: older versions are answered INVALID_PRODUCER_EPOCH
 
@@ -26,11 +26,8 @@ async def init_producer_id(ctx, request):
             pid, epoch = await ctx.services.transactions.init_producer_id(request.transactional_id, timeout_ms, producer_id, producer_epoch)
         else:
             pid, epoch = await ctx.services.metadata.init_producer_id(producer_id, producer_epoch)
-    except Fenced:
-        code = ErrorCode.producer_fenced if ctx.api_version >= PRODUCER_FENCED_SINCE else ErrorCode.invalid_producer_epoch
-        return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=code, producer_id=-1, producer_epoch=-1)
     except TransactionError as e:
-        return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=e.code, producer_id=-1, producer_epoch=-1)
+        return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error_code(e, ctx.api_version, PRODUCER_FENCED_SINCE), producer_id=-1, producer_epoch=-1)
     except MetadataError as e:
         return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=error(e.error_code), producer_id=-1, producer_epoch=-1)
     return build(r.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, producer_id=pid, producer_epoch=epoch)

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
-from ..transactions.coordinator import Fenced, TransactionError
+from ..transactions.coordinator import TransactionError, error_code
 
 BATCHED_SINCE = 4
 PRODUCER_FENCED_SINCE = 2  # KIP-588: older versions are answered INVALID_PRODUCER_EPOCH
@@ -36,10 +36,8 @@ async def _results(ctx, transactional_id: str, producer_id: int, producer_epoch:
             else:
                 await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
                 codes = dict.fromkeys(asked, ErrorCode.none)
-        except Fenced:
-            codes = dict.fromkeys(asked, ErrorCode.producer_fenced if ctx.api_version >= PRODUCER_FENCED_SINCE else ErrorCode.invalid_producer_epoch)
         except TransactionError as e:
-            codes = dict.fromkeys(asked, e.code)
+            codes = dict.fromkeys(asked, error_code(e, ctx.api_version, PRODUCER_FENCED_SINCE))
     return tuple(
         build(r.AddPartitionsToTxnTopicResult, name=t.name, results_by_partition=tuple(build(r.AddPartitionsToTxnPartitionResult, partition_index=p, partition_error_code=codes[(t.name, p)]) for p in t.partitions))
         for t in topics

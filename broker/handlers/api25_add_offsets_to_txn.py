@@ -8,7 +8,7 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
-from ..transactions.coordinator import Fenced, TransactionError
+from ..transactions.coordinator import TransactionError, error_code
 
 PRODUCER_FENCED_SINCE = 2  # KIP-588: older versions are answered INVALID_PRODUCER_EPOCH
 
@@ -21,8 +21,6 @@ async def add_offsets_to_txn(ctx, request):
     else:
         try:
             await ctx.services.transactions.add_offsets(request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
-        except Fenced:
-            code = ErrorCode.producer_fenced if ctx.api_version >= PRODUCER_FENCED_SINCE else ErrorCode.invalid_producer_epoch
         except TransactionError as e:
-            code = e.code
+            code = error_code(e, ctx.api_version, PRODUCER_FENCED_SINCE)
     return build(ctx.response.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

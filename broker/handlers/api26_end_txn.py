@@ -10,7 +10,7 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
-from ..transactions.coordinator import Fenced, TransactionError
+from ..transactions.coordinator import TransactionError, error_code
 
 PRODUCER_FENCED_SINCE = 2  # KIP-588: older versions are answered INVALID_PRODUCER_EPOCH
 
@@ -20,8 +20,6 @@ async def end_txn(ctx, request):
     code = ErrorCode.none
     try:
         await ctx.services.transactions.end(request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
-    except Fenced:
-        code = ErrorCode.producer_fenced if ctx.api_version >= PRODUCER_FENCED_SINCE else ErrorCode.invalid_producer_epoch
     except TransactionError as e:
-        code = e.code
+        code = error_code(e, ctx.api_version, PRODUCER_FENCED_SINCE)
     return build(ctx.response.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -16,7 +16,7 @@ from metadata.model import CommittedOffset
 from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError
 from ..registry import handles
-from ..transactions.coordinator import Fenced, TransactionError
+from ..transactions.coordinator import TransactionError, error_code
 
 PRODUCER_FENCED_SINCE = 3  # KIP-588: older versions are answered INVALID_PRODUCER_EPOCH
 MAX_METADATA = 4096
@@ -49,10 +49,8 @@ async def txn_offset_commit(ctx, request):
                 await s.transactions.commit_offsets(request.transactional_id, request.producer_id, request.producer_epoch, request.group_id, offsets)
         except GroupError as e:
             code = error(e.code)
-        except Fenced:
-            code = ErrorCode.producer_fenced if ctx.api_version >= PRODUCER_FENCED_SINCE else ErrorCode.invalid_producer_epoch
         except TransactionError as e:
-            code = e.code
+            code = error_code(e, ctx.api_version, PRODUCER_FENCED_SINCE)
     out = []
     for t in request.topics:
         partitions = tuple(build(r.TxnOffsetCommitResponsePartition, partition_index=p.partition_index, error_code=codes.get((t.name, p.partition_index), code)) for p in t.partitions)

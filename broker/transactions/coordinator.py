@@ -65,6 +65,14 @@ class Fenced(TransactionError):
         super().__init__(ErrorCode.producer_fenced, message)
 
 
+def error_code(e: TransactionError, api_version: int, fenced_since: int) -> ErrorCode:
+    """What a request of `api_version` is answered for `e`: its code, and for a fenced producer
+    PRODUCER_FENCED, or INVALID_PRODUCER_EPOCH below the API's `fenced_since` version (KIP-588)."""
+    if isinstance(e, Fenced):
+        return ErrorCode.producer_fenced if api_version >= fenced_since else ErrorCode.invalid_producer_epoch
+    return e.code
+
+
 class TransactionCoordinator:
     def __init__(
         self, metadata: MetadataStore, wal, *, max_timeout_ms: int = 900_000, id_expiration_ms: int = 604_800_000, kill_during_end: str = "", marker_linger_ms: int = 20, clock: Callable[[], float] = time.time

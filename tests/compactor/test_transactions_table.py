@@ -58,6 +58,23 @@ class Wal:
         return await self.write(partition, marker_batch(pid, 0, kind, T0), 1, pid=pid, transactional=True, control=kind)
 
 
+async def compaction(stack: contextlib.AsyncExitStack, tmp_path: Path, runner: str, spark=None):
+    """A metadata store, an object store and a compaction service over `tmp_path`, each closed by
+    `stack`: (metadata, objects, service)."""
+    objects_url = f"file://{tmp_path / 'objects'}"
+    config = CompactorConfig(catalog_url=f"sqlite://{tmp_path / 'catalog.db'}", warehouse=f"file://{tmp_path / 'warehouse'}", runner=runner, freshness_ms=0, maintenance_interval_ms=0)
+    metadata = load_metadata_store(f"sqlite:///{tmp_path / 'metadata.db'}")
+    await metadata.start()
+    stack.push_async_callback(metadata.close)
+    objects = load_object_store(objects_url)
+    stack.push_async_callback(objects.close)
+    lookup = StoreLookup(metadata)
+    stack.push_async_callback(lookup.close)
+    service = CompactionService(config, metadata, objects, objects_url, lookup, spark=spark)
+    stack.push_async_callback(service.close)
+    return metadata, objects, service
+
+
 def held_offsets(topic: str, partition: int) -> float | None:
     return REGISTRY.get_sample_value("neve_compactor_transaction_held_offsets", {"topic": topic, "partition": str(partition)})
 
@@ -70,18 +87,8 @@ def kafka_rows(rows: list[dict]) -> list[tuple[int, int, bytes, bool, bool]]:
 @pytest.mark.parametrize("runner", ["in-process", "spark"])
 async def test_the_table_holds_exactly_the_committed_records_and_waits_for_open_transactions(tmp_path: Path, runner, request):
     spark = request.getfixturevalue("spark_session") if runner == "spark" else None
-    objects_url = f"file://{tmp_path / 'objects'}"
-    config = CompactorConfig(catalog_url=f"sqlite://{tmp_path / 'catalog.db'}", warehouse=f"file://{tmp_path / 'warehouse'}", runner=runner, freshness_ms=0, maintenance_interval_ms=0)
     async with contextlib.AsyncExitStack() as stack:
-        metadata = load_metadata_store(f"sqlite:///{tmp_path / 'metadata.db'}")
-        await metadata.start()
-        stack.push_async_callback(metadata.close)
-        objects = load_object_store(objects_url)
-        stack.push_async_callback(objects.close)
-        lookup = StoreLookup(metadata)
-        stack.push_async_callback(lookup.close)
-        service = CompactionService(config, metadata, objects, objects_url, lookup, spark=spark)
-        stack.push_async_callback(service.close)
+        metadata, objects, service = await compaction(stack, tmp_path, runner, spark)
         info = await metadata.create_topic("txntable", 2)
         wal = Wal(metadata, objects, info.topic_id)
 
@@ -136,18 +143,8 @@ async def test_a_transaction_whose_markers_are_being_written_waits_whole(tmp_pat
     Once the second marker and the completion are stored, the next cycle takes both."""
     from metadata.transactions import Status, Transaction, key_of
 
-    objects_url = f"file://{tmp_path / 'objects'}"
-    config = CompactorConfig(catalog_url=f"sqlite://{tmp_path / 'catalog.db'}", warehouse=f"file://{tmp_path / 'warehouse'}", runner="in-process", freshness_ms=0, maintenance_interval_ms=0)
     async with contextlib.AsyncExitStack() as stack:
-        metadata = load_metadata_store(f"sqlite:///{tmp_path / 'metadata.db'}")
-        await metadata.start()
-        stack.push_async_callback(metadata.close)
-        objects = load_object_store(objects_url)
-        stack.push_async_callback(objects.close)
-        lookup = StoreLookup(metadata)
-        stack.push_async_callback(lookup.close)
-        service = CompactionService(config, metadata, objects, objects_url, lookup)
-        stack.push_async_callback(service.close)
+        metadata, objects, service = await compaction(stack, tmp_path, "in-process")
         info = await metadata.create_topic("torn", 3)
         wal = Wal(metadata, objects, info.topic_id)
         t = info.topic_id.hex
