@@ -35,9 +35,9 @@ def _common() -> argparse.ArgumentParser:
     g.add_argument(
         "--client",
         choices=["c", "python"],
-        default=None,
+        default="c",
         help=(
-            "what drives librdkafka in the producer processes: c (bench/loadgen/produce.c, built with the C compiler; the default, but for transactions), "
+            "what drives librdkafka in the producer processes: c (bench/loadgen/produce.c, built with the C compiler; the default, but the transactions scenario's is python), "
             "or python (confluent-kafka, about 3 more CPU-microseconds per record, taken from the system under test)"
         ),
     )

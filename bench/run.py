@@ -127,7 +127,7 @@ class Run:
             # neve dev, and other tests' object-store writes stalled past their 10 s timeout).
             load.producer_config.setdefault("queue.buffering.max.kbytes", 4096)
         load.consumer_config = {**dict(self.args.consumer_config), **load.consumer_config}
-        load.client = self.args.client or load.client  # the command line's, else the step's own
+        load.client = self.args.client
         if self.args.profile and system.neve:  # py-spy reads Python stacks: not the peer's
             load.profile_path = self.out_dir / ("profile-" + load.name.replace("/", "-") + (".txt" if self.args.profile == "raw" else ".svg"))
         self.progress.begin(load.name)

@@ -195,6 +195,20 @@ def test_e2e_quick(tmp_path):
     assert "producers: librdkafka driven from C" in (out / "results.md").read_text()  # the default; its stamps gave the e2e latencies
 
 
+def test_transactions_quick(tmp_path):
+    """An idempotent producer, then a transactional one committing every 100 ms, both from Python;
+    every record acknowledged, the transactional step's transactions counted, the ratio judged."""
+    doc, out = run_bench(tmp_path, "transactions", "--sizes", "1KiB")
+    check_document(doc, "transactions")
+    idempotent, transactional = doc["steps"]
+    assert (idempotent["name"], transactional["name"]) == ("1KiB-idempotent", "1KiB-transactions-100ms")
+    for step in doc["steps"]:
+        check_step(step)
+    assert idempotent["transactions"] == 0 and transactional["transactions"] > 0
+    assert [t["name"] for t in doc["targets"]] == ["1KiB-transactions-100ms: throughput vs the idempotent producer", "1KiB-transactions-100ms: broker CPU-s per GiB vs the idempotent producer"]
+    assert "producers: confluent-kafka from Python" in (out / "results.md").read_text()
+
+
 def test_fanout_quick_consumers_in_groups(tmp_path):
     """Each consumer subscribes in a group of its own and reads every acknowledged record once;
     this run's producer is the Python one (`--client python`), every other smoke run's the C one."""
