@@ -14,6 +14,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyiceberg.catalog.sql import SqlCatalog
@@ -35,8 +36,8 @@ class Transactional:
     """A transactional producer that remembers the (partition, offset, value) of each record
     delivered."""
 
-    def __init__(self, bootstrap: str, transactional_id: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5})
+    def __init__(self, bootstrap: str, transactional_id: str, **config) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5, **config})
         self.producer.init_transactions(TIMEOUT)
         self.delivered: list[Record] = []
 
@@ -95,8 +96,10 @@ def wait_for_table(data_dir: Path, want: list[Record], last: dict[int, int]) -> 
         time.sleep(0.2)
 
 
-def end_offsets(bootstrap: str) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:8]}"})
+def end_offsets(bootstrap: str, isolation: str = "read_committed") -> dict[int, int]:
+    """Each partition's end as a consumer of `isolation` sees it (read_committed: the last stable
+    offset)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"ends-{uuid.uuid4().hex[:8]}", "isolation.level": isolation})
     try:
         return {p: consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=TIMEOUT)[1] for p in range(PARTITIONS)}
     finally:
@@ -181,3 +184,25 @@ def test_the_table_holds_exactly_the_committed_records_of_a_transactional_produc
         for p in range(PARTITIONS):  # in offset order
             offsets = [o for q, o, _ in got if q == p]
             assert offsets == sorted(offsets), (isolation, p)
+
+
+def test_a_transaction_open_past_its_timeout_never_reaches_the_table(neve_factory):
+    node = neve_factory(env=node_env(free_port(), NEVE_BROKER_TRANSACTION_CHECK_INTERVAL_MS="200"))
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(TIMEOUT)
+    data_dir = Path(node.data_dir).resolve()
+    committed = Transactional(node.bootstrap, "before").transaction("before", 30, commit=True)
+    late = Transactional(node.bootstrap, "late", **{"transaction.timeout.ms": 2000})
+    timed_out = late.transaction("late", 30, commit=None)  # then nothing: the sweep aborts it
+    committed += Transactional(node.bootstrap, "after").transaction("after", 30, commit=True)
+    assert len({(p, o) for p, o, _ in committed + timed_out}) == 90
+    # the sweep aborts it: the last stable offsets reach the high watermarks, past its markers
+    deadline = time.monotonic() + WAIT_S
+    while (ends := end_offsets(node.bootstrap, "read_uncommitted")) != end_offsets(node.bootstrap):
+        assert time.monotonic() < deadline, f"the transaction was not aborted within {WAIT_S} s"
+        time.sleep(0.2)
+    # the table holds every committed record, up to each partition's last marker, and never one
+    # of the timed-out transaction's
+    wait_for_table(data_dir, sorted(committed), {p: end - 1 for p, end in ends.items()})
+    with pytest.raises(KafkaException):  # its producer was fenced by the abort
+        late.producer.commit_transaction(TIMEOUT)
