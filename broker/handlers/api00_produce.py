@@ -142,9 +142,8 @@ def _checked(ctx, request, plan: list, submits: list, checks: list, key, previou
     loop = asyncio.get_running_loop()
     submitted = loop.create_future()
     _ordered[key] = submitted
-    answer = loop.create_future()
 
-    async def check_then_submit() -> None:
+    async def check_then_submit():
         try:
             if previous is not None:
                 await asyncio.wait([previous])
@@ -154,32 +153,11 @@ def _checked(ctx, request, plan: list, submits: list, checks: list, key, previou
             submitted.set_result(None)
             if _ordered.get(key) is submitted:
                 del _ordered[key]
-        inner = _answer(ctx, request, plan)
-        _relay(inner, answer)
+        return await _answer(ctx, request, plan)
 
-    def failed(task: asyncio.Task) -> None:
-        if not answer.done():
-            if task.cancelled():
-                answer.cancel()
-            elif task.exception() is not None:
-                answer.set_exception(task.exception())
-
-    loop.create_task(check_then_submit()).add_done_callback(failed)
-    return answer
-
-
-def _relay(source: asyncio.Future, target: asyncio.Future) -> None:
-    def copy(fut: asyncio.Future) -> None:
-        if target.done():
-            return
-        if fut.cancelled():
-            target.cancel()
-        elif fut.exception() is not None:
-            target.set_exception(fut.exception())
-        else:
-            target.set_result(fut.result())
-
-    source.add_done_callback(copy)
+    # the task is this request's answer (a closed connection cancels it, and with it what it has
+    # not submitted yet)
+    return loop.create_task(check_then_submit())
 
 
 async def _verify(s, request, checks: list, submits: list) -> dict:
