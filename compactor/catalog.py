@@ -106,13 +106,14 @@ def load_catalog(config: CompactorConfig | CatalogTarget) -> Catalog:
             from pyiceberg.catalog.rest import RestCatalog as catalog_class
     except ImportError as e:
         raise CatalogError(f"the Iceberg catalog needs pyiceberg and its SQL drivers: {TABLE_EXTRA} ({e})") from e
-    for attempt in (1, 2):
+    attempts = 5  # each retry finds at least one more of the catalog's tables created by another
+    for attempt in range(1, attempts + 1):
         try:
             return catalog_class(target.name, **target.pyiceberg_properties())
         except ImportError as e:  # psycopg2, or sqlalchemy's dialect for it
             raise CatalogError(f"the catalog {target.display} needs a driver: {TABLE_EXTRA} ({e})") from e
         except Exception as e:  # unreachable server, refused login, bad database: all mean no catalog
-            if attempt == 1 and target.kind == "sql" and _created_meanwhile(e):
+            if attempt < attempts and target.kind == "sql" and _created_meanwhile(e):
                 continue  # compactors starting together on a new catalog: another created its tables
             hint = "check compactor.catalog_url, NEVE_COMPACTOR_CATALOG_URL, and that its server runs"
             raise CatalogError(f"cannot open the Iceberg catalog {target.display}: {_first_line(e)} ({hint})") from e
@@ -121,8 +122,10 @@ def load_catalog(config: CompactorConfig | CatalogTarget) -> Catalog:
 
 def _created_meanwhile(e: Exception) -> bool:
     """Whether creating the SQL catalog's tables failed because another process created them at
-    the same moment (PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against a concurrent one)."""
-    return type(getattr(e, "orig", None)).__name__ in ("UniqueViolation", "DuplicateTable")
+    the same moment. PostgreSQL's CREATE TABLE IF NOT EXISTS is not safe against a concurrent one:
+    the loser fails on the table's name (DuplicateTable), on its row type's name (DuplicateObject,
+    or UniqueViolation on pg_type), whichever it reaches first."""
+    return type(getattr(e, "orig", None)).__name__ in ("UniqueViolation", "DuplicateTable", "DuplicateObject")
 
 
 def _first_line(e: Exception) -> str:
