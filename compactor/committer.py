@@ -43,6 +43,19 @@ class CycleOverlap(Exception):
     got there first): appending would duplicate rows, so nothing is appended."""
 
 
+class DeletedFilesGone(Exception):
+    """Data files the cycle's position deletes name are no longer live in the table: another
+    writer (maintenance's rewrite of small files, retention) removed or rewrote them since the
+    cycle read the table, so the deletes would miss the rows now in the files that replaced them
+    and a key would keep two rows. Nothing is committed: the caller computes its deletes again
+    from the table as it is now."""
+
+    def __init__(self, paths: Sequence[str]) -> None:
+        self.paths = tuple(sorted(paths))
+        shown = ", ".join(self.paths[:5]) + (f" and {len(self.paths) - 5} more" if len(self.paths) > 5 else "")
+        super().__init__(f"{len(self.paths)} data file(s) the position deletes name are not in the table any more: {shown}")
+
+
 @dataclass(frozen=True, slots=True)
 class CommittedCycle:
     cycle_id: str
@@ -210,18 +223,27 @@ def _staged_once():
     return StagedOnce
 
 
-def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10) -> CommittedCycle:
+def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10, delete_files: Sequence = ()) -> CommittedCycle:
     """Append `data_files` (pyiceberg DataFiles) in one snapshot recording `manifest`, unless the
     table already holds the cycle. Returns the snapshot that holds it. Another writer's commit in
     between (CommitFailedException) is retried on the refreshed table; an attempt whose outcome is
-    unknown is read back before the next. Raises the last error after `attempts`."""
-    return commit_cycle_table(table, manifest, data_files, attempts=attempts)[0]
+    unknown is read back before the next. Raises the last error after `attempts`.
+
+    With `delete_files` (position-delete DataFiles, position_deletes.py) the same snapshot adds
+    them too, as an "overwrite" (Java's RowDelta): the rows they name are gone from the table in
+    the snapshot that adds their replacements. Every data file they name must still be live at
+    each attempt, or DeletedFilesGone is raised and nothing is committed."""
+    return commit_cycle_table(table, manifest, data_files, attempts=attempts, delete_files=delete_files)[0]
 
 
-def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10):
+def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10, delete_files: Sequence = ()):
     """commit_cycle, with the table as the commit left it (the metadata the catalog answered with:
     the next cycle starts from it without reading the table again)."""
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+    if delete_files and table.metadata.format_version < 2:
+        raise ValueError(f"table {table.name()} is format v{table.metadata.format_version}: position deletes need v2")
+    named = _named_data_files(table.io, delete_files, data_files)
 
     props = summary_properties(manifest)
     error: Exception | None = None
@@ -238,10 +260,16 @@ def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, 
                 return done, _with_stored_retries(table, stored)
             if (held := overlap(table, str(manifest.topic_id), manifest.offsets())) is not None:
                 raise CycleOverlap(f"offsets of cycle {manifest.cycle_id} are in the table already: {held}")
+        if named and (gone := _not_live(table, named)):
+            raise DeletedFilesGone(gone)
         try:
             with _transaction(table) as txn:
                 txn.set_properties(commit_properties(table, manifest))
-                with txn.update_snapshot(snapshot_properties=props).fast_append() as append:
+                if delete_files:
+                    snapshot = _row_delta()(delete_files, transaction=txn, io=table.io, snapshot_properties=props)
+                else:
+                    snapshot = txn.update_snapshot(snapshot_properties=props).fast_append()
+                with snapshot as append:
                     for data_file in data_files:
                         append.append_data_file(data_file)
         except (CommitFailedException, CommitStateUnknownException, OSError) as e:
@@ -253,3 +281,101 @@ def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, 
             continue
         return done, _with_stored_retries(table, stored)
     raise error if error is not None else RuntimeError(f"cycle {manifest.cycle_id} not found in the table after {attempts} commits")
+
+
+def _named_data_files(io, delete_files: Sequence, data_files: Sequence) -> dict[int, dict[str, object]]:
+    """The data files `delete_files` name, by spec id then path (with the partition the delete
+    file is in, the named file's), less the data files added in the same commit."""
+    from .position_deletes import referenced_paths
+
+    added = {f.file_path for f in data_files}
+    named: dict[int, dict[str, object]] = {}
+    for delete_file in delete_files:
+        for path in referenced_paths(io, delete_file) - added:
+            named.setdefault(delete_file.spec_id, {})[path] = delete_file.partition
+    return named
+
+
+def _not_live(table, named: dict[int, dict[str, object]]) -> list[str]:
+    """Of the data files `named` (_named_data_files), those the table's current snapshot does not
+    hold. Only the data manifests that may hold their partitions are read (their partition
+    summaries), and the reading stops once every file is found."""
+    from pyiceberg.expressions import And, EqualTo, IsNull, Or
+    from pyiceberg.expressions.visitors import manifest_evaluator
+    from pyiceberg.manifest import ManifestContent
+
+    missing = {path for paths in named.values() for path in paths}
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return sorted(missing)
+    specs, schema = table.metadata.specs(), table.schema()
+    may_hold = {}
+    for spec_id, paths in named.items():
+        spec = specs[spec_id]
+        if not spec.fields:
+            may_hold[spec_id] = lambda _manifest: True
+            continue
+        values = [[IsNull(f.name) if p[i] is None else EqualTo(f.name, p[i]) for i, f in enumerate(spec.fields)] for p in set(paths.values())]
+        terms = [And(*v) if len(v) > 1 else v[0] for v in values]
+        may_hold[spec_id] = manifest_evaluator(spec, schema, Or(*terms) if len(terms) > 1 else terms[0])
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DATA or manifest.partition_spec_id not in may_hold:
+            continue
+        if not (manifest.has_added_files() or manifest.has_existing_files()) or not may_hold[manifest.partition_spec_id](manifest):
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            missing.discard(entry.data_file.file_path)
+        if not missing:
+            break
+    return sorted(missing)
+
+
+@functools.cache
+def _row_delta():
+    """pyiceberg's fast append that also adds position-delete files, in a manifest of their own
+    (Java's RowDelta): pyiceberg 0.12 reads position deletes but never writes them, its manifest
+    writer writing data manifests only. So: the v2 manifest writer with its content DELETES, and
+    the fast append writing one such manifest per partition spec of the delete files beside its
+    data manifest, with the delete files counted in the snapshot's summary (added-delete-files,
+    added-position-deletes and their totals, by pyiceberg's own summary collector). Recorded as
+    an "overwrite", as Java records a RowDelta that adds rows and deletes others."""
+    from pyiceberg.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestWriterV2
+    from pyiceberg.table.snapshots import Operation
+    from pyiceberg.table.update.snapshot import _FastAppendFiles
+
+    class DeleteManifestWriter(ManifestWriterV2):
+        def content(self) -> ManifestContent:
+            return ManifestContent.DELETES
+
+        @property
+        def _meta(self) -> dict[str, str]:
+            return {**super()._meta, "content": "deletes"}
+
+    class RowDelta(_FastAppendFiles):
+        def __init__(self, delete_files: Sequence, **kwargs) -> None:
+            super().__init__(operation=Operation.OVERWRITE, **kwargs)
+            self._delete_files = list(delete_files)
+
+        def _manifests(self):
+            manifests = super()._manifests()
+            by_spec: dict[int, list] = {}
+            for delete_file in self._delete_files:
+                by_spec.setdefault(delete_file.spec_id, []).append(delete_file)
+            written = []
+            for spec_id, files in sorted(by_spec.items()):
+                with DeleteManifestWriter(self.spec(spec_id), self.schema(), self.new_manifest_output(), self._snapshot_id, self._compression) as writer:
+                    for delete_file in files:
+                        writer.add(ManifestEntry.from_args(status=ManifestEntryStatus.ADDED, snapshot_id=self._snapshot_id, data_file=delete_file))
+                written.append(writer.to_manifest_file())
+            return [*manifests[:1], *written, *manifests[1:]] if self._added_data_files else [*written, *manifests]
+
+        def _summary(self, snapshot_properties):
+            # The base counts what `_added_data_files` holds, delete files included by content.
+            data_files = self._added_data_files
+            self._added_data_files = [*data_files, *self._delete_files]
+            try:
+                return super()._summary(snapshot_properties)
+            finally:
+                self._added_data_files = data_files
+
+    return RowDelta
