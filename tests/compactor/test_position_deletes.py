@@ -9,7 +9,6 @@ finds exactly the positions written."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 
 import pyarrow.parquet as pq
@@ -103,6 +102,7 @@ def upsert_scenario(topic: Topic) -> list[tuple[int, int]]:
     second, and rows of its own new files, over two days (two partitions of the default spec)
     and two Kafka partitions (two of identity(partition)); a fourth appends without deletes.
     Returns the (partition, offset) rows that must remain."""
+    assert topic.table.metadata.format_version == 2
     first = {0: range(0, 10), 1: range(0, 10)}
     topic.cycle(first, day_of=lambda o: 0 if o < 8 else 1)
     second = {0: range(10, 12), 1: range(10, 12)}
@@ -114,6 +114,7 @@ def upsert_scenario(topic: Topic) -> list[tuple[int, int]]:
     assert all(f.content == DataFileContent.POSITION_DELETES for f in delete_files)
     before = topic.table.current_snapshot().snapshot_id
     topic.commit(third, new_files, delete_files)
+    assert kafka_rows(topic.table.scan(snapshot_id=before).to_arrow().to_pylist()) == sorted((p, o) for spans in (first, second) for p, span in spans.items() for o in span)
 
     snapshot = topic.table.current_snapshot()
     assert snapshot.parent_snapshot_id == before
@@ -162,32 +163,33 @@ def test_delete_files_are_one_per_partition_value_sorted_with_field_ids_and_path
     assert write_position_deletes(topic.table.io, topic.table.location(), topic.table.spec(), topic.table.schema(), [], name_prefix="x") == []
 
 
-def test_the_broker_reads_the_positions_each_data_file_lost(catalog):
+async def test_the_broker_reads_the_positions_each_data_file_lost(catalog):
     topic = Topic(catalog, "none")
     first = topic.cycle({0: range(0, 5)})
     second = topic.cycle({0: range(5, 10)})
     delete_files = topic.deletes([(0, 1), (0, 4), (0, 7)])
     more = topic.deletes([(0, 4), (0, 0)])  # a second file, one row again
 
-    async def read(path):
-        files = TableFiles(None, "memory://")
-        try:
-            return (await read_positions(files, [f.file_path for f in delete_files + more], path)).tolist()
-        finally:
-            await files.close()
+    files = TableFiles(None, "memory://")  # data files on the local disk: no WAL store read
+    paths = [f.file_path for f in delete_files + more]
+    try:
+        found = [await read_positions(files, paths, path) for path in (first[0].file_path, second[0].file_path, f"{topic.table.location()}/data/none.parquet")]
+        found.append(await read_positions(files, [], first[0].file_path))
+    finally:
+        await files.close()
+    assert [f.dtype.name for f in found] == ["int64"] * 4
+    assert [f.tolist() for f in found] == [[0, 1, 4], [2], [], []]
 
-    assert asyncio.run(read(first[0].file_path)) == [0, 1, 4]
-    assert asyncio.run(read(second[0].file_path)) == [2]
-    assert asyncio.run(read(f"{topic.table.location()}/data/none.parquet")) == []
 
-
-def test_deletes_naming_a_file_another_writer_removed_commit_nothing(catalog):
+def test_deletes_naming_a_file_another_writer_rewrote_commit_nothing(catalog, caplog):
     topic = Topic(catalog, "none")
     first = topic.cycle({0: range(0, 5)})
-    stale = topic.table  # as the cycle read it
+    stale = catalog.catalog.load_table(topic.identifier)  # as the cycle read it (refresh() would update it in place)
     deletes = topic.deletes([(0, 2)])
-    with topic.table.transaction() as change, change.update_snapshot().overwrite() as rewrite:  # maintenance removes the file
+    rewritten = topic.write({0: range(0, 5)})  # maintenance rewrites the file: the same rows in a new one
+    with topic.table.transaction() as change, change.update_snapshot().overwrite() as rewrite:
         rewrite.delete_data_file(first[0])
+        rewrite.append_data_file(rewritten[0])
     table = topic.table.refresh()
     location, snapshots = table.metadata_location, len(table.metadata.snapshots)
 
@@ -195,15 +197,20 @@ def test_deletes_naming_a_file_another_writer_removed_commit_nothing(catalog):
     with pytest.raises(DeletedFilesGone) as gone:
         topic.commit({0: range(5, 7)}, new_files, deletes, table=stale)  # the first attempt conflicts, the second finds the file gone
     assert gone.value.paths == (first[0].file_path,)
+    assert [r.message for r in caplog.records if r.name == "neve.compactor.committer"] == ["iceberg commit failed; reading the table back before retrying"]
     table = table.refresh()
     assert (table.metadata_location, len(table.metadata.snapshots)) == (location, snapshots)
-    assert kafka_rows(table.scan().to_arrow().to_pylist()) == []
+    assert kafka_rows(table.scan().to_arrow().to_pylist()) == [(0, o) for o in range(5)]
 
     with pytest.raises(DeletedFilesGone):  # on the current table too
         topic.commit({0: range(5, 7)}, new_files, deletes)
-    # deletes of the cycle's own new rows need no earlier file
-    topic.commit({0: range(5, 7)}, new_files, topic.deletes([(0, 6)]))
-    assert kafka_rows(topic.table.scan().to_arrow().to_pylist()) == [(0, 5)]
+    # recomputed on the table as it is: the rewritten file's row, and one of the cycle's own
+    topic.commit({0: range(5, 7)}, new_files, topic.deletes([(0, 2), (0, 6)]))
+    assert kafka_rows(topic.table.scan().to_arrow().to_pylist()) == [(0, 0), (0, 1), (0, 3), (0, 4), (0, 5)]
+    # a file whose every row goes in the commit that adds it (a cycle of superseded rows and tombstones)
+    superseded = topic.write({0: range(7, 9)})
+    topic.commit({0: range(7, 9)}, superseded, topic.deletes([(0, 7), (0, 8)]))
+    assert kafka_rows(topic.table.scan().to_arrow().to_pylist()) == kafka_rows(rows_duckdb(topic.table)) == [(0, 0), (0, 1), (0, 3), (0, 4), (0, 5)]
 
 
 @pytest.mark.xdist_group("spark")
