@@ -31,7 +31,7 @@ from crc32c import crc32c
 from kio.schema.errors import ErrorCode
 from kio.serial.readers import read_signed_varint, read_signed_varlong
 
-from .record_walk import NO_KEY, OK, as_array, check_records, outcome_message
+from .record_walk import NO_KEY, OK, as_array, check_records, keyless_records, outcome_message
 
 BATCH_HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
@@ -70,15 +70,25 @@ class InvalidRecords(ValueError):
     2 CORRUPT_MESSAGE (bad CRC, lengths, truncation, records that do not parse or whose count or
     offset deltas disagree with the header), 43 UNSUPPORTED_FOR_MESSAGE_FORMAT (magic != 2),
     87 INVALID_RECORD (well-framed but inconsistent, e.g. record count != lastOffsetDelta + 1, empty,
-    a control batch sent by a client, batches of more than one producer or epoch, or a record
-    without a key for a compacted topic),
+    a control batch sent by a client, batches of more than one producer or epoch, or records
+    without a key for a compacted topic: then `keyless` holds their indices within their batch),
     45 OUT_OF_ORDER_SEQUENCE_NUMBER (an idempotent producer's batches whose sequences do not follow
     one another), 10 MESSAGE_TOO_LARGE (a batch over `max_size`), 76 UNSUPPORTED_COMPRESSION_TYPE
     (a codec id other than 0-4)."""
 
-    def __init__(self, error_code: int, message: str) -> None:
+    def __init__(self, error_code: int, message: str, keyless: tuple[int, ...] = ()) -> None:
         super().__init__(message)
         self.error_code = error_code
+        self.keyless = keyless
+
+
+def keyless_message(keyless: tuple[int, ...]) -> str:
+    """A batch's records without a key (their indices within it, one at least) in words."""
+    if len(keyless) == 1:
+        return f"record {keyless[0]} has no key, and the topic is compacted"
+    shown = ", ".join(map(str, keyless[:3]))
+    more = f" and {len(keyless) - 3} more" if len(keyless) > 3 else ""
+    return f"records {shown}{more} have no key, and the topic is compacted"
 
 
 @dataclass(slots=True, unsafe_hash=True)  # made per batch: not frozen, which costs 4x in __init__ (metadata/model.py)
@@ -124,7 +134,9 @@ def validate(records: bytes | memoryview, max_size: int | None = None, keyed: bo
 
     Every record's framing is walked (record_walk.check_records): its fields fill its length exactly,
     the batch holds recordCount of them with offset deltas 0..n-1, and with `keyed` (a topic whose
-    cleanup.policy compacts) each has a key. Keys, values and headers are not decoded.
+    cleanup.policy compacts) each has a key: the first batch with keyless records (and sound
+    otherwise) raises INVALID_RECORD naming them all (InvalidRecords.keyless), as Kafka's
+    record_errors do. Keys, values and headers are not decoded.
 
     The batches are one producer's (id and epoch), and an idempotent producer's sequences run on
     from batch to batch, so the summary's first sequence and record count describe every batch
@@ -216,9 +228,17 @@ def _check_records(view: memoryview, array, pos: int, size: int, codec: int, cou
     except Exception as e:  # cramjam's DecompressionError
         raise InvalidRecords(ErrorCode.corrupt_message, f"batch {index} does not decompress: {e}") from None
     outcome, record, a, b = check_records(array, start, end, count, keyed)
+    if outcome == NO_KEY:
+        # Kafka names every keyless record of the batch (record_errors), once the whole batch is
+        # known to be sound: a record that does not parse makes it corrupt, keys or not. A walk
+        # again, only for a batch refused anyway.
+        outcome, record, a, b = check_records(array, start, end, count, False)
+        if outcome == OK and a == count:
+            out = np.empty(count, dtype=np.int64)
+            keyless = tuple(out[: keyless_records(array, start, end, out)].tolist())
+            raise InvalidRecords(ErrorCode.invalid_record, f"batch {index}: {keyless_message(keyless)}", keyless)
     if outcome != OK:
-        code = ErrorCode.invalid_record if outcome == NO_KEY else ErrorCode.corrupt_message
-        raise InvalidRecords(code, f"batch {index}: {outcome_message(outcome, record, a, b, count)}")
+        raise InvalidRecords(ErrorCode.corrupt_message, f"batch {index}: {outcome_message(outcome, record, a, b, count)}")
     if a != count:
         raise InvalidRecords(ErrorCode.corrupt_message, f"batch {index} holds {a} records, its header says {count}")
 

@@ -1,7 +1,8 @@
 """Walking a records section (the records of one v2 batch, decompressed), compiled: the one place
 that steps from record to record, for the produce path (`check_records`: every record's framing,
-as Kafka's record reader checks it) and for the compactor (`record_starts`: where each record
-begins, for its column decoder to read every field of all records at once).
+as Kafka's record reader checks it; `keyless_records`: which records of a compacted topic's batch
+have no key) and for the compactor (`record_starts`: where each record begins, for its column
+decoder to read every field of all records at once).
 
 A record's start depends on the length of the one before it, so no array operation finds record
 boundaries; numba compiles these loops to machine code (about 10 ns a record, where the same loop
@@ -202,6 +203,36 @@ def check_records(data, pos, end, count, keyed):
             return FIELDS_END, i, pos - stop, 0
         i += 1
     return OK, i, i, 0
+
+
+@_compiled(f"int64({_BYTES}, int64, int64, int64[::1])")
+def keyless_records(data, pos, end, out):
+    """The indices of the records in data[pos:end] whose key is null, written to `out` (room for
+    every record); returns how many. For a section check_records walked (framing sound): only each
+    record's length and the fields before its key are read. What a compacted topic's refusal
+    names, record by record (Kafka's record_errors)."""
+    found = 0
+    i = 0
+    while pos < end:
+        status, n, body = _varint5(data, pos)
+        if status != OK:
+            return found
+        pos = body + n  # the next record
+        body += 1  # attributes
+        while data[body] >= 0x80:  # the timestamp delta
+            body += 1
+        body += 1
+        status, n, body = _varint5(data, body)  # the offset delta
+        if status != OK:
+            return found
+        status, n, body = _varint5(data, body)  # the key's length
+        if status != OK:
+            return found
+        if n < 0:
+            out[found] = i
+            found += 1
+        i += 1
+    return found
 
 
 # check_records' outcomes in words, as the Python walk worded them

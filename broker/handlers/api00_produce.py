@@ -4,9 +4,10 @@ Each partition's records are validated (magic 2, CRC-32C, lengths, and every rec
 as Kafka does) and summarised, then handed to the WAL buffer as they are. The response waits
 until the WAL object is stored and its sequencer commit is done; acks=1 and acks=all therefore mean the same thing, and
 acks=0 answers nothing. Per-partition errors: UNKNOWN_TOPIC_OR_PARTITION, CORRUPT_MESSAGE,
-UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD (also a record without a key on a topic whose
-cleanup.policy compacts), MESSAGE_TOO_LARGE (a batch over the
-topic's max.message.bytes, by default the broker's), OUT_OF_ORDER_SEQUENCE_NUMBER,
+UNSUPPORTED_FOR_MESSAGE_FORMAT, INVALID_RECORD (also records without a key on a topic whose
+cleanup.policy compacts: from v8 the answer's record_errors name each, as Kafka's, and nothing of
+the batch is stored), MESSAGE_TOO_LARGE (a batch over the topic's max.message.bytes, by default
+the broker's), OUT_OF_ORDER_SEQUENCE_NUMBER,
 INVALID_PRODUCER_EPOCH, and the retriable KAFKA_STORAGE_ERROR / REQUEST_TIMED_OUT when the object
 store or the metadata store fails.
 
@@ -28,7 +29,7 @@ from wal.batch import InvalidRecords, validate
 from wal.format import Chunk
 from wal.writer import WalUnavailable
 
-from ..codec import NO_THROTTLE, OnePartitionProduce, build, error
+from ..codec import NO_THROTTLE, OnePartitionProduce, build, error, has_field
 from ..metrics import PRODUCE_BYTES, TRANSACTIONAL_PRODUCE_REFUSED
 from ..registry import handles
 from ..topic_configs import max_message_bytes
@@ -50,7 +51,7 @@ def produce(ctx, request) -> asyncio.Future:
     s = ctx.services
     topics = s.metadata.topics()
     max_bytes = s.settings.max_message_bytes
-    plan = []  # (topic name, [(partition, future | None, error code, message, bytes submitted)])
+    plan = []  # (topic name, [(partition, future | None, error code, message, bytes submitted, record errors)])
     submits = []  # (its parts list, index there, chunk, summary) of every partition to submit
     checks = []  # (topic id, partition) of transactional records that may start their transaction
     for topic in request.topic_data:
@@ -62,28 +63,32 @@ def produce(ctx, request) -> asyncio.Future:
         parts = []
         for p in topic.partition_data:
             if info is None or not 0 <= p.index < info.partitions:
-                parts.append((p.index, None, ErrorCode.unknown_topic_or_partition, None, 0))
+                parts.append((p.index, None, ErrorCode.unknown_topic_or_partition, None, 0, ()))
                 continue
             records = p.records
             if not records:
-                parts.append((p.index, None, ErrorCode.invalid_record, "no records", 0))
+                parts.append((p.index, None, ErrorCode.invalid_record, "no records", 0, ()))
                 continue
             data = bytes(records)  # what the WAL keeps, and the fastest thing to walk records in
             try:
                 summary = validate(data, max_size=limit, keyed=keyed, max_expanded=s.settings.max_decompressed_batch_bytes)
             except InvalidRecords as e:
-                parts.append((p.index, None, error(e.error_code), str(e), 0))
+                if e.keyless:
+                    message, record_errors = _keyless_refusal(topic.name, p.index, e.keyless)
+                    parts.append((p.index, None, ErrorCode.invalid_record, message, 0, record_errors))
+                else:
+                    parts.append((p.index, None, error(e.error_code), str(e), 0, ()))
                 continue
             if summary.transactional:
                 if request.transactional_id is None or summary.producer_id < 0:
-                    parts.append((p.index, None, ErrorCode.transactional_id_authorization_failed, "transactional records need the request's transactional id and a producer id", 0))
+                    parts.append((p.index, None, ErrorCode.transactional_id_authorization_failed, "transactional records need the request's transactional id and a producer id", 0, ()))
                     continue
                 views = s.metadata.topic_views(info.topic_id)
                 view = views[p.index] if p.index < len(views) else None
                 if view is None or view.txn_starts is None or summary.producer_id not in view.txn_starts:
                     checks.append((info.topic_id, p.index))  # the transaction's first records here
             submits.append((parts, len(parts), Chunk(info.topic_id, p.index, data, summary.batch_count, summary.record_count, summary.max_timestamp), summary))
-            parts.append((p.index, None, ErrorCode.none, None, 0))
+            parts.append((p.index, None, ErrorCode.none, None, 0, ()))
         plan.append((topic.name, parts))
 
     key = ctx.peer if ctx.peer is not None else id(ctx)
@@ -101,12 +106,12 @@ def _submit(wal, submits: list, refused: dict) -> None:
         index = parts[i][0]
         refusal = refused.get((chunk.topic_id, chunk.partition)) if refused else None
         if refusal is not None:
-            parts[i] = (index, None, refusal[0], refusal[1], 0)
+            parts[i] = (index, None, refusal[0], refusal[1], 0, ())
             continue
         try:
-            parts[i] = (index, wal.submit(chunk, summary), ErrorCode.none, None, len(chunk.data))
+            parts[i] = (index, wal.submit(chunk, summary), ErrorCode.none, None, len(chunk.data), ())
         except WalUnavailable as e:
-            parts[i] = (index, None, ErrorCode.kafka_storage_error, str(e), 0)
+            parts[i] = (index, None, ErrorCode.kafka_storage_error, str(e), 0, ())
 
 
 def _answer(ctx, request, plan: list) -> asyncio.Future:
@@ -126,7 +131,7 @@ def _answer(ctx, request, plan: list) -> asyncio.Future:
         except Exception as e:  # a bug: the connection logs it and closes
             answer.set_exception(e)
 
-    futures = [fut for _, parts in plan for _, fut, _, _, _ in parts if fut is not None]
+    futures = [fut for _, parts in plan for _, fut, _, _, _, _ in parts if fut is not None]
     longest = s.settings.produce_timeout_ms / 1000
     asked = request.timeout.total_seconds()
     call_when_done(futures, max(min(asked, longest) if asked > 0 else longest, 0.001), respond)
@@ -190,18 +195,19 @@ async def _verify(s, request, checks: list, submits: list) -> dict:
 def _response(ctx, plan: list):
     """The response to a request planned and submitted by `produce`, once its appends are done
     (or its time is up)."""
-    if len(plan) == 1 and len(plan[0][1]) == 1:  # librdkafka's requests: one partition each
-        name, [(index, fut, code, message, size)] = plan[0]
+    if len(plan) == 1 and len(plan[0][1]) == 1 and not plan[0][1][0][5]:  # librdkafka's requests: one partition each
+        name, [(index, fut, code, message, size, _)] = plan[0]
         code, base_offset, log_start, message = _outcome(fut, code, message)
         if code == ErrorCode.none:
             PRODUCE_BYTES.inc(size)
         return OnePartitionProduce(name, index, code, base_offset, log_start, message)
     r = ctx.response
+    with_record_errors = has_field(r.PartitionProduceResponse, "record_errors")  # v8 on
     responses = []
     stored = 0
     for name, parts in plan:
         partition_responses = []
-        for index, fut, code, message, size in parts:
+        for index, fut, code, message, size, record_errors in parts:
             code, base_offset, log_start, message = _outcome(fut, code, message)
             if code == ErrorCode.none:
                 stored += size
@@ -213,13 +219,25 @@ def _response(ctx, plan: list):
                     base_offset=base_offset,
                     log_append_time=None,
                     log_start_offset=log_start,
-                    record_errors=(),
+                    record_errors=tuple(build(r.BatchIndexAndErrorMessage, batch_index=i, batch_index_error_message=m) for i, m in record_errors) if with_record_errors else (),
                     error_message=message,
                 )
             )
         responses.append(build(r.TopicProduceResponse, name=name, partition_responses=tuple(partition_responses)))
     PRODUCE_BYTES.inc(stored)
     return build(r.ProduceResponse, responses=tuple(responses), throttle_time=NO_THROTTLE)
+
+
+def _keyless_refusal(topic: str, partition: int, keyless: tuple[int, ...]) -> tuple[str, tuple]:
+    """Kafka's answer to a batch holding records without a key for a compacted topic: the
+    partition's error message and its record errors, one per keyless record (batch index, message),
+    in Kafka's words (LogValidator). Clients fail those records with INVALID_RECORD and the
+    batch's others as refused for another record's sake (librdkafka's INVALID_DIFFERENT_RECORD),
+    to be sent again by the application."""
+    why = f"Compacted topic cannot accept message without key in topic partition {topic}-{partition}."
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{why}')" for i in keyless[:3])
+    message = f"One or more records have been rejected due to {len(keyless)} record errors in total, and only showing the first three errors at most: [{shown}]"
+    return message, tuple((i, why) for i in keyless)
 
 
 def _outcome(fut, code: ErrorCode, message: str | None) -> tuple[ErrorCode, int, int, str | None]:

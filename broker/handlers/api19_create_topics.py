@@ -1,5 +1,8 @@
-"""CreateTopics (key 19), v2-v7. Replication factor and assignments are accepted and ignored: the
-one copy of the data lives on object storage. Configs are validated against the known topic
+"""CreateTopics (key 19), v2-v7. Replication factor and replicas are accepted and ignored: the
+one copy of the data lives on object storage. A manual assignment makes one partition per
+assignment, as in Kafka: its partition indexes must be 0..n-1 each once (else
+INVALID_REPLICA_ASSIGNMENT), and num_partitions and replication_factor -1 (else INVALID_REQUEST);
+the brokers it names are not looked at. Configs are validated against the known topic
 configs (broker/topic_configs.py): an unknown name or invalid value answers INVALID_CONFIG. A
 topic whose Iceberg table would be another topic's (broker/topics.py) is refused:
 INVALID_TOPIC_EXCEPTION for its name, INVALID_CONFIG for its neve.iceberg.table. v5+
@@ -29,7 +32,13 @@ async def create_topics(ctx, request):
     seen: set[str] = set()
     validated: dict[str, _Checked] = {}  # validate_only: the topics this request would have made
     for topic in request.topics:
-        partitions = topic.num_partitions if topic.num_partitions != -1 else s.settings.default_partitions
+        assigned = _assigned_partitions(topic)
+        if isinstance(assigned, int):
+            partitions = assigned
+        elif topic.num_partitions != -1:
+            partitions = topic.num_partitions
+        else:
+            partitions = s.settings.default_partitions
         message = None
         info = None
         try:
@@ -42,6 +51,8 @@ async def create_topics(ctx, request):
             code, message = int(ErrorCode.invalid_request), "topic named twice in one request"
         elif (message := topic_name_error(topic.name)) is not None:
             code = ErrorCode.invalid_topic_exception
+        elif isinstance(assigned, tuple):
+            code, message = assigned
         elif partitions <= 0:
             code, message = ErrorCode.invalid_partitions, f"num_partitions {partitions} must be positive"
         elif config_error is not None:
@@ -70,6 +81,25 @@ async def create_topics(ctx, request):
             )
         )
     return build(r.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+
+
+def _assigned_partitions(topic) -> int | tuple[ErrorCode, str] | None:
+    """A manual assignment's partition count, or its refusal (error code, Kafka's message); None
+    without one."""
+    if not topic.assignments:
+        return None
+    if topic.replication_factor != -1:
+        return ErrorCode.invalid_request, "A manual partition assignment was specified, but replication factor was not set to -1."
+    if topic.num_partitions != -1:
+        return ErrorCode.invalid_request, "A manual partition assignment was specified, but numPartitions was not set to -1."
+    indexes: set[int] = set()
+    for assignment in topic.assignments:
+        if assignment.partition_index in indexes:
+            return ErrorCode.invalid_replica_assignment, f"Found multiple manual partition assignments for partition {assignment.partition_index}"
+        indexes.add(assignment.partition_index)
+    if indexes != set(range(len(indexes))):
+        return ErrorCode.invalid_replica_assignment, "partitions should be a consecutive 0-based integer sequence"
+    return len(indexes)
 
 
 @dataclass(frozen=True, slots=True)

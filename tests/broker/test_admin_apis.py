@@ -4,6 +4,7 @@ expose, by raw kio requests. Every assertion is an exact value."""
 
 from __future__ import annotations
 
+import sys
 import uuid
 
 import pytest
@@ -19,6 +20,7 @@ from confluent_kafka.admin import (
     OffsetSpec,
     ResourceType,
 )
+from kio.index import load_request_schema
 from kio.schema.describe_log_dirs.v4.request import DescribableLogDirTopic, DescribeLogDirsRequest
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.offset_for_leader_epoch.v4.request import OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic
@@ -411,3 +413,57 @@ def test_a_table_config_naming_another_topics_table_is_refused_and_look_alikes_t
         with pytest.raises(KafkaException) as raised:
             futures[name].result(T)
         assert raised.value.args[0].code() == INVALID_TOPIC_EXCEPTION and f"with topic '{taken_by}'" in raised.value.args[0].str()
+
+
+def create_assigned(raw: Raw, topics: list[tuple[str, int, int, list[int]]], validate_only: bool = False, version: int = 7):
+    """CreateTopics of (name, num_partitions, replication_factor, assigned partition indexes, each
+    on broker 1) -> [(name, error code, message, num_partitions)]."""
+    module = load_request_schema(19, version)
+    r = sys.modules[module.__module__]
+    request = module(
+        topics=tuple(
+            r.CreatableTopic(name=name, num_partitions=n, replication_factor=rf, assignments=tuple(r.CreatableReplicaAssignment(partition_index=i, broker_ids=(1,)) for i in indexes), configs=())
+            for name, n, rf, indexes in topics
+        ),
+        validate_only=validate_only,
+    )
+    response = raw.response(19, version, raw.request(request))
+    return [(t.name, t.error_code, t.error_message, t.num_partitions) for t in response.topics]
+
+
+@pytest.mark.parametrize("version", [4, 7])
+def test_a_manual_assignment_makes_one_partition_per_assignment(neve_node, version):
+    """As Kafka: the partition indexes 0..n-1 each once make n partitions (validate_only answers the
+    same and makes none); a duplicate or missing index is INVALID_REPLICA_ASSIGNMENT, a
+    num_partitions or replication factor other than -1 beside an assignment INVALID_REQUEST."""
+    tag = uuid.uuid4().hex[:8]
+    made, checked, twice, gap, factor, count = (f"assigned-{what}-{tag}" for what in ("made", "checked", "twice", "gap", "factor", "count"))
+    client = admin(neve_node)
+    raw = Raw(neve_node.port)
+    try:
+        assert create_assigned(raw, [(checked, -1, -1, [1, 0, 2, 3])], validate_only=True) == [(checked, 0, None, 4)]
+        assert create_assigned(
+            raw,
+            [(made, -1, -1, [2, 0, 1]), (twice, -1, -1, [0, 1, 0]), (gap, -1, -1, [0, 2]), (factor, -1, 1, [0]), (count, 1, -1, [0])],
+        ) == [
+            (made, 0, None, 3),
+            (twice, 39, "Found multiple manual partition assignments for partition 0", -1),
+            (gap, 39, "partitions should be a consecutive 0-based integer sequence", -1),
+            (factor, 42, "A manual partition assignment was specified, but replication factor was not set to -1.", -1),
+            (count, 42, "A manual partition assignment was specified, but numPartitions was not set to -1.", -1),
+        ]
+    finally:
+        raw.close()
+    topics = client.list_topics(timeout=T).topics
+    assert sorted(topics[made].partitions) == [0, 1, 2]
+    assert not {checked, twice, gap, factor, count} & set(topics)
+
+
+def test_the_admin_client_creates_a_topic_by_its_replica_assignment(neve_node):
+    """confluent-kafka's NewTopic with a replica_assignment (it wants the count too) sends
+    num_partitions and replication factor -1 and one assignment per partition: 22 of them make 22
+    partitions."""
+    client = admin(neve_node)
+    topic = f"by-assignment-{uuid.uuid4().hex[:8]}"
+    client.create_topics([NewTopic(topic, num_partitions=22, replica_assignment=[[1]] * 22)], operation_timeout=T)[topic].result(T)
+    assert sorted(client.list_topics(topic, timeout=T).topics[topic].partitions) == list(range(22))

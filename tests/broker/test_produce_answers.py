@@ -10,10 +10,13 @@ import datetime
 import uuid
 from types import SimpleNamespace
 
+import pytest
+from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9 import request as produce_v9
+from kio.serial import entity_reader
 
-from broker.codec import OnePartitionProduce, response_module
+from broker.codec import OnePartitionProduce, encode_response, response_module
 from broker.config import BrokerSettings
 from broker.handlers.api00_produce import produce
 from broker.waiting import SLOT_S
@@ -99,3 +102,68 @@ async def test_a_request_with_nothing_to_store_is_answered_at_once():
     answer = produce(context(Wal()), request([7]))
     assert answer.done()
     assert (answer.result().index, answer.result().error_code) == (7, ErrorCode.unknown_topic_or_partition)
+
+
+COMPACTED = TopicInfo("compacted", uuid.uuid4(), 2, {"cleanup.policy": "delete,compact"})
+WHY = "Compacted topic cannot accept message without key in topic partition compacted-1."
+
+
+def compacted_context(wal: Wal, version: int):
+    ctx = context(wal)
+    ctx.services.metadata = SimpleNamespace(topics=lambda: {COMPACTED.name: COMPACTED})
+    ctx.response, ctx.api_version = response_module(0, version), version
+    return ctx
+
+
+def on_the_wire(version: int, answer):
+    """The answer as its client reads it: encoded by the broker's codec, decoded by kio."""
+    frame = b"".join(encode_response(0, version, 7, answer))
+    cls = load_response_schema(0, version)
+    header, used = entity_reader(cls.__header_schema__)(frame, 4)
+    body, _ = entity_reader(cls)(frame, 4 + used)
+    return body
+
+
+@pytest.mark.parametrize("version", range(3, 12))
+async def test_keyless_records_on_a_compacted_topic_are_named_from_v8(version):
+    """Kafka's answer (KIP-467): the partition INVALID_RECORD, from v8 its record_errors naming each
+    keyless record by its index within the batch and an error message in Kafka's words; before
+    v8 INVALID_RECORD alone. Nothing of the batch is submitted; the keyed partition beside it is."""
+    wal = Wal()
+    recs = [(None if i in (1, 3) else b"k%d" % i, b"v%d" % i, [], 1_700_000_000_000 + i) for i in range(5)]
+    data = (
+        produce_v9.PartitionProduceData(index=1, records=make_batch(recs)),
+        produce_v9.PartitionProduceData(index=0, records=make_batch([(b"k", b"v", [], 1_700_000_000_000)])),
+    )
+    topic_data = (produce_v9.TopicProduceData(name=COMPACTED.name, partition_data=data),)
+    req = produce_v9.ProduceRequest(transactional_id=None, acks=-1, timeout=datetime.timedelta(seconds=30), topic_data=topic_data)
+    answer = produce(compacted_context(wal, version), req)
+    assert [p for p, _, _ in wal.submitted] == [0]
+    wal.submitted[0][2].set_result(AppendResult(0, 12, 0))
+    (topic,) = on_the_wire(version, await asyncio.wait_for(answer, 1)).responses
+    refused, stored = topic.partition_responses
+    assert (stored.index, stored.error_code, stored.base_offset) == (0, ErrorCode.none, 12)
+    assert (refused.index, refused.error_code, refused.base_offset) == (1, ErrorCode.invalid_record, -1)
+    assert refused.error_code == 87
+    if version < 8:
+        assert not hasattr(refused, "record_errors") and not hasattr(refused, "error_message")
+        return
+    assert [(e.batch_index, e.batch_index_error_message) for e in refused.record_errors] == [(1, WHY), (3, WHY)]
+    assert refused.error_message == (
+        "One or more records have been rejected due to 2 record errors in total, and only showing the first three errors at most: "
+        f"[RecordError(batchIndex=1, message='{WHY}'), RecordError(batchIndex=3, message='{WHY}')]"
+    )
+
+
+async def test_a_one_partition_keyless_refusal_names_its_records():
+    """librdkafka's requests hold one partition: their refusal carries its record errors too."""
+    wal = Wal()
+    recs = [(None, b"v", [], 1_700_000_000_000 + i) for i in range(5)]
+    data = (produce_v9.PartitionProduceData(index=1, records=make_batch(recs)),)
+    req = produce_v9.ProduceRequest(transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=30), topic_data=(produce_v9.TopicProduceData(name=COMPACTED.name, partition_data=data),))
+    answer = produce(compacted_context(wal, 9), req)
+    assert wal.submitted == []
+    (refused,) = on_the_wire(9, await asyncio.wait_for(answer, 1)).responses[0].partition_responses
+    assert (refused.error_code, [e.batch_index for e in refused.record_errors]) == (ErrorCode.invalid_record, [0, 1, 2, 3, 4])
+    assert refused.error_message.startswith("One or more records have been rejected due to 5 record errors in total")
+    assert refused.error_message.count("RecordError(") == 3  # Kafka shows the first three

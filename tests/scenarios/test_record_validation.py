@@ -1,14 +1,16 @@
 """Produce validates every record, as Kafka does: a batch whose CRC is right but whose records do
 not parse answers its partition CORRUPT_MESSAGE, a record without a key sent to a compacted topic
-answers INVALID_RECORD (librdkafka's test 0011 expects it), nothing of either is stored, and a
-stock consumer then reads exactly the good records at the offsets their produces answered."""
+answers INVALID_RECORD (librdkafka's test 0011 expects it) naming each keyless record, so that
+librdkafka fails exactly those records and the others of their batch as refused for another's
+sake; nothing of either is stored, and a stock consumer then reads exactly the good records at
+the offsets their produces answered."""
 
 from __future__ import annotations
 
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.batches import GZIP, ZSTD, encode_records, frame_batch, make_batch
@@ -94,3 +96,36 @@ def test_unparseable_records_and_keyless_records_on_a_compacted_topic_are_refuse
     ]
     assert consume_all(bootstrap, plain, 1, 3) == [(i, b"k-x-0", b"x-0") for i in range(3)]
     assert consume_all(bootstrap, compacted, 0, 3) == [(0, b"k-c-0", b"c-0"), (1, b"k-c-1", b"c-1"), (2, b"k-d-0", b"d-0")]
+
+
+KEYLESS = (0, 7, 42, 43, 99)
+
+
+@pytest.mark.integration
+def test_librdkafka_fails_exactly_the_keyless_records_of_a_batch(neve_node):
+    """100 records in one batch to a compacted topic, five without a key: the broker names those
+    five (record_errors), so librdkafka fails them with INVALID_RECORD and the 95 others with its
+    INVALID_DIFFERENT_RECORD; none is stored, and keyed records sent next are read back exactly."""
+    bootstrap = neve_node.bootstrap
+    topic = create(bootstrap, {"cleanup.policy": "compact"})
+    # a linger far beyond the test: flush() sends at once, so the 100 records travel as one batch
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 60_000, "enable.idempotence": False, "retries": 0})
+    reports: dict[int, tuple[int | None, int]] = {}
+
+    def report(i: int):
+        def on_delivery(err, msg):
+            reports[i] = (None if err is None else err.code(), msg.offset())
+
+        return on_delivery
+
+    for i in range(100):
+        producer.produce(topic, value=b"first-%d" % i, key=None if i in KEYLESS else b"k-%d" % i, partition=0, on_delivery=report(i))
+    assert producer.flush(60) == 0
+    assert {i: code for i, (code, _) in reports.items()} == {i: KafkaError.INVALID_RECORD if i in KEYLESS else KafkaError._INVALID_DIFFERENT_RECORD for i in range(100)}
+
+    reports.clear()
+    for i in range(100):
+        producer.produce(topic, value=b"second-%d" % i, key=b"k-%d" % i, partition=0, on_delivery=report(i))
+    assert producer.flush(60) == 0
+    assert reports == {i: (None, i) for i in range(100)}
+    assert consume_all(bootstrap, topic, 0, 100) == [(i, b"k-%d" % i, b"second-%d" % i) for i in range(100)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from wal.batch import BATCH_HEADER_SIZE, InvalidRecords, decompress
+from wal.batch import BATCH_HEADER_SIZE, InvalidRecords, decompress, keyless_message
 
 
 def check_records(view, _array, pos: int, size: int, codec: int, count: int, keyed: bool, index: int, _max_expanded=None) -> None:
@@ -21,13 +21,15 @@ def check_records(view, _array, pos: int, size: int, codec: int, count: int, key
             # cramjam's Buffer indexes slowly; bytes is the fastest thing to walk
             data = data if type(data) is bytes else bytes(data)
             start, end = 0, len(data)
-        found = _walk_records(data, start, end, count, keyed)
+        found, keyless = _walk_records(data, start, end, count, keyed)
     except InvalidRecords as e:
         raise InvalidRecords(e.error_code, f"batch {index}: {e}") from None
     except Exception as e:  # cramjam's DecompressionError
         raise InvalidRecords(ErrorCode.corrupt_message, f"batch {index} does not decompress: {e}") from None
     if found != count:
         raise InvalidRecords(ErrorCode.corrupt_message, f"batch {index} holds {found} records, its header says {count}")
+    if keyless:  # named once the whole batch is known to be sound, as Kafka's record_errors
+        raise InvalidRecords(ErrorCode.invalid_record, f"batch {index}: {keyless_message(tuple(keyless))}", tuple(keyless))
 
 
 # The zigzag value of every varint of one or two bytes, indexed by its 7 or 14 payload bits: most
@@ -52,11 +54,11 @@ def _varint(data, pos: int, most: int) -> tuple[int, int]:
     raise InvalidRecords(ErrorCode.corrupt_message, f"varint longer than {most} bytes")
 
 
-def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
-    """The number of records framed in data[pos:end], checking as Kafka's record reader does that
-    each record's fields end exactly where its length says, that offset deltas run 0, 1, 2, ...
-    and (`keyed`) that every record has a key. Stops with an error after `count` records if more
-    bytes follow. Keys and values are skipped by their lengths, never read.
+def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> tuple[int, list[int]]:
+    """The number of records framed in data[pos:end] and (`keyed`) the indices of those without a
+    key, checking as Kafka's record reader does that each record's fields end exactly where its
+    length says and that offset deltas run 0, 1, 2, ... Stops with an error after `count` records
+    if more bytes follow. Keys and values are skipped by their lengths, never read.
 
     This is the produce path's one loop per record, written for CPython: one- and two-byte varints
     (all but a few of them) are a lookup in _ZIGZAG, inline; the timestamp delta is skipped
@@ -65,6 +67,7 @@ def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
     zigzag = _ZIGZAG
     two_byte = _TWO_BYTE_DELTA
     key_nullable = (not keyed, True)  # a value may always be null
+    keyless = []
     i = 0
     try:
         while pos < end:
@@ -115,7 +118,7 @@ def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
                 if n > 0:
                     pos += n
                 elif n < 0 and not nullable:
-                    raise InvalidRecords(ErrorCode.invalid_record, f"record {i} has no key, and the topic is compacted")
+                    keyless.append(i)
             if data[pos]:  # headers
                 headers, pos = _varint(data, pos, 5)
                 if headers < 0:
@@ -136,4 +139,4 @@ def _walk_records(data, pos: int, end: int, count: int, keyed: bool) -> int:
             i += 1
     except IndexError:
         raise InvalidRecords(ErrorCode.corrupt_message, f"record {i} is truncated") from None
-    return i
+    return i, keyless

@@ -349,9 +349,33 @@ def test_a_record_without_a_key_is_invalid_only_for_a_compacted_topic(codec):
     batch = make_batch(records([1]) + keyless([b"v"]), compression=codec)
     assert validate(batch).record_count == 2
     error = expect(87, batch, keyed=True)
-    assert "record 1 has no key" in str(error)
+    assert (str(error), error.keyless) == ("batch 0: record 1 has no key, and the topic is compacted", (1,))
     assert validate(make_batch(records([1, 2]), compression=codec), keyed=True).record_count == 2
     assert validate(make_batch([(b"", b"v", [], 1)]), keyed=True).record_count == 1  # an empty key is a key
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_every_keyless_record_of_a_batch_is_named(codec):
+    """Kafka's record_errors name each record without a key by its index within its batch: these
+    indices, whatever the keys, values and headers around them."""
+    recs = [(None if i in (0, 1, 3, 70, 199) else b"k" * (i % 3), b"v" * (i * 7 % 300) if i % 5 else None, [("h", b"x")] * (i % 2), i) for i in range(200)]
+    error = expect(87, make_batch(recs, compression=codec), keyed=True)
+    assert error.keyless == (0, 1, 3, 70, 199)
+    assert str(error) == "batch 0: records 0, 1, 3 and 2 more have no key, and the topic is compacted"
+    # the second batch of a request counts its own records from 0, as each batch is Kafka's unit
+    two = make_batch(records([1, 2]), compression=codec) + make_batch(records([3]) + keyless([b"a", b"b"]), compression=codec)
+    error = expect(87, two, keyed=True)
+    assert (str(error), error.keyless) == ("batch 1: records 1, 2 have no key, and the topic is compacted", (1, 2))
+
+
+def test_a_keyless_batch_that_does_not_parse_is_corrupt():
+    """Keys are judged once the batch is sound: a record that does not parse after a keyless one
+    makes the whole batch CORRUPT_MESSAGE, as in Kafka."""
+    payload = encode_records(keyless([b"v"]) + records([1, 2]), 0)
+    broken = frame_batch(payload[:-1], record_count=3, last_offset_delta=2, base_timestamp=0, max_timestamp=2)
+    assert expect(2, broken, keyed=True).keyless == ()
+    short = frame_batch(payload, record_count=4, last_offset_delta=3, base_timestamp=0, max_timestamp=2)  # a record missing
+    assert "holds 3 records" in str(expect(2, short, keyed=True))
 
 
 def test_records_of_every_varint_width_and_headers_are_accepted():
