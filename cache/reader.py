@@ -72,6 +72,10 @@ class ObjectReader:
         parts = await self.read_many(ranges)
         return b"".join([parts[r] if r in parts else await self.read(*r) for r in ranges])
 
+    async def whole(self, key: str) -> bytes | memoryview:
+        """Every byte of a small object that never changes (a compacted topic's removal object)."""
+        return await self._get(key, 0, None)
+
     async def read(self, key: str, start: int, size: int, ahead: int = 0) -> bytes | memoryview:
         """Bytes [start, start + size) of `key`. `ahead`: bytes past them that the object holds
         and the caller expects to read next, which the chunk cache may read with them."""

@@ -22,6 +22,8 @@ TRANSACTION_HELD_OFFSETS = Gauge(
     "Offsets of a partition kept out of its table by an open transaction (high watermark - last stable offset; 0 once none is open), for partitions that had one",
     ["topic", "partition"],
 )
+UPSERT_DELETED = Counter("neve_compactor_upsert_deleted_rows", "Rows of a compacted topic's table a cycle deleted: superseded by a newer record of their key, or a tombstone (the key deleted)", ["topic", "why"])
+DELETE_FILE_BYTES = Counter("neve_compactor_delete_file_bytes", "Bytes of the position-delete files compacted topics' cycles committed", ["topic"])
 FILES_REWRITTEN = Counter("neve_compactor_files_rewritten", "Data files neve's merge rewrote into larger ones", ["topic"])
 PARTITIONS_REINDEXED = Counter("neve_compactor_partitions_reindexed", "Kafka partitions whose index entries were pointed at the files a rewrite made", ["topic"])
 SNAPSHOTS_EXPIRED = Counter("neve_compactor_snapshots_expired", "Table snapshots expired", ["topic"])
@@ -63,3 +65,7 @@ def observe_cycle(cycle, seconds: float, task_seconds=()) -> None:
     BYTES_WRITTEN.labels(cycle.topic).inc(cycle.bytes_written)
     for outcome, n in cycle.outcomes.items():
         ROWS.labels(cycle.topic, outcome).inc(n)
+    if cycle.rows_superseded or cycle.tombstones:
+        UPSERT_DELETED.labels(cycle.topic, "superseded").inc(cycle.rows_superseded)
+        UPSERT_DELETED.labels(cycle.topic, "tombstone").inc(cycle.tombstones)
+        DELETE_FILE_BYTES.labels(cycle.topic).inc(cycle.delete_bytes)

@@ -249,7 +249,9 @@ async def reindex(store: MetadataStore, objects: ObjectStore, manifests: Manifes
         for run in group:
             slices = await asyncio.to_thread(slices_for, table.io, listed, run.partition, run.first_offset, run.last_offset, columns)
             replaced = tuple(r for part in run.parts for r in part.replaced)
-            parts.append(PartitionCompaction(run.partition, replaced, tuple(slices)))
+            # a compacted topic's removals apply to the rows wherever they now are
+            removed = tuple(dict.fromkeys(r for part in run.parts for r in part.removed))
+            parts.append(PartitionCompaction(run.partition, replaced, tuple(slices), removed))
         manifest = CycleManifest(new_cycle_id(), info.topic_id, info.name, identifier, tuple(sorted(parts, key=lambda p: p.partition)))
         await objects.put(manifest.key, await asyncio.to_thread(manifest.encode))
         manifests.put(manifest)

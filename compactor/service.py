@@ -41,18 +41,19 @@ import signal
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.store import Fenced, MetadataError, MetadataStore
 from metadata.transactions import KEY_PREFIX, ending_partitions
-from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
-from wal.store import ObjectStore
+from table import removals
+from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, Removal, WalRange, new_cycle_id, removal_key
+from wal.store import ObjectStore, ObjectStoreError
 
-from . import metrics, planner, tables, wal_expiry
-from .committer import CycleOverlap, commit_cycle_table
+from . import compacted_index, metrics, planner, tables, upsert, wal_expiry
+from .committer import CycleOverlap, DeletedFilesGone, commit_cycle_table
 from .config import CompactorConfig
 from .maintenance import TableMaintenance
 from .reindex import finish_last_cycle, swap
@@ -66,6 +67,10 @@ FAILING_AFTER = 3  # cycles of a topic failing in a row before it is reported as
 # without reading the catalog). A table's metadata holds every snapshot it keeps, about 4 KiB each
 # in pyiceberg's models: up to 0.8 MiB at twice snapshot_max_count's default.
 KEPT_TABLES = 256
+# A compacted topic's commit computes its deletes again when a table rewrite (maintenance, another
+# engine) removed a file they named, at most this many times in a cycle (the cycle then fails and
+# is redone).
+UPSERT_ATTEMPTS = 5
 
 
 @dataclass(slots=True)
@@ -102,6 +107,10 @@ class TopicCycle:
     bytes_written: int = 0
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
     outcomes: dict[str, int] = field(default_factory=dict)
+    # a compacted topic's cycle: rows it deleted (older rows of its keys, and tombstones)
+    rows_superseded: int = 0
+    tombstones: int = 0
+    delete_bytes: int = 0  # bytes of the position-delete files it wrote
 
 
 @dataclass(slots=True)
@@ -397,6 +406,8 @@ class CompactionService:
         self._tables.pop(identifier, None)  # read as it is now, not as this process last knew it
         table = await self._table(info, identifier, live)
         await finish_last_cycle(self.metadata, self.objects, table, self._fence)
+        if upsert.is_compacted(info.configs):  # a merge a crash cut short (compacted_index.py)
+            await self._merge_compacted(info, identifier, range(info.partitions))
         self._recovered.add(identifier)
         return table
 
@@ -488,17 +499,21 @@ class CompactionService:
         info, cycle, identifier, results = d.info, d.cycle, d.cycle.table, d.results
         written = [f for r in results for f in r.files]
         self._fault("written")
-        manifest = await asyncio.to_thread(_manifest, cycle.cycle_id, info, identifier, d.plan, written)
-        data = await asyncio.to_thread(manifest.encode)
-        await self.objects.put(manifest.key, data)
         spec = d.table.spec()
         data_files = [f.data_file(spec, d.table.format_version) for f in written]
+        deletes, removed = None, {}
+        if upsert.is_compacted(info.configs):
+            deletes = await asyncio.to_thread(upsert.cycle_deletes, d.table, data_files)
+            removed = await self._write_removals(info, cycle.cycle_id, deletes)
+        manifest = await asyncio.to_thread(_manifest, cycle.cycle_id, info, identifier, d.plan, written, removed)
+        data = await asyncio.to_thread(manifest.encode)
+        await self.objects.put(manifest.key, data)
         self._check_lead()
         # Until this cycle is swapped, the next one finishes it first (a failure may come between).
         self._recovered.discard(identifier)
         self._tables.pop(identifier, None)  # kept again once committed: a failed commit re-reads it
         try:
-            committed, table = await asyncio.to_thread(commit_cycle_table, d.table, manifest, data_files)
+            committed, table = await self._commit_table(d, manifest, data_files, deletes)
         except CycleOverlap as e:  # another cycle committed these offsets first (the next cycle swaps it): ours are not needed
             log.warning("cycle not committed: another cycle holds its offsets", extra={"topic": info.name, "cycle": cycle.cycle_id, "reason": str(e)})
             await asyncio.to_thread(_delete_files, d.table.io, [f.path for f in written])
@@ -509,6 +524,8 @@ class CompactionService:
         outcome = await swap(self.metadata, manifest, self._fence)
         self._recovered.add(identifier)
         self._fault("swapped")
+        if deletes is not None:
+            await self._merge_compacted(info, identifier, [p.partition for p in manifest.partitions])
         for part in manifest.partitions:
             if part.partition in outcome.swapped or part.partition in outcome.already:
                 self._checkpoints[(info.topic_id, part.partition)] = part.last_offset + 1
@@ -529,6 +546,56 @@ class CompactionService:
         )
         return cycle
 
+    async def _commit_table(self, d: _Due, manifest: CycleManifest, data_files: list, deletes: upsert.Deletes | None):
+        """The cycle's one Iceberg commit. A compacted topic's (`deletes` computed) also deletes,
+        in the same snapshot, the rows the cycle's records supersede (upsert.py); computed again
+        against the table as the commit finds it when a rewrite removed a file they named
+        meanwhile (the offsets they remove stay those the manifest names: they follow from the
+        keys, not from the files)."""
+        if deletes is None:
+            return await asyncio.to_thread(commit_cycle_table, d.table, manifest, data_files)
+        table = d.table
+        for attempt in range(1, UPSERT_ATTEMPTS + 1):
+            if attempt > 1:
+                deletes = await asyncio.to_thread(upsert.cycle_deletes, table, data_files)
+            delete_files = await asyncio.to_thread(upsert.write_deletes, table, d.context.data_location, deletes, f"{d.cycle.cycle_id}-{attempt}")
+            try:
+                done = await asyncio.to_thread(commit_cycle_table, table, manifest, data_files, delete_files=delete_files)
+            except (DeletedFilesGone, CycleOverlap) as e:  # refused before committing: its delete files are nobody's
+                await asyncio.to_thread(_delete_files, table.io, [f.file_path for f in delete_files])
+                if isinstance(e, CycleOverlap) or attempt == UPSERT_ATTEMPTS:
+                    raise
+                log.info("rows to delete were rewritten meanwhile; the upsert is computed again", extra={"topic": d.info.name, "cycle": d.cycle.cycle_id, "files": len(e.paths)})
+                table = await asyncio.to_thread(table.refresh)
+                continue
+            d.cycle.rows_superseded = sum(len(p) for _, p in deletes.superseded)
+            d.cycle.tombstones = sum(len(p) for _, p in deletes.tombstones)
+            d.cycle.delete_bytes = sum(f.file_size_in_bytes for f in delete_files)
+            return done
+        raise AssertionError("unreachable")
+
+    async def _write_removals(self, info: TopicInfo, cycle_id: str, deletes: upsert.Deletes) -> dict[int, Removal]:
+        """The removal object of a compacted topic's cycle (table/removals.py): the offsets its
+        Kafka readers skip, superseded records at once, tombstones once the topic's
+        delete.retention.ms has passed from now. Per partition, its rows there."""
+        hidden_from = int(self._clock() * 1000) + upsert.delete_retention_ms(info.configs)
+        removed = deletes.removed(hidden_from)
+        if not removed:
+            return {}
+        data, rows = await asyncio.to_thread(removals.encode, removed)
+        key = removal_key(info.topic_id, cycle_id)
+        await self.objects.put(key, data)
+        return {p: Removal(key, first, n) for p, (first, n) in rows.items()}
+
+    async def _merge_compacted(self, info: TopicInfo, identifier: str, partitions: Iterable[int]) -> None:
+        """A compacted topic's partitions' PARQUET entries merged into one each, so that its Kafka
+        readers skip every record a cycle removed (compacted_index.py). A failure leaves the
+        entries as they are (readers then see records later ones superseded) until the next try."""
+        try:
+            await compacted_index.merge_entries(self.metadata, self.objects, self.maintenance.manifests, info, identifier, partitions, self._fence)
+        except (MetadataError, ObjectStoreError) as e:
+            log.warning("a compacted topic's index entries were not merged; merged at its next cycle", extra={"topic": info.name, "error": repr(e)})
+
     def _pending(self, info: TopicInfo) -> tuple:
         """The topic's WAL entries not in its table yet (their lag exported on the way), with the
         last stable offsets and aborted transactions read with them: no await between."""
@@ -548,13 +615,22 @@ class CompactionService:
         elif ending:
             topic = info.topic_id.hex
             entries = {p: e for p, e in entries.items() if (topic, p) not in ending}
+        now_ms = int(self._clock() * 1000)
+        freshness_ms = self.config.freshness_ms
+        if upsert.is_compacted(info.configs):
+            # a compacted topic's records younger than min.compaction.lag.ms wait in the WAL;
+            # max.compaction.lag.ms below the freshness makes its records due sooner
+            for p, offset in upsert.horizons(info.configs, entries, now_ms).items():
+                stable = {**stable, (info.name, p): min(stable.get((info.name, p), offset), offset)}
+            if (most := upsert.max_compaction_lag_ms(info.configs)) is not None:
+                freshness_ms = min(freshness_ms, most)
         # pure CPU over every pending entry (thousands at 1,000 partitions): off the broker's loop
         return await asyncio.to_thread(
             planner.plan,
             {(info.name, p): e for p, e in entries.items()},
             {(info.name, p): e[0].base_offset for p, e in entries.items() if e},
-            now_ms=int(self._clock() * 1000),
-            freshness_ms=self.config.freshness_ms,
+            now_ms=now_ms,
+            freshness_ms=freshness_ms,
             due_bytes=self.config.due_bytes,
             parallelism=self.config.parallelism,
             stable=stable,
@@ -714,7 +790,7 @@ def _delete_files(io, paths: list[str]) -> None:
             log.warning("could not delete an uncommitted file", extra={"path": path, "error": repr(e)})
 
 
-def _manifest(cycle_id: str, info: TopicInfo, identifier: str, plan: planner.Plan, written) -> CycleManifest:
+def _manifest(cycle_id: str, info: TopicInfo, identifier: str, plan: planner.Plan, written, removed: Mapping[int, Removal] | None = None) -> CycleManifest:
     """The cycle's manifest: per partition, the WAL entries its runs read (in offset order) and
     the row ranges of the files holding its rows."""
     replaced: dict[int, list[IndexEntry]] = {}
@@ -728,5 +804,6 @@ def _manifest(cycle_id: str, info: TopicInfo, identifier: str, plan: planner.Pla
     parts = []
     for p in sorted(replaced):
         ranges = tuple(WalRange(e.object_key, e.start, e.size, e.base_offset, e.last_offset, e.max_timestamp) for e in sorted(replaced[p], key=lambda e: e.base_offset))
-        parts.append(PartitionCompaction(p, ranges, tuple(sorted(slices.get(p, ()), key=lambda s: (s.first_offset, s.path)))))
+        removal = (removed[p],) if removed and p in removed else ()
+        parts.append(PartitionCompaction(p, ranges, tuple(sorted(slices.get(p, ()), key=lambda s: (s.first_offset, s.path))), removal))
     return CycleManifest(cycle_id, info.topic_id, info.name, identifier, tuple(parts))

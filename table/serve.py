@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -48,11 +49,13 @@ from wal.batch_builder import build_batch
 from wal.manifest import CycleManifest, PartitionCompaction
 from wal.store import ObjectStoreError
 
+from . import removals
 from .avro_values import ValueEncoder
 from .config import TableReadConfig
 from .layout import BATCH_BASE_OFFSET, BATCH_MAX_TIMESTAMP_MS, HEADERS, KAFKA, KEY_RAW, OFFSET, TIMESTAMP, TIMESTAMP_MS, TIMESTAMP_TYPE, VALUE, VALUE_RAW, VALUE_SCHEMA_ID
 from .parquet import Footer, ParquetRows, RowGroup
 from .rebuild import Batches, rebuild_partitions, rebuild_run
+from .removals import Removed
 
 log = logging.getLogger("neve.table.serve")
 
@@ -92,10 +95,15 @@ class _Shared:
 
 
 Schemas = Callable[[int], Any]  # schema id -> awaitable registry Schema (or None)
+REMOVALS_KEPT = 1024  # partitions' removed offsets kept (a compacted topic's, per manifest)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class CompactedReader:
-    def __init__(self, manifests: ObjectReader, rows: ParquetRows, schema_of: Schemas, cache_bytes: int = TableReadConfig.rebuilt_bytes) -> None:
+    def __init__(self, manifests: ObjectReader, rows: ParquetRows, schema_of: Schemas, cache_bytes: int = TableReadConfig.rebuilt_bytes, clock: Callable[[], int] = _now_ms) -> None:
         self._manifests = manifests
         self.rows = rows
         self._schema_of = schema_of
@@ -116,12 +124,18 @@ class CompactedReader:
         # row groups already rebuilt whole: a partition whose run was evicted since rebuilds its
         # own rows (the window's way), not the whole row group again for it
         self._rebuilt: OrderedDict[tuple, None] = OrderedDict()
+        # (manifest key, partition) -> the offsets a compacted topic's readers skip there
+        self._removals: OrderedDict[tuple, Removed] = OrderedDict()
+        self._loading_removed = SingleFlight()
+        self._clock = clock
 
     async def read(self, topic_id, partition: int, entry, fetch_offset: int, budget: int, first: bool, compression: str = "producer") -> tuple[bytes | memoryview | None, bool]:
         """Batches of `entry` (a PARQUET index entry of the partition) from the one holding
         `fetch_offset`, within `budget` bytes (at least one batch when `first`); and whether the
         entry was read to its end. A run's batches go out as one slice of its buffer (not a copy;
         nothing writes to it once built). Raises ObjectStoreError when the files cannot be read."""
+        # runs are kept by the manifest too: a compacted topic's next manifest removes more rows
+        topic_id = (topic_id, entry.object_key)
         pieces: list[memoryview] = []
         used = 0
         offset = max(fetch_offset, entry.base_offset)
@@ -314,7 +328,7 @@ class CompactedReader:
         before (this partition's run since evicted)."""
         parts = await self._parts_of(entry.object_key)
         part = parts.get(partition)
-        path = _one_file(part) if part is not None else None
+        path = _one_file(part) if part is not None and not part.removed else None
         if path is None:
             return None
         try:
@@ -348,7 +362,7 @@ class CompactedReader:
         held = {}
         for p in np.unique(decoded.partitions).tolist():
             part = parts.get(p)
-            if part is not None and _one_file(part) == footer.path and _only_group(footer, part) == group:
+            if part is not None and not part.removed and _one_file(part) == footer.path and _only_group(footer, part) == group:
                 held[p] = (part.first_offset, part.last_offset)
         if not held:
             return {}
@@ -415,15 +429,21 @@ class CompactedReader:
             return (tables[0], end, True) if tables else None
         paths = list(dict.fromkeys(s.path for s in slices))
         try:
+            removed = await self._removed(entry.object_key, part)
             footers = await asyncio.gather(*(self.rows.footer(p) for p in paths))
             hi = _window_end(footers, partition, start, end)
+
+            async def rows_of(lo: int, hi: int) -> list[pa.Table]:
+                found = [t for t in await asyncio.gather(*(self.rows.read(p, partition, lo, hi, columns) for p in paths)) if t is not None and len(t)]
+                return [t for t in (_without(t, removed, self._clock()) for t in found) if len(t)] if removed else found
+
             while True:
-                tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, start, hi, columns) for p in paths)) if t is not None and len(t)]
+                tables += await rows_of(start, hi)
                 rows = await _joined_rows(tables)
                 if rows is not None and carry is None and start == offset:
                     first = rows.column(KAFKA)[0][BATCH_BASE_OFFSET].as_py()
                     if first < offset:  # the offset is mid-batch: read the batch's rows before it too
-                        tables += [t for t in await asyncio.gather(*(self.rows.read(p, partition, first, offset - 1, columns) for p in paths)) if t is not None and len(t)]
+                        tables += await rows_of(first, offset - 1)
                         rows = await _joined_rows(tables)
                 complete = hi >= end
                 if complete:
@@ -435,6 +455,33 @@ class CompactedReader:
             raise
         except (OSError, ValueError, KeyError, pa.ArrowException) as e:
             raise ObjectStoreError(f"table files of {entry.object_key} partition {partition}: {e!r}") from e
+
+    async def _removed(self, manifest_key: str, part: PartitionCompaction) -> Removed | None:
+        """The offsets readers of a compacted topic's `part` skip (table/removals.py), read once
+        per manifest and partition; None for a part that names none."""
+        if not part.removed:
+            return None
+        key = (manifest_key, part.partition)
+        found = self._removals.get(key)
+        if found is None:
+            found = await self._loading_removed.run(key, lambda: self._read_removed(key, part))
+        else:
+            self._removals.move_to_end(key)
+        return found
+
+    async def _read_removed(self, key: tuple, part: PartitionCompaction) -> Removed:
+        pieces = []
+        for ref in part.removed:
+            data = await self._manifests.whole(ref.key)
+            try:
+                pieces.append(removals.decode(data).slice(ref.first_row, ref.rows))
+            except (pa.ArrowException, ValueError) as e:  # the fetch answers KAFKA_STORAGE_ERROR, as for a failed GET
+                raise ObjectStoreError(f"removal object {ref.key} does not decode: {e!r}") from e
+        found = await asyncio.to_thread(Removed, pieces)
+        self._removals[key] = found
+        while len(self._removals) > REMOVALS_KEPT:
+            self._removals.popitem(last=False)
+        return found
 
     async def _partition(self, entry, partition: int) -> PartitionCompaction:
         part = (await self._parts_of(entry.object_key)).get(partition)
@@ -453,6 +500,12 @@ class CompactedReader:
                 self._encoders[schema_id] = ValueEncoder(schema_id, schema.text) if schema is not None else None
             out[schema_id] = self._encoders[schema_id]
         return out
+
+
+def _without(rows: pa.Table, removed: Removed, now_ms: int) -> pa.Table:
+    """`rows` but those whose offsets readers skip at `now_ms`."""
+    hidden = removed.hidden(pc.struct_field(rows.column(KAFKA), OFFSET).to_numpy(zero_copy_only=False), now_ms)
+    return rows.filter(pa.array(~hidden)) if hidden.any() else rows
 
 
 def empty_batch(first: int, last: int) -> bytes:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 FORMAT_VERSION = 1
 PREFIX = "compacted/"
+REMOVED_PREFIX = "removed/"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +53,27 @@ class FileSlice:
 
 
 @dataclass(frozen=True, slots=True)
+class Removal:
+    """Offsets of one Kafka partition whose rows a compacted topic's cycles removed from its table:
+    rows [first_row, first_row + rows) of the removal object `key` (removal_key), each an offset
+    and the time (ms) from which Kafka readers no longer see it: 0 at once (a record a newer one of
+    its key superseded), or a tombstone's end of `delete.retention.ms`."""
+
+    key: str
+    first_row: int
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionCompaction:
     """What one cycle did to one Kafka partition: `replaced` (consecutive WAL entries, exactly as the
-    index held them) became the rows in `slices`."""
+    index held them) became the rows in `slices`. A compacted topic's part also names the
+    `removed` offsets (of its own rows or of rows before them) its readers skip."""
 
     partition: int
     replaced: tuple[WalRange, ...]
     slices: tuple[FileSlice, ...]
+    removed: tuple[Removal, ...] = ()
 
     @property
     def first_offset(self) -> int:
@@ -120,7 +135,9 @@ class CycleManifest:
         return out
 
     def wal_objects(self) -> set[str]:
-        return {r.object_key for p in self.partitions for r in p.replaced}
+        """The WAL objects the manifest replaced (a compacted topic's merged part names none: the
+        manifests it merged named them)."""
+        return {r.object_key for p in self.partitions for r in p.replaced if r.object_key}
 
     def encode(self) -> bytes:
         doc = {
@@ -134,6 +151,7 @@ class CycleManifest:
                     "partition": p.partition,
                     "replaced": [[r.object_key, r.start, r.size, r.base_offset, r.last_offset, r.max_timestamp] for r in p.replaced],
                     "slices": [[s.path, s.first_row, s.rows, s.first_offset, s.last_offset] for s in p.slices],
+                    **({"removed": [[r.key, r.first_row, r.rows] for r in p.removed]} if p.removed else {}),
                 }
                 for p in self.partitions
             ],
@@ -151,13 +169,21 @@ class CycleManifest:
             topic=doc["topic"],
             table=doc["table"],
             partitions=tuple(
-                PartitionCompaction(p["partition"], tuple(WalRange(*r) for r in p["replaced"]), tuple(FileSlice(*s) for s in p["slices"])) for p in doc["partitions"]
+                PartitionCompaction(
+                    p["partition"], tuple(WalRange(*r) for r in p["replaced"]), tuple(FileSlice(*s) for s in p["slices"]), tuple(Removal(*r) for r in p.get("removed", ()))
+                )
+                for p in doc["partitions"]
             ),
         )
 
 
 def manifest_key(topic_id: uuid.UUID, cycle_id: str) -> str:
     return f"{PREFIX}{topic_id}/{cycle_id}.json"
+
+
+def removal_key(topic_id: uuid.UUID, name: str) -> str:
+    """Where a compacted topic's removal object `name` is stored (never overwritten)."""
+    return f"{REMOVED_PREFIX}{topic_id}/{name}.arrow"
 
 
 def is_manifest(key: str) -> bool:

@@ -35,11 +35,11 @@ class Wal:
         self.sequences: dict[tuple[int, int], int] = {}
         self.n = 0
 
-    async def write(self, partition: int, data: bytes, count: int, *, pid: int = -1, transactional: bool = False, control: int = NOT_CONTROL, seq: int = -1) -> int:
+    async def write(self, partition: int, data: bytes, count: int, *, pid: int = -1, transactional: bool = False, control: int = NOT_CONTROL, seq: int = -1, max_timestamp: int = T0) -> int:
         self.n += 1
         key = f"wal/{self.n:06d}"
         await self.objects.put(key, data)
-        append = Append(self.topic_id, partition, 0, len(data), count, T0, producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq, transactional=transactional, control=control)
+        append = Append(self.topic_id, partition, 0, len(data), count, max_timestamp, producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq, transactional=transactional, control=control)
         (result,) = await self.metadata.commit(ObjectCommit(key, len(data), (append,)))
         assert result.error_code == 0, result
         return result.base_offset
