@@ -69,6 +69,12 @@ class Removed:
     def __bool__(self) -> bool:
         return bool(len(self.always) or len(self.timed))
 
+    def changes_after(self, now_ms: int) -> int | None:
+        """The next time (ms) after `now_ms` from which more offsets are hidden (a tombstone's
+        retention ends), None if none: rows read now are right until then."""
+        later = self.timed_from[self.timed_from > now_ms]
+        return int(later.min()) if len(later) else None
+
     def hidden(self, offsets: np.ndarray, now_ms: int) -> np.ndarray:
         """Which of `offsets` a reader skips at `now_ms` (a boolean mask)."""
         out = _members(self.always, offsets)

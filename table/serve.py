@@ -83,6 +83,9 @@ class Run:
     carry: pa.Table | None = None
     read_to: int = -1
     owner: tuple | None = None  # the key its memory is kept under when it shares it (_Shared)
+    # a compacted topic's run holding tombstones: the time (ms) from which one of them is no
+    # longer served (delete.retention.ms passed), when the run is rebuilt without it
+    expires_ms: int | None = None
 
 
 @dataclass(slots=True)
@@ -199,7 +202,11 @@ class CompactedReader:
     async def _run(self, topic_id, partition: int, entry, offset: int, compression: str) -> Run | None:
         key = (topic_id, partition, compression)
         before = None  # the run that ends just before `offset`: its cut batch's rows carry on
-        for run in self._of_partition.get(key, {}).values():
+        now = None
+        for run in list(self._of_partition.get(key, {}).values()):
+            if run.expires_ms is not None and run.expires_ms <= (now := now or self._clock()):
+                self._forget(run.owner or (*key, run.lo))  # a tombstone it holds is no longer served
+                continue
             if run.lo <= offset <= run.hi:
                 self._runs.move_to_end(run.owner or (*key, run.lo))
                 return run
@@ -389,6 +396,7 @@ class CompactedReader:
         return found
 
     async def _load(self, partition: int, entry, offset: int, compression: str, carry: tuple[pa.Table, int] | None = None) -> Run | None:
+        started = self._clock()  # the removals the rows are read with apply from then on, at least
         window = await self._window(partition, entry, offset, ROW_COLUMNS, carry)
         if window is None:
             return None
@@ -404,6 +412,9 @@ class CompactedReader:
         except (ValueError, TypeError, KeyError, OverflowError, pa.ArrowException) as e:
             raise ObjectStoreError(f"rows of {entry.object_key} partition {partition} from offset {offset} do not rebuild: {e!r}") from e
         run = Run(offset, hi, parts, sum(len(p.data) for p in parts))
+        removed = await self._removed(entry.object_key, await self._partition(entry, partition))
+        if removed:
+            run.expires_ms = removed.changes_after(started)
         if not complete and len(rows):
             # the window's last batch may go on past it: its rows are carried into the next window
             cut = int(np.searchsorted(bases, bases[-1], side="left"))
