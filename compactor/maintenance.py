@@ -33,7 +33,7 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 
 from metadata.model import TopicInfo
@@ -41,7 +41,7 @@ from metadata.store import MetadataStore
 from table.layout import KAFKA, OFFSET, PARTITION
 from wal.store import ObjectStore
 
-from . import binding, metrics
+from . import binding, metrics, upsert
 from .committer import CYCLE
 from .config import CompactorConfig
 from .retention import TableRetention
@@ -122,14 +122,17 @@ class TableMaintenance:
             if outcome.rows_expired:
                 self._fault("overwrite")
             table = await asyncio.to_thread(table.refresh)
-            outcome.files_rewritten = await self.merge(table, identifier)
+            outcome.files_rewritten = await self.merge(table, identifier, info)
             if outcome.files_rewritten:
                 metrics.FILES_REWRITTEN.labels(info.name).inc(outcome.files_rewritten)
                 self._fault("merged")
             table = await asyncio.to_thread(table.refresh)
         if await asyncio.to_thread(self._needs_reindex, table, identifier):
             # an outside snapshot: rows its delete files remove must leave the files Kafka reads too
-            applied = await asyncio.to_thread(apply_deletes, table, self.config.merge_target_file_bytes)
+            # (not a compacted topic's: its own cycles' deletes are most of them, and its readers
+            # skip what those remove without a rewrite)
+            compacted = upsert.is_compacted(info.configs)
+            applied = 0 if compacted else await asyncio.to_thread(apply_deletes, table, self.config.merge_target_file_bytes)
             if applied:
                 outcome.files_rewritten += applied
                 metrics.FILES_REWRITTEN.labels(info.name).inc(applied)
@@ -185,13 +188,20 @@ class TableMaintenance:
 
     # -- merge ------------------------------------------------------------------------------------
 
-    async def merge(self, table, identifier: str) -> int:
-        """Merge the small files of `table`: how many files were rewritten (0: none due)."""
+    async def merge(self, table, identifier: str, info: TopicInfo | None = None) -> int:
+        """Merge the small files of `table`: how many files were rewritten (0: none due). A
+        compacted topic's files holding tombstones its Kafka readers are still served wait
+        (upsert.held_by_tombstones: the merge drops deleted rows), and are merged in this process
+        (Spark's rewrite would not leave them out)."""
         target, min_files = self.config.merge_target_file_bytes, self.config.merge_min_files
-        groups = await asyncio.to_thread(small_file_groups, table, target, min_files)
+        held: frozenset[str] = frozenset()
+        compacted = info is not None and upsert.is_compacted(info.configs)
+        if compacted:
+            held = await asyncio.to_thread(upsert.held_by_tombstones, table, upsert.delete_retention_ms(info.configs), int(self._clock() * 1000))
+        groups = await asyncio.to_thread(small_file_groups, table, target, min_files, held)
         if not groups:
             return 0
-        spark = await self._spark()
+        spark = None if compacted else await self._spark()
         if spark is not None and sum(f.file_size_in_bytes for group in groups for f in group) < self.config.merge_on_spark_min_bytes:
             spark = None  # a Spark job would cost more than the whole rewrite (merge_on_spark_min_bytes)
         if spark is not None:
@@ -292,16 +302,17 @@ def unheld_table_files(table, cutoff_ms: int) -> dict[str, str]:
     return {path: old[path] for path in sorted(set(old) - held_paths)}
 
 
-def small_file_groups(table, target: int, min_files: int) -> list[list]:
+def small_file_groups(table, target: int, min_files: int, held: Collection[str] = ()) -> list[list]:
     """The current snapshot's data files smaller than 3/4 of `target` (Iceberg's own choice of
-    files), by table partition of the current spec, in Kafka order (lowest partition, then offset),
-    cut into groups of at most `target` bytes: the groups of at least `min_files` files."""
+    files) but those `held`, by table partition of the current spec, in Kafka order (lowest
+    partition, then offset), cut into groups of at most `target` bytes: the groups of at least
+    `min_files` files."""
     schema = table.schema()
     pfield, ofield = schema.find_field(PARTITION_COLUMN), schema.find_field(OFFSET_COLUMN)
     spec_id = table.spec().spec_id
     by_partition: dict[tuple, list] = {}
     for f in live_data_files(table):
-        if f.spec_id == spec_id and f.file_size_in_bytes < target * 3 // 4:
+        if f.spec_id == spec_id and f.file_size_in_bytes < target * 3 // 4 and f.file_path not in held:
             by_partition.setdefault(tuple(f.partition), []).append(f)
     groups = []
     for _, files in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):

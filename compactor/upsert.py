@@ -34,6 +34,7 @@ from .rewrites import PARTITION_COLUMN
 
 COMPACT = "compact"
 LONG_MAX = 2**63 - 1
+TOMBSTONES = "-tombstones-"  # in the names of the delete files of tombstones (held_by_tombstones)
 DELETE_RETENTION_MS = 86_400_000  # Kafka's default, as broker/topic_configs.py declares it
 
 
@@ -248,11 +249,38 @@ def _deleted_positions(io, delete_paths: Sequence[str], data_path: str, cache: d
 
 def write_deletes(table, data_location: str, deletes: Deletes, cycle_id: str) -> list:
     """The position-delete files of `deletes` (pyiceberg DataFiles to commit with the cycle's rows):
-    the superseded rows' and the tombstones' in files of their own."""
+    the superseded rows' and the tombstones' in files of their own, each named after `cycle_id`
+    (which must begin with the cycle's id: held_by_tombstones reads it back)."""
     from .position_deletes import write_position_deletes
 
-    spec, schema = table.spec(), table.schema()
+    spec, schema, specs = table.spec(), table.schema(), table.specs()
     return [
-        *write_position_deletes(table.io, data_location, spec, schema, deletes.superseded, name_prefix=f"{cycle_id}-superseded"),
-        *write_position_deletes(table.io, data_location, spec, schema, deletes.tombstones, name_prefix=f"{cycle_id}-tombstones"),
+        *write_position_deletes(table.io, data_location, spec, schema, deletes.superseded, name_prefix=f"{cycle_id}-superseded", specs=specs),
+        *write_position_deletes(table.io, data_location, spec, schema, deletes.tombstones, name_prefix=f"{cycle_id}-tombstones", specs=specs),
     ]
+
+
+def held_by_tombstones(table, retention_ms: int, now_ms: int) -> frozenset[str]:
+    """The data files holding a tombstone whose `delete.retention.ms` has not passed since the
+    cycle that compacted it: a rewrite applies every delete, so it would take the tombstone from
+    the Kafka readers it is still served to. A tombstone delete file names its cycle (`write_deletes`);
+    the cycle's snapshot gives the time (an expired snapshot is older than any retention kept)."""
+    from .committer import CYCLE
+
+    if table.current_snapshot() is None:
+        return frozenset()
+    cycles = {}
+    for snapshot in table.metadata.snapshots:
+        props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        if CYCLE in props:
+            cycles[props[CYCLE]] = snapshot.timestamp_ms
+    held = set()
+    for task in table.scan().plan_files():
+        for d in task.delete_files:
+            name = d.file_path.rsplit("/", 1)[-1]
+            if TOMBSTONES in name:
+                cycle_id = name.split("-", 1)[0]
+                if cycles.get(cycle_id, -retention_ms - 1) + retention_ms > now_ms:
+                    held.add(task.file.file_path)
+                    break
+    return frozenset(held)

@@ -7,6 +7,7 @@ DuckDB and (on the Spark runner) Spark 3.5, through the position deletes each cy
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -133,3 +134,47 @@ async def test_records_younger_than_min_compaction_lag_wait_in_the_wal(tmp_path:
         now[0] += 60  # a minute later the second batch is old enough
         assert (await service.compact_topic(metadata.topics()["lagged"])).offsets == {0: (2, 2)}
         assert latest(rows_pyiceberg(table.refresh())) == [(0, b"a", 2, b"2"), (0, b"b", 1, b"1")]
+
+
+async def test_a_merge_leaves_the_files_holding_tombstones_until_their_retention_has_passed(tmp_path: Path):
+    """Table maintenance merges small files by rewriting their live rows: a tombstone's row is not
+    live, so a merge would take it from the Kafka readers it is still served to. Files holding one
+    wait until delete.retention.ms has passed since its cycle; the rest merge; the rows stay one
+    per live key."""
+    import time
+
+    async with contextlib.AsyncExitStack() as stack:
+        metadata, objects, service = await compaction(stack, tmp_path, "in-process")
+        info = await metadata.create_topic("merging", 1, {**COMPACT, "delete.retention.ms": "60000"})
+        wal = Wal(metadata, objects, info.topic_id)
+        for records in ([(b"a", b"1"), (b"b", b"1")], [(b"c", b"1")], [(b"b", None)], [(b"d", b"1")]):
+            await produce(wal, 0, records)
+            await service.compact_topic(metadata.topics()["merging"])
+        table = (await service._load_catalog()).load_table("neve.merging")
+        files = sorted(live_data_files(table), key=lambda f: f.file_path)
+        assert len(files) == 4
+        with_tombstone = _tombstone_files(table)
+        assert len(with_tombstone) == 1
+        want = [(0, b"a", 0, b"1"), (0, b"c", 2, b"1"), (0, b"d", 4, b"1")]
+        assert latest(rows_pyiceberg(table)) == want
+
+        service.maintenance.config = dataclasses.replace(service.maintenance.config, merge_min_files=2)
+        assert await service.maintenance.merge(table, "neve.merging", metadata.topics()["merging"]) == 3
+        table = table.refresh()
+        assert with_tombstone <= {f.file_path for f in live_data_files(table)}  # left as it was
+        assert latest(rows_pyiceberg(table)) == want
+        assert latest(rows_duckdb(table)) == want
+
+        service.maintenance._clock = lambda: time.time() + 61  # the tombstone's retention has passed
+        assert await service.maintenance.merge(table, "neve.merging", metadata.topics()["merging"]) == 2
+        table = table.refresh()
+        assert not with_tombstone & {f.file_path for f in live_data_files(table)}
+        assert latest(rows_pyiceberg(table)) == want
+        assert latest(rows_duckdb(table)) == want
+
+
+def _tombstone_files(table) -> set[str]:
+    """The data files a tombstone delete file applies to."""
+    from compactor.upsert import TOMBSTONES
+
+    return {t.file.file_path for t in table.scan().plan_files() if any(TOMBSTONES in d.file_path for d in t.delete_files)}
