@@ -119,7 +119,10 @@ class CompactorConfig:
     uses 3 days. 0: never."""
     fault_kill_after: str = ""
     """Test-only fault injection: kill this process (SIGKILL) at a step: right after a cycle's
-    Parquet files are `written`, its snapshot `committed`, or its index `swapped`; after maintenance `merged` a table's files (its snapshot committed, the index not
+    Parquet files are `written`, its snapshot `committed`, or its index `swapped`; a compacted
+    topic's cycle also once its removal object is written (`removals-written`), its manifest
+    (`manifest-written`), its position-delete files (`deletes-written`, not committed yet), and
+    after its partitions' index entries are merged (`entries-merged`); after maintenance `merged` a table's files (its snapshot committed, the index not
     yet re-indexed); after retention's `overwrite` of a table's expired rows; after a deleted
     topic's table is `dropped`. Empty: off."""
     fault_raise_at: str = ""

@@ -505,9 +505,11 @@ class CompactionService:
         if upsert.is_compacted(info.configs):
             deletes = await asyncio.to_thread(upsert.cycle_deletes, d.table, data_files)
             removed = await self._write_removals(info, cycle.cycle_id, deletes)
+            self._fault("removals-written")
         manifest = await asyncio.to_thread(_manifest, cycle.cycle_id, info, identifier, d.plan, written, removed)
         data = await asyncio.to_thread(manifest.encode)
         await self.objects.put(manifest.key, data)
+        self._fault("manifest-written")
         self._check_lead()
         # Until this cycle is swapped, the next one finishes it first (a failure may come between).
         self._recovered.discard(identifier)
@@ -526,6 +528,7 @@ class CompactionService:
         self._fault("swapped")
         if deletes is not None:
             await self._merge_compacted(info, identifier, [p.partition for p in manifest.partitions])
+            self._fault("entries-merged")
         for part in manifest.partitions:
             if part.partition in outcome.swapped or part.partition in outcome.already:
                 self._checkpoints[(info.topic_id, part.partition)] = part.last_offset + 1
@@ -559,6 +562,7 @@ class CompactionService:
             if attempt > 1:
                 deletes = await asyncio.to_thread(upsert.cycle_deletes, table, data_files)
             delete_files = await asyncio.to_thread(upsert.write_deletes, table, d.context.data_location, deletes, f"{d.cycle.cycle_id}-{attempt}")
+            self._fault("deletes-written")
             try:
                 done = await asyncio.to_thread(commit_cycle_table, table, manifest, data_files, delete_files=delete_files)
             except (DeletedFilesGone, CycleOverlap) as e:  # refused before committing: its delete files are nobody's

@@ -4,7 +4,8 @@ per live key, the latest value of each key, and no row of a deleted key.
 A compacted topic's table is merge-on-read. A cycle appends its rows as any topic's cycle does, and
 in the same snapshot adds Iceberg position deletes (position_deletes.py) for
 - each row of the table the cycle supersedes: a row of the same Kafka partition and key, older than
-  the cycle's newest record of that key;
+  the cycle's newest record of that key (a tombstone row the table deleted already, but the Kafka
+  view still serves, too: it is superseded at once);
 - each of the cycle's own rows that a later record of the cycle supersedes;
 - each tombstone (a record with a key and no value) that is its key's newest record: the key is
   gone, so its tombstone is no row either (the Kafka view keeps tombstones for
@@ -34,7 +35,7 @@ from .rewrites import PARTITION_COLUMN
 
 COMPACT = "compact"
 LONG_MAX = 2**63 - 1
-TOMBSTONES = "-tombstones-"  # in the names of the delete files of tombstones (held_by_tombstones)
+TOMBSTONES = "-tombstones-"  # in the names of the position-delete files of tombstones (`write_deletes`)
 DELETE_RETENTION_MS = 86_400_000  # Kafka's default, as broker/topic_configs.py declares it
 
 
@@ -126,9 +127,13 @@ def cycle_deletes(table, added: Sequence[Any]) -> Deletes:
     is_newest = pc.equal(marked["o"], marked["newest"])
     superseded = [marked.filter(pc.invert(is_newest)).select(["p", "o", "f", "pos"])]
     gone = marked.filter(pc.and_(is_newest, marked["tomb"])).select(["p", "o", "f", "pos"])
-    # the table's live rows of the keys the cycle wrote: all superseded by the cycle's newest
+    # the table's live rows of the keys the cycle wrote: all superseded by the cycle's newest; and
+    # so are its tombstones still served to Kafka readers (deleted from the table by tombstone
+    # delete files alone, hidden from readers once delete.retention.ms has passed): a later record
+    # of their key hides them at once, as Kafka's cleaner removes a tombstone a later record
+    # follows. Their rows are deleted again as superseded, so that no later cycle finds them.
     existing = _live_files(table, pc.unique(keyed["p"]).to_pylist())
-    old = _rows(table.io, [f for f, _ in existing], deleted={f.file_path: d for f, d in existing})
+    old = _rows(table.io, [f for f, _ in existing], deleted={f.file_path: [d for d in ds if not _tombstone_deletes(d)] for f, ds in existing})
     if old is not None:
         hit = old.filter(pc.is_valid(old["k"])).join(newest.select(["p", "k"]), keys=["p", "k"], join_type="left semi")
         superseded.append(hit.select(["p", "o", "f", "pos"]).set_column(2, "f", pc.add(hit["f"], pa.scalar(len(added), pa.int32()))))
@@ -140,6 +145,11 @@ def cycle_deletes(table, added: Sequence[Any]) -> Deletes:
         superseded_offsets=_by_partition(all_superseded),
         tombstone_offsets=_by_partition(gone),
     )
+
+
+def _tombstone_deletes(path: str) -> bool:
+    """Whether a delete file is one of tombstones (`write_deletes` names them so)."""
+    return f"{TOMBSTONES}deletes-" in path.rsplit("/", 1)[-1]
 
 
 def _by_file(rows, files: Sequence[Any]) -> list[tuple[Any, Any]]:
@@ -277,9 +287,8 @@ def held_by_tombstones(table, retention_ms: int, now_ms: int) -> frozenset[str]:
     held = set()
     for task in table.scan().plan_files():
         for d in task.delete_files:
-            name = d.file_path.rsplit("/", 1)[-1]
-            if TOMBSTONES in name:
-                cycle_id = name.split("-", 1)[0]
+            if _tombstone_deletes(d.file_path):
+                cycle_id = d.file_path.rsplit("/", 1)[-1].split("-", 1)[0]
                 if cycles.get(cycle_id, -retention_ms - 1) + retention_ms > now_ms:
                     held.add(task.file.file_path)
                     break
