@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from tests.compactor.test_compacted_topics import PARTITIONS, TIMEOUT, Record, create, key, latest_per_key, wait_for_table, wait_for_view
 from tests.compactor.test_service import WAIT_S, node_env
@@ -229,3 +229,54 @@ def test_delete_records_moves_the_log_start_into_the_compacted_range(neve_factor
         assert set(want) <= set(got), f"records missing from the Kafka view: {sorted(set(want) - set(got))}"
         assert time.monotonic() < deadline, f"the Kafka view still holds {got} after {WAIT_S} s"
         time.sleep(0.5)
+
+
+def test_a_committed_offset_at_records_removed_at_the_end_resumes_at_the_next_record_produced(neve_factory):
+    """A partition's compacted range ending in removed offsets (a superseded value, then its key's
+    tombstone once delete.retention.ms has passed): a group committed there reads on from the next
+    record produced, not from the log start or the range's last record still there."""
+    node = neve_factory(env=node_env(free_port()))
+    create(node.bootstrap, "tail", **{"delete.retention.ms": "1000"})
+    values = produce_round(node.bootstrap, "tail", [(key(k), b"v-%03d" % k) for k in range(2 * PARTITIONS)], int(time.time() * 1000))
+    tombstones = produce_round(node.bootstrap, "tail", [(key(k), None) for k in range(PARTITIONS, 2 * PARTITIONS)], int(time.time() * 1000))
+    kept = [r for r in values if r[2] < key(PARTITIONS)]
+    wait_for_view(node.bootstrap, "tail", sorted(kept))
+    # per partition: offset 0 kept, 1 (a superseded value) and 2 (its tombstone) removed
+    assert sorted((p, o) for p, o, _, _ in values + tombstones) == [(p, o) for p in range(PARTITIONS) for o in range(3)]
+    assert sorted((p, o) for p, o, _, _ in kept) == [(p, 0) for p in range(PARTITIONS)]
+    committed = {0: 1, 1: 1, 2: 2, 3: 2}
+    group = f"tail-{uuid.uuid4().hex[:8]}"
+    committer = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        committer.commit(offsets=[TopicPartition("tail", p, o) for p, o in committed.items()], asynchronous=False)
+    finally:
+        committer.close()
+    # `earliest`: a reset (the committed offset taken as out of range) would read offset 0 again
+    resumed = Consumer({"bootstrap.servers": node.bootstrap, "group.id": group, "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    try:
+        resumed.subscribe(["tail"])
+        later = produce_round(node.bootstrap, "tail", [(key(k), b"later-%03d" % k) for k in range(PARTITIONS)], int(time.time() * 1000))
+        assert [(p, o) for p, o, _, _ in sorted(later)] == [(p, 3) for p in range(PARTITIONS)]
+        assert first_records(resumed, PARTITIONS) == {r[0]: r for r in later}
+    finally:
+        resumed.close()
+
+
+def test_max_timestamp_finds_the_record_still_there_with_the_largest_timestamp(neve_factory):
+    """ListOffsets MAX_TIMESTAMP (KIP-734) after compaction: as Kafka's cleaner recomputes a
+    rebuilt batch's max timestamp from the records it keeps, the answer is the record still there
+    with the largest timestamp, not a removed one's (nor none)."""
+    node = neve_factory(env=node_env(free_port()))
+    create(node.bootstrap, "latest", **{"delete.retention.ms": "3600000"})
+    now = int(time.time() * 1000)
+    # partition 0: key 0 at now + 1 h (offset 0), key 4 at now - 1 s (1), key 0 again at now (2)
+    ahead = produce_round(node.bootstrap, "latest", [(key(0), b"ahead")], now + 3_600_000)
+    before = produce_round(node.bootstrap, "latest", [(key(4), b"before")], now - 1000)
+    again = produce_round(node.bootstrap, "latest", [(key(0), b"now")], now)
+    assert [r[1] for r in ahead + before + again] == [0, 1, 2]
+    wait_for_view(node.bootstrap, "latest", [*before, *again])
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})
+    asked = {TopicPartition("latest", 0): OffsetSpec.max_timestamp(), TopicPartition("latest", 1): OffsetSpec.max_timestamp()}
+    found = {tp.partition: (f.result(TIMEOUT).offset, f.result(TIMEOUT).timestamp) for tp, f in admin.list_offsets(asked).items()}
+    # key 0's update (offset 2) has the largest timestamp still there; partition 1 has no record
+    assert found == {0: (2, now), 1: (-1, -1)}
