@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from tests.compactor.test_compacted_semantics import from_beginning
@@ -59,6 +59,21 @@ def wait_for_rows(data_dir: Path, topic: str, want: list[Record]) -> None:
     assert table_rows(data_dir, topic, rows_duckdb) == rows
 
 
+def keyless(bootstrap: str, topic: str) -> list[Record]:
+    """A record without key to each partition: the records as acknowledged."""
+    acked: list[Record] = []
+
+    def delivered(err, msg) -> None:
+        assert err is None, err
+        acked.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for p in range(PARTITIONS):
+        producer.produce(topic, value=b"no key %d" % p, partition=p, on_delivery=delivered)
+    assert producer.flush(TIMEOUT) == 0 and len(acked) == PARTITIONS
+    return acked
+
+
 def in_order(records: list[Record]) -> list[Record]:
     return sorted(records, key=lambda r: (r[0], r[1]))
 
@@ -68,18 +83,19 @@ def test_a_topic_switched_to_compact_and_back_keeps_every_record_its_policy_keep
     data_dir = Path(node.data_dir).resolve()
     create(node.bootstrap, "switched", **{"cleanup.policy": "delete", "delete.retention.ms": "3600000"})
 
-    # under `delete`: every update is a row and a record
-    appended = produce(node.bootstrap, "switched", [(key(k), b"d%d-%03d" % (u, k)) for u in range(3) for k in range(KEYS)])
+    # under `delete`: every update is a row and a record; and a record without key per partition
+    appended = produce(node.bootstrap, "switched", [(key(k), b"d%d-%03d" % (u, k)) for u in range(3) for k in range(KEYS)]) + keyless(node.bootstrap, "switched")
     wait_for_rows(data_dir, "switched", appended)
     assert consume(node.bootstrap, "switched") == in_order(appended)
 
     # switched to `compact`: the keys written after it (0-7 updated, 15 deleted) are upserted, their
-    # rows and records from before the switch removed; keys 8-14 keep their three rows and records
+    # rows and records from before the switch removed; keys 8-14 keep their three rows and records,
+    # and the records without key stay (Kafka's cleaner would drop them: neve loses no record)
     alter_policy(node.bootstrap, "switched", "compact")
     upserted = produce(node.bootstrap, "switched", [(key(k), b"c-%03d" % k) for k in range(8)] + [(key(15), None)])
     written = {r[2] for r in upserted}
     untouched = [r for r in appended if r[2] not in written]
-    assert len(untouched) == 3 * 7
+    assert len(untouched) == 3 * 7 + PARTITIONS
     compacted = latest_per_key(upserted)
     wait_for_rows(data_dir, "switched", untouched + [r for r in compacted if r[3] is not None])
     view = in_order(untouched + compacted)  # the tombstone served for delete.retention.ms
