@@ -51,30 +51,35 @@ def produce_round(bootstrap: str, topic: str, records: list[tuple[bytes, bytes |
     return acked
 
 
-def rounds(bootstrap: str, topic: str, base_ms: int) -> tuple[list[Record], dict[tuple[int, int], int]]:
-    """Write the rounds (round u at base_ms + u * ROUND_MS): the records acknowledged, and each
-    one's timestamp by (partition, offset)."""
+def rounds(bootstrap: str, topic: str, base_ms: int, after_each=None) -> tuple[list[Record], dict[tuple[int, int], int]]:
+    """Write the rounds (round u at base_ms + u * ROUND_MS), calling `after_each` with the records
+    acknowledged so far after each: the records acknowledged, and each one's timestamp by
+    (partition, offset)."""
     acked: list[Record] = []
     stamps = {}
     for u in range(ROUNDS):
         written = produce_round(bootstrap, topic, [(key(k), b"r%d-%03d" % (u, k)) for k in range(KEYS) if updates(k) > u], base_ms + u * ROUND_MS)
         stamps.update({(p, o): base_ms + u * ROUND_MS for p, o, _, _ in written})
         acked += written
+        if after_each is not None:
+            after_each(acked)
     return acked, stamps
 
 
 def compacted_topic(neve_factory, topic: str) -> tuple[str, list[Record], list[Record], dict[tuple[int, int], int]]:
     """A node whose compacted `topic` holds the rounds, once its Kafka view and table are
     compacted: the bootstrap, the records acknowledged, those still there, and the base offset of
-    the batch each of those was produced in (from its table row)."""
+    the batch each of those was produced in (from its table row). Each round is in the table
+    before the next is written: its own cycle, file and row group, so that the compacted range is
+    read in windows (one a row group) with removed offsets at their edges."""
     node = neve_factory(env=node_env(free_port()))
+    data_dir = Path(node.data_dir).resolve()
     create(node.bootstrap, topic, **{"delete.retention.ms": "3600000"})
-    acked, _ = rounds(node.bootstrap, topic, int(time.time() * 1000) - 600_000)
+    acked, _ = rounds(node.bootstrap, topic, int(time.time() * 1000) - 600_000, lambda acked: wait_for_table(data_dir, topic, latest_per_key(acked)))
     kept = latest_per_key(acked)
     assert len(acked) == 80 and len(kept) == KEYS
-    wait_for_table(Path(node.data_dir).resolve(), topic, kept)
     wait_for_view(node.bootstrap, topic, kept)
-    rows = rows_pyiceberg(catalog(Path(node.data_dir).resolve()).load_table(f"neve.{topic}"))
+    rows = rows_pyiceberg(catalog(data_dir).load_table(f"neve.{topic}"))
     return node.bootstrap, acked, kept, {(r["kafka"]["partition"], r["kafka"]["offset"]): r["kafka"]["batch_base_offset"] for r in rows}
 
 
