@@ -199,6 +199,27 @@ class CompactedReader:
             offset = hi + 1
         return None
 
+    async def max_timestamp(self, topic_id, partition: int, entry) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record of `entry` with the largest timestamp of the
+        records still there (a compacted topic's removed records left out, as Kafka's cleaner
+        leaves a rebuilt batch the largest timestamp of the records it keeps); None if it has
+        none. Reads the whole entry: asked only when its record with the entry's largest
+        timestamp is gone."""
+        best = None
+        offset = entry.base_offset
+        while offset <= entry.last_offset:
+            window = await self._window(partition, entry, offset, ())
+            if window is None:
+                break
+            rows, hi, _ = window
+            kafka = rows.column(KAFKA)
+            ts = _timestamps(kafka)
+            top = pc.max(ts).as_py()
+            if top is not None and (best is None or top > best[1]):
+                best = (pc.struct_field(kafka, OFFSET)[pc.index(ts, top).as_py()].as_py(), top)
+            offset = hi + 1
+        return best
+
     async def _run(self, topic_id, partition: int, entry, offset: int, compression: str) -> Run | None:
         key = (topic_id, partition, compression)
         before = None  # the run that ends just before `offset`: its cut batch's rows carry on

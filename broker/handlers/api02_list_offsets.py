@@ -2,7 +2,10 @@
 timestamp: the first offset whose record timestamp is at or after the target, or -1 when none is.
 Every answer follows the log start offset (DeleteRecords, retention): nothing before it is found.
 The offset index narrows the search to one entry by its max timestamp; only that entry's batches
-are read, and only the batch that reaches the target is decoded.
+are read, and only the batch that reaches the target is decoded. A compacted topic's entry keeps
+the max timestamp of records compaction removed: by timestamp then goes on to the next entry, and
+max timestamp reads the records still there, as Kafka's cleaner gives a rebuilt batch the largest
+timestamp of the records it keeps.
 
 Under read_committed (isolation_level 1, v2+) the log ends at the last stable offset, as in Kafka:
 latest answers it, and by timestamp and max timestamp find only offsets below it (-1 otherwise,
@@ -65,21 +68,28 @@ def _first_reaching(store, topic_id, partition, offset: int, timestamp: int):
 
 
 async def _max_timestamp(s, topic_id, partition) -> tuple[int, int]:
+    """The first offset with the partition's largest record timestamp. An entry's max timestamp
+    is its largest record's, unless compaction removed that record: then the entry's records
+    still there are searched, and the entries whose max timestamp could still beat the best found
+    (a compacted topic's merged entry counts its removed records' timestamps)."""
     store = s.metadata
-    best = None
+    entries = []
     offset = store.log_start_offset(topic_id, partition)
-    while True:
-        batch = store.entries(topic_id, partition, offset, max_entries=1024)
-        if not batch:
-            break
-        for e in batch:
-            if best is None or e.max_timestamp > best.max_timestamp:
-                best = e
+    while batch := store.entries(topic_id, partition, offset, max_entries=1024):
+        entries.extend(batch)
         offset = batch[-1].last_offset + 1
-    if best is None:
-        return -1, -1
-    found = await _in_entry(s, topic_id, partition, best, best.max_timestamp)
-    return found if found is not None else (-1, -1)
+    best = None
+    for e in sorted(entries, key=lambda e: (-e.max_timestamp, e.base_offset)):
+        if best is not None and e.max_timestamp < best[1]:
+            break
+        if best is not None and e.max_timestamp == best[1] and e.base_offset > best[0]:
+            continue  # a tie goes to the first offset, and this entry's are all after it
+        found = await _in_entry(s, topic_id, partition, e, e.max_timestamp)
+        if found is None and e.object_type == ObjectType.PARQUET and s.compacted is not None:
+            found = await s.compacted.max_timestamp(topic_id, partition, e)
+        if found is not None and (best is None or found[1] > best[1] or (found[1] == best[1] and found[0] < best[0])):
+            best = found
+    return best if best is not None else (-1, -1)
 
 
 async def _in_entry(s, topic_id, partition: int, entry, timestamp: int) -> tuple[int, int] | None:
