@@ -87,6 +87,9 @@ def as_records(rows: list[dict]) -> list[Record]:
     return sorted((r["kafka"]["partition"], r["kafka"]["offset"], r["key_raw"], r["value_raw"]) for r in rows)
 
 
+# three brokers, etcd, SeaweedFS, PostgreSQL, the compactor and Spark's JVM start in it: on a busy
+# 2-core machine their start alone has taken half of the suite's 300 s
+@pytest.mark.timeout(600)
 def test_a_compacted_topic_on_the_cluster_reads_one_row_and_one_record_per_live_key(cluster_factory, postgres_db, artifacts_dir, spark_session):
     from compactor.catalog import catalog_target, load_catalog
     from compactor.config import CompactorConfig
