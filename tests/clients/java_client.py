@@ -105,11 +105,11 @@ def compiled() -> Path:
     return target
 
 
-def run(args: list[str], timeout: float, log_path: Path | None = None) -> str:
-    """Run the driver; returns its stdout. stderr goes to `log_path` when given."""
+def run(args: list[str], timeout: float, log_path: Path | None = None, stdin: str | None = None) -> str:
+    """Run the driver (`stdin` its input); returns its stdout. stderr goes to `log_path` when given."""
     cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", *args]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         stderr = e.stderr.decode(errors="replace") if isinstance(e.stderr, bytes) else (e.stderr or "")
         _save(log_path, stderr)
@@ -143,6 +143,33 @@ def produce(
     args = ["produce", "--bootstrap", bootstrap, "--topic", topic, "--count", str(count), "--partitions", str(partitions)]
     out = run(args + _config_args(config), timeout, log_path)
     return [Ack(*map(int, line.split())) for line in out.splitlines()]
+
+
+def produce_keyed(
+    bootstrap: str,
+    topic: str,
+    records: list[tuple[int, bytes, bytes | None]],
+    config: dict[str, str] | None = None,
+    timeout: float = 180.0,
+    log_path: Path | None = None,
+) -> list[tuple[int, int, bytes, bytes | None]]:
+    """Each (partition, key, value or None for a tombstone) sent in order by one producer; every
+    record as acknowledged: (partition, offset, key, value), in the order given."""
+    lines = "".join(f"{p}\t{k.hex()}\t{'-' if v is None else v.hex()}\n" for p, k, v in records)
+    offsets: dict[int, tuple[int, int]] = {}
+    for line in run(["produce-keyed", "--bootstrap", bootstrap, "--topic", topic, *_config_args(config)], timeout, log_path, stdin=lines).splitlines():
+        ack = json.loads(line)
+        if ack["record"] in offsets:
+            raise JavaClientError(f"record {ack['record']} acknowledged twice")
+        offsets[ack["record"]] = (ack["partition"], ack["offset"])
+    if len(offsets) != len(records):
+        raise JavaClientError(f"{len(offsets)} of {len(records)} records acknowledged")
+    acked = []
+    for n, (partition, k, v) in enumerate(records):
+        if offsets[n][0] != partition:
+            raise JavaClientError(f"record {n} acknowledged on partition {offsets[n][0]}, sent to {partition}")
+        acked.append((partition, offsets[n][1], k, v))
+    return acked
 
 
 def consume(

@@ -99,3 +99,29 @@ def member(
     itself after `timeout` seconds."""
     command = {"op": "member", "bootstrap": bootstrap, "topic": topic, "group": group, "batch": batch, "quota": quota, "timeout_ms": int(timeout * 1000)}
     return ProcessMember(name, board, quota, [node(), str(DRIVER), json.dumps(command)], log_path, cwd=DRIVER_DIR)
+
+
+@dataclass(frozen=True)
+class ReadAll:
+    end_offsets: dict[int, int]
+    """Each partition's end offset (high watermark) when the reader started."""
+    records: list[tuple[int, int, bytes | None, bytes | None]]
+    """(partition, offset, key, value) in the order kafkajs handed them over; None for null."""
+    short: dict[int, int]
+    """Partitions the reader could not bring to their end offset: the offset it stayed at."""
+
+
+def consume_all(bootstrap: str, topic: str, timeout: float = 90.0, log_path: Path | None = None) -> ReadAll:
+    """A kafkajs consumer (a new group, no commits) from offset 0 to each partition's end offset,
+    queried first (see driver.js `consume_all` for the partitions it reports short)."""
+    command = {"op": "consume_all", "bootstrap": bootstrap, "topic": topic, "timeout_ms": int(timeout * 1000 * 0.8)}
+    answer = run(command, timeout, log_path)
+
+    def unhex(text: str | None) -> bytes | None:
+        return None if text is None else bytes.fromhex(text)
+
+    return ReadAll(
+        {int(p): o for p, o in answer["end"].items()},
+        [(p, o, unhex(k), unhex(v)) for p, o, k, v in answer["records"]],
+        {int(p): o for p, o in answer["short"].items()},
+    )

@@ -8,6 +8,13 @@
 //       assign() + seekToBeginning(), reads until every partition reaches the end offset it had at
 //       start (and at least N records), printing "end partition offset" per partition first, then
 //       "partition offset value" per record.
+//   produce-keyed --bootstrap B --topic T [--config k=v]...
+//       sends the records read on stdin, one a line: "partition TAB key TAB value" with key and
+//       value as hex, value "-" for null (a tombstone), in order; prints one JSON line per
+//       acknowledged record: {"record": n, "partition": p, "offset": o}, n its line's index from 0.
+//   consume-bytes --bootstrap B --topic T --partitions P [--timeout-ms MS] [--config k=v]...
+//       every record from offset 0 to each partition's end offset at start, key, value and
+//       headers as hex ("-" for null).
 //
 //   admin --bootstrap B --op OP --topic T [--partitions N] [--config k=v]...
 //       one admin operation, answered with one JSON line. Without --op, a session: one operation
@@ -73,6 +80,7 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.errors.ProducerFencedException;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
 import org.apache.kafka.common.errors.InvalidProducerEpochException;
@@ -111,6 +119,7 @@ public final class NeveClient {
         try {
             switch (argv[0]) {
                 case "produce" -> code = produce(opts, extra, out);
+                case "produce-keyed" -> code = produceKeyed(opts, extra, out);
                 case "consume" -> code = consume(opts, extra, out);
                 case "consume-bytes" -> code = consumeBytes(opts, extra, out);
                 case "admin" -> code = admin(opts, extra, out);
@@ -177,6 +186,67 @@ public final class NeveClient {
             return 1;
         }
         return 0;
+    }
+
+    /** Records from stdin ("partition TAB key-hex TAB value-hex or -"), sent in order as bytes; one
+     * JSON line per acknowledgement. Fails (1) unless every record is acknowledged. */
+    private static int produceKeyed(Map<String, String> opts, Properties extra, PrintStream out) throws java.io.IOException {
+        String topic = required(opts, "topic");
+        Properties props = new Properties();
+        props.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
+        props.put(ProducerConfig.CLIENT_ID_CONFIG, "neve-java-driver");
+        props.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class.getName());
+        props.putAll(extra);
+
+        AtomicInteger acked = new AtomicInteger();
+        AtomicInteger failed = new AtomicInteger();
+        AtomicReference<Exception> firstError = new AtomicReference<>();
+        int count = 0;
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            String line;
+            while ((line = in.readLine()) != null) {
+                if (line.isEmpty()) {
+                    continue;
+                }
+                String[] f = line.split("\t", -1);
+                if (f.length != 3) {
+                    usage("produce-keyed wants \"partition TAB key TAB value\", got " + line);
+                }
+                final int n = count++;
+                byte[] value = f[2].equals("-") ? null : unhex(f[2]);
+                producer.send(new ProducerRecord<>(topic, Integer.parseInt(f[0]), unhex(f[1]), value), (md, e) -> {
+                    if (e != null) {
+                        failed.incrementAndGet();
+                        firstError.compareAndSet(null, e);
+                    } else {
+                        acked.incrementAndGet();
+                        synchronized (out) {
+                            out.println("{\"record\": " + n + ", \"partition\": " + md.partition() + ", \"offset\": " + md.offset() + "}");
+                        }
+                    }
+                });
+            }
+            producer.flush();
+        }
+        if (failed.get() > 0 || acked.get() != count) {
+            System.err.printf("error: %d of %d records acknowledged, %d failed%n", acked.get(), count, failed.get());
+            if (firstError.get() != null) {
+                System.err.println("first failure:");
+                firstError.get().printStackTrace(System.err);
+            }
+            return 1;
+        }
+        return 0;
+    }
+
+    private static byte[] unhex(String text) {
+        byte[] data = new byte[text.length() / 2];
+        for (int i = 0; i < data.length; i++) {
+            data[i] = (byte) Integer.parseInt(text.substring(2 * i, 2 * i + 2), 16);
+        }
+        return data;
     }
 
     /** A consumer's properties for the driver's reads: no group commits, `deserializer` for keys and values. */
@@ -743,7 +813,7 @@ public final class NeveClient {
     }
 
     private static void usage(String why) {
-        System.err.println("usage: NeveClient produce|consume|admin|member --bootstrap B --topic T [--partitions P] "
+        System.err.println("usage: NeveClient produce|produce-keyed|consume|consume-bytes|admin|member --bootstrap B --topic T [--partitions P] "
                 + "[--count N] [--expect N] [--op OP] [--group G] [--batch N] [--quota Q] [--timeout-ms MS] [--config key=value]...");
         System.err.println("error: " + why);
         System.exit(USAGE);

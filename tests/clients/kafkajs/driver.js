@@ -13,6 +13,14 @@
 //       idempotent producer, acks=all, maxInFlightRequests 5; records 0..count-1 (key = value = the
 //       sequence number as text) to partition seq % partitions, sent in chunks of `chunk` records.
 //       -> {"acks": [[partition, offset, seq], ...]}
+//   {"op": "consume_all", "bootstrap", "topic", "timeout_ms"}
+//       a consumer (its own new group, no commits) reading from offset 0 to each partition's end
+//       offset, queried first (ListOffsets latest) -> {"end": {partition: offset}, "records":
+//       [[partition, offset, key hex|null, value hex|null], ...] in arrival order, "short":
+//       {partition: next offset}}. kafkajs skips an empty record batch without moving its fetch
+//       offset past it, so a partition whose last records were removed (compaction) never
+//       reaches its end offset: such a partition is reported in "short" once QUIET_FETCHES fetches
+//       in a row brought no record at all.
 //
 // One long-lived command: a consumer-group member.
 //   {"op": "member", "bootstrap", "topic", "group", "batch", "quota", "session_timeout_ms", "timeout_ms"}
@@ -184,6 +192,48 @@ async function txnProduce(cmd) {
   return { records }
 }
 
+const QUIET_FETCHES = 6
+
+async function consumeAll(cmd) {
+  const kafka = client(cmd, 'neve-kafkajs-reader')
+  const ends = await withAdmin(cmd, admin => admin.fetchTopicOffsets(cmd.topic))
+  const end = Object.fromEntries(ends.map(p => [p.partition, Number(p.high)]))
+  const next = Object.fromEntries(ends.map(p => [p.partition, 0]))
+  const open = () => Object.keys(end).filter(p => next[p] < end[p])
+  const records = []
+  if (open().length === 0) return { end, records, short: {} }
+  const consumer = kafka.consumer({ groupId: `neve-reader-${process.pid}-${Date.now()}`, maxWaitTimeInMs: 200 })
+  let quiet = 0
+  let finish
+  const finished = new Promise(resolve => { finish = resolve })
+  const hardStop = setTimeout(() => finish(new Error(`consume_all overran ${cmd.timeout_ms} ms; next offsets ${JSON.stringify(next)}, ends ${JSON.stringify(end)}`)), cmd.timeout_ms || 60000)
+  consumer.on(consumer.events.FETCH, () => {
+    if (open().length === 0) finish(null)
+    else if (++quiet >= QUIET_FETCHES) finish(null)
+  })
+  consumer.on(consumer.events.CRASH, ({ payload }) => finish(payload.error))
+  await consumer.connect()
+  try {
+    await consumer.subscribe({ topics: [cmd.topic], fromBeginning: true })
+    await consumer.run({
+      autoCommit: false,
+      eachBatch: async ({ batch }) => {
+        for (const m of batch.messages) {
+          records.push([batch.partition, Number(m.offset), m.key === null ? null : m.key.toString('hex'), m.value === null ? null : m.value.toString('hex')])
+          next[batch.partition] = Number(m.offset) + 1
+          quiet = 0
+        }
+      },
+    })
+    const error = await finished
+    if (error) throw error
+  } finally {
+    clearTimeout(hardStop)
+    await consumer.disconnect()
+  }
+  return { end, records, short: Object.fromEntries(open().map(p => [p, next[p]])) }
+}
+
 async function member(cmd) {
   const kafka = client(cmd, 'neve-kafkajs-member')
   const consumer = kafka.consumer({
@@ -288,6 +338,8 @@ async function main() {
     await member(cmd)
   } else if (cmd.op === 'produce') {
     print(await produce(cmd))
+  } else if (cmd.op === 'consume_all') {
+    print(await consumeAll(cmd))
   } else if (cmd.op === 'txn_produce') {
     print(await txnProduce(cmd))
   } else if (ADMIN[cmd.op]) {
