@@ -467,7 +467,7 @@ class CompactedReader:
 
             async def rows_of(lo: int, hi: int) -> list[pa.Table]:
                 found = [t for t in await asyncio.gather(*(self.rows.read(p, partition, lo, hi, columns) for p in paths)) if t is not None and len(t)]
-                return [t for t in (_without(t, removed, self._clock()) for t in found) if len(t)] if removed else found
+                return [t for t in (_without(t, removed, self._clock(), entry.last_offset) for t in found) if len(t)] if removed else found
 
             while True:
                 tables += await rows_of(start, hi)
@@ -534,9 +534,15 @@ class CompactedReader:
         return out
 
 
-def _without(rows: pa.Table, removed: Removed, now_ms: int) -> pa.Table:
-    """`rows` but those whose offsets readers skip at `now_ms`."""
-    hidden = removed.hidden(pc.struct_field(rows.column(KAFKA), OFFSET).to_numpy(zero_copy_only=False), now_ms)
+def _without(rows: pa.Table, removed: Removed, now_ms: int, last: int) -> pa.Table:
+    """`rows` but those whose offsets readers skip at `now_ms`, except the record at `last` (the
+    compacted range's end). Like the newest record of a Kafka log, which its cleaner never takes
+    (it is in the active segment), it stays until a later record is compacted: a tombstone there
+    outlives its delete.retention.ms. A gap at the very end of a partition would hold consumers
+    that do not move past an empty batch (kafkajs) below the high watermark for good."""
+    offsets = pc.struct_field(rows.column(KAFKA), OFFSET).to_numpy(zero_copy_only=False)
+    hidden = removed.hidden(offsets, now_ms)
+    hidden[offsets == last] = False
     return rows.filter(pa.array(~hidden)) if hidden.any() else rows
 
 

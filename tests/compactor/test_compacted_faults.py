@@ -28,7 +28,7 @@ import pytest
 from confluent_kafka import Producer
 
 from compactor.config import CompactorConfig
-from tests.compactor.test_compacted_topics import PARTITIONS, TIMEOUT, Record, create, key, latest_per_key, wait_for_table, wait_for_view
+from tests.compactor.test_compacted_topics import PARTITIONS, TIMEOUT, Record, after_retention, create, key, latest_per_key, wait_for_table, wait_for_view
 from tests.compactor.test_deposed import LEAD_S, service_on, wal_entries
 from tests.compactor.test_service import WAIT_S, node_env
 from tests.compactor.test_transactions_clients import catalog
@@ -112,7 +112,7 @@ def kafka_view(acked: list[Record], retention: str) -> list[Record]:
     """What a consumer from offset 0 reads once `acked` are compacted: the latest record of each
     key, and tombstones only while retained."""
     want = latest_per_key(acked)
-    return want if retention == RETAINED else [r for r in want if r[3] is not None]
+    return want if retention == RETAINED else after_retention(want)
 
 
 def kill_in_an_upsert_cycle(neve_factory, point: str | None, retention: str) -> None:
