@@ -78,7 +78,8 @@ class Keys:
 
     def value(self, k: int, v: int) -> bytes:
         head = b"%09d.%06d." % (k, v)
-        return head + self.pool[(k * 31 + v) % len(self.pool)][: max(0, self.record_bytes - len(head))]
+        # a multiplier prime to the pool's size: keys and versions spread over all of it
+        return head + self.pool[(k * 2_654_435_761 + v * 7_919) % len(self.pool)][: max(0, self.record_bytes - len(head))]
 
     def latest(self, k: int) -> bytes:
         return self.value(k, int(self.version[k]))
