@@ -50,7 +50,7 @@ READS = 2  # reads of each partition: the first after the node's start, then aga
 
 def add_arguments(parser) -> None:
     parser.add_argument("--keys", type=int, default=None, help="keys of the compacted topic (default 1,000,000; --quick 10,000)")
-    parser.add_argument("--cycles", type=int, default=None, help="measured update cycles (default 10; --quick 2)")
+    parser.add_argument("--cycles", type=int, default=None, help="measured update cycles (default 10; --quick 1)")
     parser.add_argument("--update-fraction", type=float, default=0.01, help="keys updated per cycle, and per --update-every-s while freshness is measured (default 0.01)")
     parser.add_argument("--update-every-s", type=float, default=2.0, help="while freshness is measured: seconds per --update-fraction of the keys (default 2)")
     parser.add_argument("--record-bytes", type=size, default=100, help="value size (default 100)")
@@ -182,7 +182,7 @@ class Ledger:
 def run(r) -> None:
     a = r.args
     n = a.keys if a.keys is not None else (10_000 if r.quick else 1_000_000)
-    cycles = a.cycles if a.cycles is not None else (2 if r.quick else 10)
+    cycles = a.cycles if a.cycles is not None else (1 if r.quick else 10)
     per_cycle = max(1, int(n * a.update_fraction))
     # The node's own compactor stays off until the freshness phase: the worker runs the cycles.
     a.broker_env = [*a.broker_env, ("NEVE_COMPACTOR_IN_NODE", "false")]
@@ -523,6 +523,7 @@ def _check_tables(r, system: NeveDev, keys: Keys, ledger: Ledger, upsert: str, a
         "Bytes written are the files that appeared under the data dir's objects/ and warehouse/ during the topic's cycles: data files (the changed rows: the cycle's rows are exactly the records "
         "it compacted), position-delete files, the removal object, the cycle's manifest and the merged manifest of each partition it touched (compacted/), and the Iceberg metadata "
         "(manifests, manifest list, metadata JSON). Reads: a confluent-kafka consumer assigned partition 0 at offset 0, timed from assign() to the first record and to the partition's end "
-        "(partition EOF). Freshness: table_poll.py's reader loading the table through pyiceberg every poll round; a row's visibility time is the load that first holds its data file, "
-        "an upper bound by up to one round."
+        "(partition EOF), the records checked afterwards. Freshness: table_poll.py's reader loading the table through pyiceberg every poll round; a row's visibility time is the load "
+        "that first holds its data file, an upper bound by up to one round. "
+        f"Values: the key's number and version, then random letters to {r.args.record_bytes} B (table_load's pool: about 6 bits a byte for zstd)."
     )
