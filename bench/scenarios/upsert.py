@@ -523,7 +523,8 @@ def _check_tables(r, system: NeveDev, keys: Keys, ledger: Ledger, upsert: str, a
         "Bytes written are the files that appeared under the data dir's objects/ and warehouse/ during the topic's cycles: data files (the changed rows: the cycle's rows are exactly the records "
         "it compacted), position-delete files, the removal object, the cycle's manifest and the merged manifest of each partition it touched (compacted/), and the Iceberg metadata "
         "(manifests, manifest list, metadata JSON). Reads: a confluent-kafka consumer assigned partition 0 at offset 0, timed from assign() to the first record and to the partition's end "
-        "(partition EOF), the records checked afterwards. Freshness: table_poll.py's reader loading the table through pyiceberg every poll round; a row's visibility time is the load "
+        "(partition EOF), the records checked afterwards; one Python consumer takes each record through confluent-kafka's Message objects, so the time to the end includes the client's own "
+        "cost per record (the same for both topics). Freshness: table_poll.py's reader loading the table through pyiceberg every poll round; a row's visibility time is the load "
         "that first holds its data file, an upper bound by up to one round. "
         f"Values: the key's number and version, then random letters to {r.args.record_bytes} B (table_load's pool: about 6 bits a byte for zstd)."
     )
