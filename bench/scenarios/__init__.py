@@ -18,7 +18,8 @@ from . import (
     put_ceiling,
     stored_bytes,
     transactions,
+    upsert,
     zones,
 )
 
-SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness, catchup_table, stored_bytes, maintenance, zones, transactions)}
+SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness, catchup_table, stored_bytes, maintenance, zones, transactions, upsert)}
