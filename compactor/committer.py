@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from wal.manifest import CycleManifest
@@ -236,9 +236,10 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
     return commit_cycle_table(table, manifest, data_files, attempts=attempts, delete_files=delete_files)[0]
 
 
-def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10, delete_files: Sequence = ()):
+def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, attempts: int = 10, delete_files: Sequence = (), properties: Mapping[str, str | None] | None = None):
     """commit_cycle, with the table as the commit left it (the metadata the catalog answered with:
-    the next cycle starts from it without reading the table again)."""
+    the next cycle starts from it without reading the table again). `properties`: table
+    properties set (removed where None) in the same commit."""
     from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
     if delete_files and table.metadata.format_version < 2:
@@ -264,7 +265,9 @@ def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, 
             raise DeletedFilesGone(gone)
         try:
             with _transaction(table) as txn:
-                txn.set_properties(commit_properties(table, manifest))
+                txn.set_properties({**commit_properties(table, manifest), **{k: v for k, v in (properties or {}).items() if v is not None}})
+                if gone := [k for k, v in (properties or {}).items() if v is None and k in table.metadata.properties]:
+                    txn.remove_properties(*gone)
                 if delete_files:
                     snapshot = _row_delta()(delete_files, transaction=txn, io=table.io, snapshot_properties=props)
                 else:

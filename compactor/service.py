@@ -503,7 +503,8 @@ class CompactionService:
         data_files = [f.data_file(spec, d.table.format_version) for f in written]
         deletes, removed = None, {}
         if upsert.is_compacted(info.configs):
-            deletes = await asyncio.to_thread(upsert.cycle_deletes, d.table, data_files)
+            compute = upsert.cycle_deletes if upsert.UPSERT in d.table.properties else upsert.conversion_deletes
+            deletes = await asyncio.to_thread(compute, d.table, data_files)
             removed = await self._write_removals(info, cycle.cycle_id, deletes)
             self._fault("removals-written")
         manifest = await asyncio.to_thread(_manifest, cycle.cycle_id, info, identifier, d.plan, written, removed)
@@ -555,16 +556,18 @@ class CompactionService:
         against the table as the commit finds it when a rewrite removed a file they named
         meanwhile (the offsets they remove stay those the manifest names: they follow from the
         keys, not from the files)."""
-        if deletes is None:
-            return await asyncio.to_thread(commit_cycle_table, d.table, manifest, data_files)
+        if deletes is None:  # and no longer an upsert table, if it was one
+            properties = {upsert.UPSERT: None} if upsert.UPSERT in d.table.properties else None
+            return await asyncio.to_thread(commit_cycle_table, d.table, manifest, data_files, properties=properties)
         table = d.table
         for attempt in range(1, UPSERT_ATTEMPTS + 1):
             if attempt > 1:
-                deletes = await asyncio.to_thread(upsert.cycle_deletes, table, data_files)
+                compute = upsert.cycle_deletes if upsert.UPSERT in table.properties else upsert.conversion_deletes
+                deletes = await asyncio.to_thread(compute, table, data_files)
             delete_files = await asyncio.to_thread(upsert.write_deletes, table, d.context.data_location, deletes, f"{d.cycle.cycle_id}-{attempt}")
             self._fault("deletes-written")
             try:
-                done = await asyncio.to_thread(commit_cycle_table, table, manifest, data_files, delete_files=delete_files)
+                done = await asyncio.to_thread(commit_cycle_table, table, manifest, data_files, delete_files=delete_files, properties={upsert.UPSERT: "true"})
             except (DeletedFilesGone, CycleOverlap) as e:  # refused before committing: its delete files are nobody's
                 await asyncio.to_thread(_delete_files, table.io, [f.file_path for f in delete_files])
                 if isinstance(e, CycleOverlap) or attempt == UPSERT_ATTEMPTS:

@@ -34,6 +34,10 @@ from table.layout import KAFKA, KEY_RAW, OFFSET, PARTITION, STORED_BATCH, VALUE_
 from .rewrites import PARTITION_COLUMN
 
 COMPACT = "compact"
+# The table property a compacted topic's cycles keep set: its table is an upsert table (the first
+# cycle without it converts the whole table, conversion_deletes); a cycle of the topic under
+# another policy removes it, so that a switch back converts again.
+UPSERT = "neve.upsert"
 LONG_MAX = 2**63 - 1
 TOMBSTONES = "-tombstones-"  # in the names of the position-delete files of tombstones (`write_deletes`)
 DELETE_RETENTION_MS = 86_400_000  # Kafka's default, as broker/topic_configs.py declares it
@@ -147,6 +151,34 @@ def cycle_deletes(table, added: Sequence[Any]) -> Deletes:
     )
 
 
+def conversion_deletes(table, added: Sequence[Any]) -> Deletes:
+    """The deletes of a topic's first cycle as a compacted topic (its table not an upsert table
+    yet: UPSERT not set; its cleanup.policy was switched to compact, or it is new): every row of
+    the table and of the data files `added` but the newest of its key, and that one too where it
+    is a tombstone. The whole table becomes one row per live key, as Kafka's log cleaner compacts
+    the whole log once the policy compacts. Reads every live row's key and whether its value is
+    null: a cost of the table's size, once."""
+    import pyarrow.compute as pc
+
+    existing = _live_files(table, None)
+    files = [*added, *(f for f, _ in existing)]
+    rows = _rows(table.io, files, with_values=True, deleted={f.file_path: ds for f, ds in existing})
+    keyed = rows.filter(pc.is_valid(rows["k"])) if rows is not None else None
+    if keyed is None or keyed.num_rows == 0:
+        return Deletes()
+    newest = keyed.group_by(["p", "k"]).aggregate([("o", "max")]).rename_columns(["p", "k", "newest"])
+    marked = keyed.join(newest, keys=["p", "k"], join_type="inner")
+    is_newest = pc.equal(marked["o"], marked["newest"])
+    superseded = marked.filter(pc.invert(is_newest)).select(["p", "o", "f", "pos"])
+    gone = marked.filter(pc.and_(is_newest, marked["tomb"])).select(["p", "o", "f", "pos"])
+    return Deletes(
+        superseded=_by_file(superseded, files),
+        tombstones=_by_file(gone, files),
+        superseded_offsets=_by_partition(superseded),
+        tombstone_offsets=_by_partition(gone),
+    )
+
+
 def _tombstone_deletes(path: str) -> bool:
     """Whether a delete file is one of tombstones (`write_deletes` names them so)."""
     return f"{TOMBSTONES}deletes-" in path.rsplit("/", 1)[-1]
@@ -168,14 +200,14 @@ def _by_partition(rows) -> dict[int, Any]:
     return {int(p): np.sort(offsets[partitions == p]) for p in np.unique(partitions)}
 
 
-def _live_files(table, partitions: Iterable[int]) -> list[tuple[Any, list[str]]]:
-    """The table's current data files that may hold rows of these Kafka `partitions`, each with the
-    paths of the delete files that apply to it."""
-    from pyiceberg.expressions import In
+def _live_files(table, partitions: Iterable[int] | None) -> list[tuple[Any, list[str]]]:
+    """The table's current data files that may hold rows of these Kafka `partitions` (None: all),
+    each with the paths of the delete files that apply to it."""
+    from pyiceberg.expressions import AlwaysTrue, In
 
     if table.current_snapshot() is None:
         return []
-    tasks = table.scan(row_filter=In(PARTITION_COLUMN, set(partitions))).plan_files()
+    tasks = table.scan(row_filter=AlwaysTrue() if partitions is None else In(PARTITION_COLUMN, set(partitions))).plan_files()
     return [(t.file, [d.file_path for d in t.delete_files]) for t in tasks]
 
 

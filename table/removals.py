@@ -38,7 +38,8 @@ def encode(removed: Mapping[int, tuple[np.ndarray, np.ndarray]]) -> tuple[bytes,
         at += n
     arrays = [pa.array(np.concatenate(c) if c else np.empty(0, dtype=t.to_pandas_dtype())) for c, t in zip(columns, SCHEMA.types, strict=True)]
     sink = io.BytesIO()
-    with pa.ipc.new_file(sink, SCHEMA) as writer:
+    # sorted offsets compress well (zstd: about a fifth of their 20 bytes a row raw)
+    with pa.ipc.new_file(sink, SCHEMA, options=pa.ipc.IpcWriteOptions(compression="zstd")) as writer:
         writer.write_table(pa.Table.from_arrays(arrays, schema=SCHEMA))
     return sink.getvalue(), rows
 
