@@ -12,11 +12,11 @@ import time
 import uuid
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.test_one_copy import compactor_env, start_compactor
-from tests.compactor.test_compacted_topics import DELETED, KEYS, PARTITIONS, TIMEOUT, UPDATES, Record, key, latest_per_key
+from tests.compactor.test_compacted_topics import DELETED, KEYS, PARTITIONS, TIMEOUT, UPDATES, Record, key, latest_per_key, read_to_end
 from tests.readers import rows_duckdb, rows_pyiceberg, rows_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark")]
@@ -57,30 +57,12 @@ def consume(bootstrap: str, client_id: str) -> tuple[list[Record], dict[int, int
     """Every record from offset 0 up to each partition's end, in (partition, offset) order (offsets
     checked strictly increasing as served), and the leaders the consumer's Metadata named."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "client.id": client_id, "group.id": f"reader-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, "enable.partition.eof": True})
-    got: list[Record] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + WAIT_S
     try:
         named = leaders(consumer)
         consumer.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
-        while len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, f"{len(got)} records, at the end of {sorted(at_end)} after {WAIT_S} s"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                    continue
-                raise KafkaException(msg.error())
-            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-            at_end.discard(msg.partition())
+        return read_to_end(consumer), named
     finally:
         consumer.close()
-    for p in range(PARTITIONS):
-        offsets = [o for q, o, _, _ in got if q == p]
-        assert all(a < b for a, b in zip(offsets, offsets[1:], strict=False)), f"partition {p}: offsets not strictly increasing"
-    return sorted(got, key=lambda r: (r[0], r[1])), named
 
 
 def as_records(rows: list[dict]) -> list[Record]:

@@ -16,10 +16,10 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from tests.compactor.test_compacted_topics import PARTITIONS, TIMEOUT, Record, create, key, latest_per_key, wait_for_table, wait_for_view
+from tests.compactor.test_compacted_topics import PARTITIONS, TIMEOUT, Record, create, key, latest_per_key, read_to_end, wait_for_table, wait_for_view
 from tests.compactor.test_service import WAIT_S, node_env
 from tests.compactor.test_transactions_clients import catalog
 from tests.fixtures import free_port
@@ -108,25 +108,11 @@ def first_records(consumer: Consumer, partitions: int = 1) -> dict[int, Record]:
 def from_beginning(bootstrap: str, topic: str) -> list[Record]:
     """Every record from each partition's log start to its end, in (partition, offset) order."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"start-{uuid.uuid4().hex[:8]}", "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    got: list[Record] = []
-    at_end: set[int] = set()
-    deadline = time.monotonic() + WAIT_S
     try:
-        while len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, f"{len(got)} records, at the end of {sorted(at_end)} after {WAIT_S} s"
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error() and msg.error().code() == KafkaError._PARTITION_EOF:
-                at_end.add(msg.partition())
-            elif msg.error():
-                raise KafkaException(msg.error())
-            else:
-                got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+        return read_to_end(consumer)
     finally:
         consumer.close()
-    return sorted(got, key=lambda r: (r[0], r[1]))
 
 
 def test_a_fetch_or_a_committed_offset_in_a_removed_gap_resumes_at_the_next_record(neve_factory):

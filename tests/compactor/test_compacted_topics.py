@@ -73,26 +73,33 @@ def after_retention(want: list[Record]) -> list[Record]:
 def consume(bootstrap: str, topic: str) -> list[Record]:
     """Every record from offset 0, partition after partition in offset order, up to each end."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"compacted-{uuid.uuid4().hex[:8]}", "enable.auto.commit": False, "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    try:
+        consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+        return read_to_end(consumer)
+    finally:
+        consumer.close()
+
+
+def read_to_end(consumer: Consumer, partitions: int = PARTITIONS) -> list[Record]:
+    """Every record `consumer` (assigned, with enable.partition.eof) polls until it is at the end
+    of each of the `partitions`, in (partition, offset) order, offsets checked strictly
+    increasing as served."""
     got: list[Record] = []
     at_end: set[int] = set()
     deadline = time.monotonic() + WAIT_S
-    try:
-        while len(at_end) < PARTITIONS:
-            assert time.monotonic() < deadline, f"{len(got)} records, at the end of {sorted(at_end)} after {WAIT_S} s"
-            msg = consumer.poll(0.5)
-            if msg is None:
+    while len(at_end) < partitions:
+        assert time.monotonic() < deadline, f"{len(got)} records, at the end of {sorted(at_end)} after {WAIT_S} s"
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition())
                 continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
-                    continue
-                raise KafkaException(msg.error())
-            got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
-            at_end.discard(msg.partition())
-    finally:
-        consumer.close()
-    for p in range(PARTITIONS):
+            raise KafkaException(msg.error())
+        got.append((msg.partition(), msg.offset(), msg.key(), msg.value()))
+        at_end.discard(msg.partition())
+    for p in range(partitions):
         offsets = [o for q, o, _, _ in got if q == p]
         assert all(a < b for a, b in zip(offsets, offsets[1:], strict=False)), f"partition {p}: offsets not strictly increasing"
     return sorted(got, key=lambda r: (r[0], r[1]))
