@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from . import procstat
+from .compaction_worker import _cpu
 
 # What a cycle writes, by where it lands in `neve dev`'s data dir (objects/ holds the WAL's store,
 # warehouse/ the Iceberg tables): the kinds its bytes are reported by.
@@ -59,12 +60,6 @@ def written(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
         if before.get(path) != size:
             out[kind_of(path)] += size
     return out
-
-
-def _cpu() -> float:
-    cpu = procstat.tree_cpu_seconds(os.getpid())
-    assert cpu is not None
-    return cpu
 
 
 async def _cycles(service, info, data_dir: Path) -> dict:
