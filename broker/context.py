@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from auth.session import Session
+
 if TYPE_CHECKING:
     from cache.reader import ObjectReader
     from metadata.store import MetadataStore
@@ -29,6 +31,10 @@ class Services:
     # Serves PARQUET index entries from the table's files; None where the table extra is not
     # installed (compacted entries are then read from the WAL ranges their manifests name).
     compacted: CompactedReader | None = None
+    # Authentication and authorization (auth/): the SASL mechanisms this broker's SASL listeners
+    # offer, and the ACL authorizer; None: none configured (every request is allowed).
+    sasl: Any = None
+    authorizer: Any = None
     coordinator: GroupCoordinator = field(default=None)  # type: ignore[assignment]  # built in __post_init__
     transactions: TransactionCoordinator = field(default=None)  # type: ignore[assignment]  # built in __post_init__
 
@@ -78,3 +84,4 @@ class RequestContext:
     client_id: str | None
     response: ModuleType  # kio's response module for this API version
     peer: Any = None
+    session: Session = field(default_factory=Session)  # the connection's (one for all its contexts)
