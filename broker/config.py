@@ -1,34 +1,108 @@
-"""The settings the broker package reads. The composition root fills them from neve's config, so
-the broker never imports it."""
+"""The broker's settings, declared once: the composition root loads them as the [broker] and
+[faults] sections of neve's config (NEVE_BROKER_<FIELD>, NEVE_FAULTS_<FIELD>) and hands the
+broker these objects, so the broker never imports it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerSettings:
+@dataclass
+class BrokerConfig:
     host: str = "127.0.0.1"
+    """Address to listen on."""
     port: int = 9092
-    advertised_host: str = "127.0.0.1"
+    """Kafka listener port."""
+    advertised_host: str = ""
+    """Host named in Metadata answers; empty: same as `host` (see `advertised`)."""
     node_id: int = 0
-    zone: str | None = None
+    """This broker's id in Metadata answers; unique per cluster."""
+    zone: str = ""
+    """This broker's availability zone; clients naming a zone in client.id (zone_id=, ws_az=, ...)
+    are served by brokers of their zone. Empty: no zone."""
     max_frame_bytes: int = 100 * 1024 * 1024
-    max_inflight_requests: int = 64  # requests other than Produce; see neve/config.py
+    """Largest request frame accepted (Kafka's socket.request.max.bytes); larger closes the connection."""
+    max_inflight_requests: int = 64
+    """Pipelined requests other than Produce (Fetch, Metadata, ...) read ahead per connection
+    before the reader waits (backpressure): each may hold a response of up to fetch_max_bytes."""
     max_inflight_produce_requests: int = 8192
-    produce_read_pause_ms: float = 0.0  # see neve/config.py; the node caps it at a tenth of the WAL linger
+    """Pipelined Produce requests read ahead per connection. librdkafka sends one partition per
+    ProduceRequest and each waits for the WAL linger, so a producer to N partitions keeps up to N
+    requests in flight on one connection; the bytes they hold are bounded by `wal.buffer_bytes`."""
+    produce_read_pause_ms: float = 20
+    """After a read that emptied a connection's socket and brought only Produce requests, wait
+    this long before reading it again, so that a producer's next requests are read together in
+    one wake-up (librdkafka sends a request per partition: at 10,000 partitions a 5 ms pause took
+    the broker from 17.4-17.7 to 12.0-12.2 CPU-s per GiB, bench/RESULTS.md). Every produce request
+    waits for the WAL linger anyway, and a pause ends before the WAL object being filled is sealed,
+    so what it held back still joins that object; the pause is at most a tenth of
+    `wal.linger_ms`. 0: never."""
+    produce_timeout_ms: int = 0
+    """Longest a produce request waits for its WAL object to be stored and committed before it is
+    answered REQUEST_TIMED_OUT (and how long a closing connection waits for its answers); 0 (the
+    default): `wal.upload_timeout_ms` + 15 s, the writer's own deadline and then a commit bounded
+    by the metadata store's timeouts."""
     auto_create_topics: bool = False
+    """Create unknown topics on Metadata requests that allow it (Kafka's auto.create.topics.enable).
+    `neve dev`: true, as Kafka's own default (quick starts and librdkafka's tests rely on it)."""
     default_partitions: int = 1
+    """Partition count of auto-created topics and CreateTopics with num_partitions -1."""
     max_message_bytes: int = 10 * 1024 * 1024
-    max_decompressed_batch_bytes: int = 256 * 1024 * 1024  # see neve/config.py
+    """Largest records field of one produce partition (Kafka's message.max.bytes)."""
+    max_decompressed_batch_bytes: int = 256 * 1024 * 1024
+    """Largest records section a compressed batch may decompress to on produce (its records are
+    walked decompressed): a batch that expands further gets MESSAGE_TOO_LARGE (Java producers
+    split it and send it again) and never takes more memory than this."""
     fetch_max_bytes: int = 50 * 1024 * 1024
-    produce_timeout_ms: int = 30000
+    """Upper bound on one Fetch response, whatever the client asks."""
+    metrics_port: int = 0
+    """Prometheus metrics HTTP port on `host`; 0: disabled."""
     group_consumer_session_timeout_ms: int = 45_000
+    """KIP-848 consumer groups (group.protocol=consumer): a member silent this long is removed
+    (Kafka's group.consumer.session.timeout.ms)."""
     group_consumer_heartbeat_interval_ms: int = 5_000
-    transaction_max_timeout_ms: int = 900_000  # see neve/config.py
-    transaction_check_interval_ms: int = 10_000
+    """KIP-848 consumer groups: the heartbeat interval given to members; a member waiting for
+    partitions another member releases learns of them on its next heartbeat
+    (Kafka's group.consumer.heartbeat.interval.ms)."""
+    transaction_max_timeout_ms: int = 900_000
+    """Longest transaction timeout a producer may ask for (transaction.timeout.ms): InitProducerId
+    asking more gets INVALID_TRANSACTION_TIMEOUT (Kafka's transaction.max.timeout.ms)."""
     transaction_marker_linger_ms: int = 20
+    """Longest a transaction's markers wait in the WAL buffer before their object is sealed,
+    whatever `wal.linger_ms` (EndTxn waits for them; a producer sends nothing meanwhile). Markers
+    of the transactions ending within it share one object: at most one extra WAL object per this
+    many ms, however many transactional producers."""
+    transaction_check_interval_ms: int = 10_000
+    """How often the broker leading the transaction sweep aborts transactions open past their
+    timeout and finishes those whose coordinator died between decision and markers (Kafka's
+    transaction.abort.timed.out.transaction.cleanup.interval.ms)."""
     transactional_id_expiration_ms: int = 604_800_000
-    fault_drop_produce_response_every: int = 0
-    fault_kill_during_end_txn: str = ""  # see neve/config.py [faults]
-    storage: str = ""  # where the data lives (object store URL without its query), for DescribeLogDirs
+    """A transactional id with no transaction open and no request for this long is forgotten
+    (Kafka's transactional.id.expiration.ms, 7 days)."""
+    retention_check_interval_ms: int = 300_000
+    """How often each broker applies topics' retention.ms / retention.bytes by advancing log start
+    offsets (Kafka's log.retention.check.interval.ms); 0 disables retention."""
+    gc_young_threshold: int = 100_000
+    """CPython's generation-0 garbage-collection threshold (its default is 700; 0 keeps it). A
+    broker holds every in-flight request for the WAL linger, so at CPython's defaults those
+    objects survive into the old generation and full collections ran twice a second, 40% of the
+    broker's CPU at 10,000 partitions. At 100,000 (the middle generation collected every 20 young
+    collections, the old one considered every 100 of those; start-up objects frozen out of
+    collection) they mostly die young."""
+
+    def advertised(self) -> str:
+        """The host clients are told to connect to."""
+        return self.advertised_host or self.host
+
+
+@dataclass
+class FaultsConfig:
+    """Test-only fault injection; every default is off."""
+
+    drop_produce_response_every: int = 0
+    """Commit every Nth produce request, then close the connection instead of answering (forces
+    client retries of already-committed batches). 0: off."""
+    kill_during_end_txn: str = ""
+    """A transactional id: the broker that decides its first producer's (epoch 0) transaction
+    kills itself (SIGKILL) once the decision is durable and the marker of the transaction's first
+    partition is stored, before the others (a coordinator dying in the middle of EndTxn). Empty: off."""

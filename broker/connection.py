@@ -235,7 +235,7 @@ class Connection:
         """Answer the requests in order. Responses that are ready together (a WAL commit answers
         every produce request it holds at once) leave in one write: one system call for many
         responses, and fewer wake-ups for the client reading them."""
-        drop_every = self.services.settings.fault_drop_produce_response_every
+        drop_every = self.services.faults.drop_produce_response_every
         ready: list[bytes] = []
         ready_bytes = 0
         while True:

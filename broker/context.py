@@ -8,13 +8,15 @@ from typing import TYPE_CHECKING, Any
 
 from auth.session import Session
 
+from .config import FaultsConfig
+
 if TYPE_CHECKING:
     from cache.reader import ObjectReader
     from metadata.store import MetadataStore
     from table.serve import CompactedReader
     from wal.writer import WalWriter
 
-    from .config import BrokerSettings
+    from .config import BrokerConfig
     from .groups.coordinator import GroupCoordinator
     from .transactions.coordinator import TransactionCoordinator
 
@@ -23,11 +25,13 @@ if TYPE_CHECKING:
 class Services:
     """The long-lived parts of one broker, shared by every connection."""
 
-    settings: BrokerSettings
+    settings: BrokerConfig
     metadata: MetadataStore
     wal: WalWriter
     reader: ObjectReader
     cluster_id: str = "neve"
+    storage: str = ""  # where the data lives (the object store's URL without its query), for DescribeLogDirs
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     # Serves PARQUET index entries from the table's files; None where the table extra is not
     # installed (compacted entries are then read from the WAL ranges their manifests name).
     compacted: CompactedReader | None = None
@@ -57,7 +61,7 @@ class Services:
                 self.wal,
                 max_timeout_ms=self.settings.transaction_max_timeout_ms,
                 id_expiration_ms=self.settings.transactional_id_expiration_ms,
-                kill_during_end=self.settings.fault_kill_during_end_txn,
+                kill_during_end=self.faults.kill_during_end_txn,
                 marker_linger_ms=self.settings.transaction_marker_linger_ms,
             )
 
@@ -73,7 +77,7 @@ class Services:
         from metadata.model import BrokerRegistration
 
         s = self.settings
-        return BrokerRegistration(s.node_id, s.advertised_host, s.port, s.zone)
+        return BrokerRegistration(s.node_id, s.advertised(), s.port, s.zone or None)
 
 
 @dataclass(frozen=True, slots=True)

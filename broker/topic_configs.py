@@ -23,7 +23,7 @@ from metadata.store import MetadataError
 from table import names
 from wal.batch_builder import COMPRESSION_TYPES
 
-from .config import BrokerSettings
+from .config import BrokerConfig
 
 
 class ConfigType(enum.IntEnum):
@@ -51,7 +51,7 @@ class InvalidConfig(ValueError):
 
 LONG_MAX = 2**63 - 1
 _RANGES = {ConfigType.INT: (-(2**31), 2**31 - 1), ConfigType.LONG: (-(2**63), LONG_MAX)}
-_DEFAULT_SETTINGS = BrokerSettings()
+_DEFAULT_SETTINGS = BrokerConfig()
 NO_EFFECT = " Accepted and stored; no effect in neve (no broker disks, no replicas)."
 
 

@@ -10,7 +10,7 @@ import os
 from dataclasses import replace
 
 from broker.appender import commit_fn
-from broker.config import BrokerSettings
+from broker.config import BrokerConfig
 from broker.context import Services
 from broker.metrics import WalMetrics, expose_metadata_ops, object_get
 from broker.retention import run_retention
@@ -40,33 +40,14 @@ class StartupError(Exception):
     """A clear, user-facing reason the node cannot start."""
 
 
-def broker_settings(config: Config) -> BrokerSettings:
+def broker_settings(config: Config) -> BrokerConfig:
+    """The broker's settings as the node runs them: a copy of [broker] with what the other
+    sections decide filled in (the read pause capped by the WAL linger, the produce deadline)."""
     b = config.broker
-    return BrokerSettings(
-        host=b.host,
-        port=b.port,
-        advertised_host=b.advertised_host or b.host,
-        node_id=b.node_id,
-        zone=b.zone or None,
-        max_frame_bytes=b.max_frame_bytes,
-        max_inflight_requests=b.max_inflight_requests,
-        max_inflight_produce_requests=b.max_inflight_produce_requests,
+    return replace(
+        b,
         produce_read_pause_ms=max(0.0, min(b.produce_read_pause_ms, config.wal.linger_ms / 10)),
-        auto_create_topics=b.auto_create_topics,
-        default_partitions=b.default_partitions,
-        max_message_bytes=b.max_message_bytes,
-        max_decompressed_batch_bytes=b.max_decompressed_batch_bytes,
-        fetch_max_bytes=b.fetch_max_bytes,
-        # answer after the writer's own deadline (upload, then a commit bounded by the store's timeouts)
-        produce_timeout_ms=config.wal.upload_timeout_ms + 15_000,
-        fault_drop_produce_response_every=config.faults.drop_produce_response_every,
-        fault_kill_during_end_txn=config.faults.kill_during_end_txn,
-        group_consumer_session_timeout_ms=b.group_consumer_session_timeout_ms,
-        group_consumer_heartbeat_interval_ms=b.group_consumer_heartbeat_interval_ms,
-        transaction_max_timeout_ms=b.transaction_max_timeout_ms,
-        transaction_check_interval_ms=b.transaction_check_interval_ms,
-        transaction_marker_linger_ms=b.transaction_marker_linger_ms,
-        transactional_id_expiration_ms=b.transactional_id_expiration_ms,
+        produce_timeout_ms=b.produce_timeout_ms or config.wal.upload_timeout_ms + 15_000,
     )
 
 
@@ -187,9 +168,12 @@ class Node:
         port, optional = registry_port(c, self.dev)
         if port:  # before the Kafka listener: a node that takes connections serves its schemas
             self.registry = await start_registry(c, self.metadata, port, optional)
-        settings = replace(broker_settings(c), storage=self.object_store_url.split("?", 1)[0])
+        settings = broker_settings(c)
         reader = ObjectReader(self.objects, self.recent, on_get=object_get, chunks=await self._start_chunks(settings))
-        services = Services(settings=settings, metadata=self.metadata, wal=self.wal, reader=reader, compacted=self._compacted_reader(reader))
+        services = Services(
+            settings=settings, metadata=self.metadata, wal=self.wal, reader=reader, compacted=self._compacted_reader(reader),
+            storage=self.object_store_url.split("?", 1)[0], faults=c.faults,
+        )  # fmt: skip
         self.services = services
         self.server = KafkaServer(services)
         try:
@@ -200,11 +184,11 @@ class Node:
         services.settings = replace(settings, port=port)
         try:
             cache_port = self._chunk_server.port if self._chunk_server is not None else 0
-            await self.metadata.register_broker(BrokerRegistration(settings.node_id, settings.advertised_host, port, settings.zone, cache_port))
+            await self.metadata.register_broker(BrokerRegistration(settings.node_id, settings.advertised(), port, settings.zone or None, cache_port))
         except Exception as e:
             raise StartupError(f"cannot register broker {settings.node_id} in {self.metadata_url}: {e!r}") from None
         if c.wal.sweep_interval_s > 0:  # one node of a cluster sweeps: the leader of "wal-sweeper"
-            sweeping = await self.metadata.campaign("wal-sweeper", f"{settings.node_id}@{settings.advertised_host}:{port}")
+            sweeping = await self.metadata.campaign("wal-sweeper", f"{settings.node_id}@{settings.advertised()}:{port}")
             self._sweeper = asyncio.create_task(
                 run_sweeper(
                     self.objects, self._referenced_objects, self.metadata.fence_objects, self.metadata.is_current, c.wal.orphan_grace_s, c.wal.sweep_interval_s,
@@ -214,7 +198,7 @@ class Node:
         if c.broker.retention_check_interval_ms > 0:
             self._retention = asyncio.create_task(run_retention(self.metadata, c.broker.retention_check_interval_ms / 1000))
         if c.broker.transaction_check_interval_ms > 0:  # one node of a cluster: the leader of "transaction-sweeper"
-            sweeping = await self.metadata.campaign("transaction-sweeper", f"{settings.node_id}@{settings.advertised_host}:{port}")
+            sweeping = await self.metadata.campaign("transaction-sweeper", f"{settings.node_id}@{settings.advertised()}:{port}")
             self._transaction_sweep = asyncio.create_task(
                 run_transaction_sweep(services.transactions, sweeping.is_leader, self.metadata.is_current, c.broker.transaction_check_interval_ms / 1000)
             )
@@ -225,13 +209,13 @@ class Node:
             self.compactor.start()
         log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
 
-    async def _start_chunks(self, settings: BrokerSettings) -> ZoneChunks | None:
+    async def _start_chunks(self, settings: BrokerConfig) -> ZoneChunks | None:
         """The per-zone chunk cache and its server (before the broker registers: the registration
         names the server's port), or None when it is off."""
         cache = self.config.cache
         if not cache.enabled:
             return None
-        zone, me = settings.zone, settings.node_id
+        zone, me = settings.zone or None, settings.node_id
 
         def members() -> list[Member]:  # the zone's live brokers serving chunks; never another zone's
             return [Member(b.node_id, b.host, b.cache_port) for b in self.metadata.live_brokers() if b.zone == zone and b.cache_port and b.node_id != me]

@@ -14,11 +14,11 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, has_field
-from ..config import BrokerSettings
+from ..config import BrokerConfig
 from ..registry import handles
 from ..topic_configs import BROKER_RESOURCE, TOPIC_RESOURCE, ConfigSource, ConfigType, describe
 
-_DEFAULTS = BrokerSettings()
+_DEFAULTS = BrokerConfig()
 
 
 def broker_configs(s) -> list[tuple[str, str | None, ConfigSource, ConfigType, str]]:
@@ -30,7 +30,7 @@ def broker_configs(s) -> list[tuple[str, str | None, ConfigSource, ConfigType, s
 
     return [
         ("broker.id", str(settings.node_id), ConfigSource.STATIC_BROKER, ConfigType.INT, "This broker's node id (neve: broker.node_id)."),
-        ("broker.rack", settings.zone, source("zone"), ConfigType.STRING, "This broker's zone (neve: broker.zone)."),
+        ("broker.rack", settings.zone or None, source("zone"), ConfigType.STRING, "This broker's zone (neve: broker.zone)."),
         ("message.max.bytes", str(settings.max_message_bytes), source("max_message_bytes"), ConfigType.INT, "Largest records of one produce partition (neve: broker.max_message_bytes)."),
         ("num.partitions", str(settings.default_partitions), source("default_partitions"), ConfigType.INT, "Partitions of auto-created topics (neve: broker.default_partitions)."),
         ("auto.create.topics.enable", str(settings.auto_create_topics).lower(), source("auto_create_topics"), ConfigType.BOOLEAN, "Auto-creation of topics on Metadata (neve: broker.auto_create_topics)."),

@@ -42,5 +42,5 @@ async def describe_log_dirs(ctx, request):
             if 0 <= p < info.partitions
         )
         out.append(build(r.DescribeLogDirsTopic, name=info.name, partitions=parts))
-    result = build(r.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=s.settings.storage or "object-store", topics=tuple(out), total_bytes=-1, usable_bytes=-1)
+    result = build(r.DescribeLogDirsResult, error_code=ErrorCode.none, log_dir=s.storage or "object-store", topics=tuple(out), total_bytes=-1, usable_bytes=-1)
     return build(r.DescribeLogDirsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, results=(result,))

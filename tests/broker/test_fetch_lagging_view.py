@@ -15,7 +15,7 @@ import datetime
 import pytest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 
-from broker.config import BrokerSettings
+from broker.config import BrokerConfig
 from broker.context import RequestContext, Services
 from broker.handlers.api01_fetch import fetch
 from cache.reader import ObjectReader
@@ -47,7 +47,7 @@ class Broker:
     def __init__(self, store: LaggingStore, objects: MemoryObjectStore | None = None) -> None:
         self.store = store
         self.objects = objects if objects is not None else MemoryObjectStore()
-        services = Services(settings=BrokerSettings(), metadata=store, wal=None, reader=ObjectReader(self.objects, RecentObjects(0)))  # type: ignore[arg-type]
+        services = Services(settings=BrokerConfig(), metadata=store, wal=None, reader=ObjectReader(self.objects, RecentObjects(0)))  # type: ignore[arg-type]
         self.ctx = RequestContext(services, api_key=1, api_version=12, client_id="test", response=None)  # type: ignore[arg-type]
         self.objects_made = 0
 

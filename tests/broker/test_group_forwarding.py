@@ -27,7 +27,7 @@ from kio.schema.sync_group.v5.request import SyncGroupRequest, SyncGroupRequestA
 from kio.serial import entity_reader
 from prometheus_client import REGISTRY
 
-from broker.config import BrokerSettings
+from broker.config import BrokerConfig
 from broker.context import Services
 from broker.forwarding import RELAY_MARK
 from broker.groups.coordinator import coordinator_for
@@ -51,7 +51,7 @@ class Cluster:
         self.ports = {n: free_port() for n in ZONE_OF}
         self.brokers = {n: BrokerRegistration(n, "127.0.0.1", self.ports[n], z) for n, z in ZONE_OF.items()}
         self.services = {
-            n: Services(settings=BrokerSettings(node_id=n, zone=z, port=self.ports[n]), metadata=store, wal=SimpleNamespace(seal_at=None), reader=None)  # type: ignore[arg-type]
+            n: Services(settings=BrokerConfig(node_id=n, zone=z, port=self.ports[n]), metadata=store, wal=SimpleNamespace(seal_at=None), reader=None)  # type: ignore[arg-type]
             for n, z in ZONE_OF.items()
         }
         self.servers = {n: KafkaServer(s) for n, s in self.services.items()}

@@ -23,7 +23,7 @@ from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsets
 from kio.serial import entity_reader
 
 from broker import codec
-from broker.config import BrokerSettings
+from broker.config import BrokerConfig
 from broker.context import RequestContext, Services
 from broker.fetch_response import FetchAnswer
 from broker.handlers.api01_fetch import fetch
@@ -55,7 +55,7 @@ class Log:
     def __init__(self, store: EmbeddedMetadataStore) -> None:
         self.store = store
         self.objects = MemoryObjectStore()
-        self.services = Services(settings=BrokerSettings(port=free_port()), metadata=store, wal=SimpleNamespace(seal_at=None), reader=ObjectReader(self.objects, RecentObjects(0)))  # type: ignore[arg-type]
+        self.services = Services(settings=BrokerConfig(port=free_port()), metadata=store, wal=SimpleNamespace(seal_at=None), reader=ObjectReader(self.objects, RecentObjects(0)))  # type: ignore[arg-type]
         self.objects_made = 0
         self.ts = T0
         self.sequences: dict[int, int] = {}

@@ -9,6 +9,7 @@ import struct
 from types import SimpleNamespace
 
 from broker.codec import encode_response
+from broker.config import FaultsConfig
 from broker.connection import API_VERSIONS, Connection
 from broker.handlers.api18_api_versions import unsupported_version_response
 
@@ -33,9 +34,9 @@ class RecordingStream:
 
 
 def connection() -> tuple[Connection, RecordingStream]:
-    settings = SimpleNamespace(max_inflight_requests=64, max_inflight_produce_requests=64, fault_drop_produce_response_every=0, produce_timeout_ms=1000)
+    settings = SimpleNamespace(max_inflight_requests=64, max_inflight_produce_requests=64, produce_timeout_ms=1000)
     stream = RecordingStream()
-    return Connection(SimpleNamespace(settings=settings), stream), stream  # type: ignore[arg-type]
+    return Connection(SimpleNamespace(settings=settings, faults=FaultsConfig()), stream), stream  # type: ignore[arg-type]
 
 
 def answered() -> asyncio.Future:

@@ -18,7 +18,7 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as Fin
 from prometheus_client import REGISTRY
 
 from broker.codec import response_module
-from broker.config import BrokerSettings
+from broker.config import BrokerConfig
 from broker.context import RequestContext, Services
 from broker.groups.coordinator import coordinator_for
 from broker.groups.group import GroupError
@@ -111,7 +111,7 @@ async def cluster():
     for b in BROKERS:
         await store.register_broker(b)
     await store.create_topic("t", 16)
-    nodes = {n: Services(settings=BrokerSettings(node_id=n, zone=z, port=9000 + n), metadata=store, wal=None, reader=None) for n, z in ZONE_OF.items()}  # type: ignore[arg-type]
+    nodes = {n: Services(settings=BrokerConfig(node_id=n, zone=z, port=9000 + n), metadata=store, wal=None, reader=None) for n, z in ZONE_OF.items()}  # type: ignore[arg-type]
     yield nodes
     for services in nodes.values():
         services.coordinator.close()
@@ -224,7 +224,7 @@ async def test_a_cluster_without_zones_records_nothing():
         plain = [BrokerRegistration(n, "127.0.0.1", 9000 + n, None) for n in range(3)]
         for b in plain:
             await store.register_broker(b)
-        services = Services(settings=BrokerSettings(node_id=0, port=9000), metadata=store, wal=None, reader=None)  # type: ignore[arg-type]
+        services = Services(settings=BrokerConfig(node_id=0, port=9000), metadata=store, wal=None, reader=None)  # type: ignore[arg-type]
         for g in ("p", "q", "r"):
             assert await find(services, g, "zone_id=a") == coordinator_for(g, plain).node_id
         assert await store.registry_items("") == []
