@@ -56,7 +56,10 @@ class BrokerConfig:
     fetch_max_bytes: int = 50 * 1024 * 1024
     """Upper bound on one Fetch response, whatever the client asks."""
     metrics_port: int = 0
-    """Prometheus metrics HTTP port on `host`; 0: disabled."""
+    """Prometheus metrics HTTP port; 0: disabled."""
+    metrics_host: str = ""
+    """Address the metrics endpoint listens on; empty: `host`. Scrapers often reach brokers on
+    another network than clients do."""
     group_consumer_session_timeout_ms: int = 45_000
     """KIP-848 consumer groups (group.protocol=consumer): a member silent this long is removed
     (Kafka's group.consumer.session.timeout.ms)."""
@@ -89,6 +92,80 @@ class BrokerConfig:
     broker's CPU at 10,000 partitions. At 100,000 (the middle generation collected every 20 young
     collections, the old one considered every 100 of those; start-up objects frozen out of
     collection) they mostly die young."""
+
+    # -- listeners and TLS -----------------------------------------------------------------------
+    listeners: str = ""
+    """Kafka listeners as Kafka writes them: comma-separated `NAME://host:port`, e.g.
+    `SASL_SSL://0.0.0.0:9093,INTERNAL://10.0.0.5:9094`. A listener's security protocol is its name
+    when that is one (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), else given in
+    `listener_security_protocol_map`. Port 0: any free port. Empty: one PLAINTEXT listener on
+    `host`:`port`."""
+    advertised_listeners: str = ""
+    """`NAME://host:port` per listener, named to the clients that connect through it: Metadata,
+    FindCoordinator and DescribeCluster answer with the listener the client came in on. A listener
+    not named here advertises `advertised_host` (else its own host) and its port."""
+    listener_security_protocol_map: str = ""
+    """`NAME:PROTOCOL` pairs for listeners whose name is not a protocol, e.g.
+    `INTERNAL:SASL_SSL,EXTERNAL:SSL`."""
+    allow_insecure_listeners: bool = False
+    """Allow a PLAINTEXT listener (no authentication, no encryption) on an address other than
+    loopback. Off: a broker asked for one refuses to start."""
+    ssl_certfile: str = ""
+    """PEM certificate chain of the SSL and SASL_SSL listeners; renewed files are picked up
+    without a restart (new connections use them)."""
+    ssl_keyfile: str = ""
+    """PEM private key of `ssl_certfile`."""
+    ssl_key_password: str = ""
+    """Password of `ssl_keyfile`, if it is encrypted."""
+    ssl_cafile: str = ""
+    """PEM authorities client certificates are checked against (mutual TLS)."""
+    ssl_client_auth: str = "none"
+    """Client certificates on SSL listeners (Kafka's ssl.client.auth): none, requested or required.
+    A client authenticated by certificate is the principal `ssl_principal_mapping_rules` make of
+    its subject."""
+    ssl_principal_mapping_rules: str = "DEFAULT"
+    """Kafka's ssl.principal.mapping.rules: `RULE:regex/replacement/[L|U]` items and DEFAULT (the
+    whole RFC 2253 subject, e.g. `CN=alice,OU=eng`), the first matching one names the user."""
+    # -- SASL ------------------------------------------------------------------------------------
+    sasl_enabled_mechanisms: str = "SCRAM-SHA-256,SCRAM-SHA-512"
+    """Mechanisms the SASL listeners offer: SCRAM-SHA-256, SCRAM-SHA-512, PLAIN, OAUTHBEARER."""
+    sasl_plain_users_file: str = ""
+    """PLAIN's users: one `user:password` a line. Empty: PLAIN checks passwords against the SCRAM
+    credentials."""
+    sasl_scram_users_file: str = ""
+    """SCRAM users created at start when absent (`user:password` a line, salted for both SCRAM
+    mechanisms; a mounted Secret): the first administrator and the brokers' own user."""
+    sasl_oauthbearer_jwks: str = ""
+    """Where OAUTHBEARER's signing keys are: a JWKS file or an https URL (fetched and cached)."""
+    sasl_oauthbearer_issuer: str = ""
+    """The `iss` OAUTHBEARER tokens must carry; empty: not checked."""
+    sasl_oauthbearer_audience: str = ""
+    """An `aud` OAUTHBEARER tokens must include; empty: not checked."""
+    sasl_oauthbearer_sub_claim: str = "sub"
+    """The token claim that names the principal (KIP-768's sasl.oauthbearer.sub.claim.name)."""
+    sasl_oauthbearer_clock_skew_s: int = 30
+    """Leeway allowed on a token's expiry and not-before times."""
+    sasl_oauthbearer_allow_unsecured: bool = False
+    """Accept unsigned (alg "none") tokens, as Kafka's unsecured OAUTHBEARER: development only."""
+    connections_max_reauth_ms: int = 0
+    """KIP-368: a SASL connection must authenticate again within this long (its token's expiry
+    when sooner) or is closed; clients re-authenticate on their own. 0: never."""
+    # -- authorization ---------------------------------------------------------------------------
+    authorizer_enabled: bool = False
+    """Check every request against the ACLs (kept in the metadata store, followed by every broker).
+    Off: every client may do everything, and the ACL APIs answer SECURITY_DISABLED."""
+    super_users: str = ""
+    """Principals allowed everything, `;`-separated (Kafka's super.users), e.g.
+    `User:admin;User:neve-broker`."""
+    allow_everyone_if_no_acl_found: bool = False
+    """With the authorizer on: a resource no ACL names is open to everyone (Kafka's
+    allow.everyone.if.no.acl.found). Off: closed to all but super users."""
+    inter_broker_listener_name: str = ""
+    """The listener brokers reach each other on (relayed group requests); empty: the first."""
+    inter_broker_sasl_username: str = ""
+    """The user a broker authenticates as on another broker's SASL listener (a super user)."""
+    inter_broker_sasl_password: str = ""
+    """Its password (SCRAM-SHA-512 if offered, else the first SCRAM or PLAIN mechanism)."""
 
     def advertised(self) -> str:
         """The host clients are told to connect to."""

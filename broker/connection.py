@@ -24,12 +24,17 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
+
+from auth.session import ANONYMOUS, Session
+from auth.tls import MappingRule, certificate_subject, map_subject
 
 from .codec import PRODUCE, MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
 from .forwarding import GROUP_APIS, GroupForwarder, relayed_for
 from .framing import FrameSizeError, FrameStream
 from .handlers.api18_api_versions import unsupported_version_response
+from .listeners import Listener
 from .locality import known_zone
 from .metrics import CLIENT_TRAFFIC, PEER_BROKER, LoopCounter, requests_of
 from .registry import HANDLERS
@@ -37,6 +42,10 @@ from .registry import HANDLERS
 log = logging.getLogger("neve.broker.connection")
 
 API_VERSIONS = 18
+SASL_HANDSHAKE = 17
+SASL_AUTHENTICATE = 36
+# what a SASL connection may ask before it has authenticated (and once its authentication expired)
+BEFORE_AUTHENTICATION = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 SEND_BATCH_BYTES = 1024 * 1024  # ready responses are written once they add up to this much
 MAX_CONTEXTS = 256  # request contexts kept per connection (see Connection._contexts)
 
@@ -49,6 +58,10 @@ class CloseReason(enum.Enum):
     UNKNOWN_API = "unknown api key"
     UNSUPPORTED_VERSION = "unsupported api version"
     HANDLER_FAILED = "handler failed"
+    NOT_AUTHENTICATED = "request before authentication"
+    AUTHENTICATION_FAILED = "authentication failed"
+    AUTHENTICATION_EXPIRED = "authentication expired"
+    CERTIFICATE_UNMAPPED = "no principal mapping rule matches the client certificate"
     FAULT_INJECTED = "fault injection"
     SHUTDOWN = "broker shutting down"
 
@@ -61,11 +74,14 @@ class _Close(Exception):
 
 
 class Connection:
-    def __init__(self, services: Services, stream: FrameStream, forwarder: GroupForwarder | None = None) -> None:
+    def __init__(
+        self, services: Services, stream: FrameStream, forwarder: GroupForwarder | None = None, listener: Listener | None = None, principal_rules: list[MappingRule] | None = None
+    ) -> None:
         self.services = services
         self.stream = stream
         self.forwarder = forwarder
         self.peer = stream.peer
+        self.session = _session(stream, listener, principal_rules)
         settings = services.settings
         # Produce requests are bounded by the WAL buffer's bytes (`wal.room()`) and their own
         # count; the others, whose responses can be large, by a small count of their own.
@@ -87,6 +103,8 @@ class Connection:
     async def serve(self) -> None:
         sender = asyncio.create_task(self._send_replies())
         try:
+            if self.session.principal is None:
+                raise _Close(CloseReason.CERTIFICATE_UNMAPPED)
             await self._read_requests()
         except _Close as e:
             self._note_close(e.reason, e.detail)
@@ -156,6 +174,11 @@ class Connection:
     def _dispatch(self, frame: bytes | memoryview):
         """Decode one frame and start its handler; returns (task, api_key, version, correlation id)."""
         api_key, version, correlation_id = peek_header(frame)
+        session = self.session
+        if api_key not in BEFORE_AUTHENTICATION and (not session.authenticated or (session.expires_at is not None and time.monotonic() > session.expires_at)):
+            # Kafka closes a SASL connection that sends anything else before authenticating, or
+            # after its session lifetime without re-authenticating (KIP-368)
+            raise _Close(CloseReason.NOT_AUTHENTICATED if not session.authenticated else CloseReason.AUTHENTICATION_EXPIRED, f"api {api_key}")
         handler = HANDLERS.get(api_key)
         if handler is None:
             raise _Close(CloseReason.UNKNOWN_API, f"api key {api_key}")
@@ -180,7 +203,7 @@ class Connection:
         ctx = self._contexts.get((api_key, version, client_id))
         if relayed_host is not None:  # the member's own host, not the relaying broker's
             self._relay_link = True
-            ctx = RequestContext(self.services, api_key, version, client_id, response_module(api_key, version), (relayed_host, 0))
+            ctx = RequestContext(self.services, api_key, version, client_id, response_module(api_key, version), (relayed_host, 0), session)
         elif ctx is None:
             if len(self._contexts) >= MAX_CONTEXTS:
                 self._contexts.clear()
@@ -191,6 +214,7 @@ class Connection:
                 client_id=client_id,
                 response=response_module(api_key, version),
                 peer=self.peer,
+                session=session,
             )
         try:
             if self.forwarder is not None and relayed_host is None and api_key in GROUP_APIS:
@@ -284,6 +308,13 @@ class Connection:
             size = sum(map(len, pieces))
             ready_bytes += size
             self._bytes_out.inc(size)
+            if api_key == SASL_AUTHENTICATE and self.session.close_after_reply:
+                # a failed authentication: the client reads its error, then the connection closes
+                await self._flush(ready)
+                self._note_close(CloseReason.AUTHENTICATION_FAILED, self.session.mechanism or "")
+                self._drain_pending()
+                self.stream.close()
+                return
             if ready_bytes >= SEND_BATCH_BYTES:
                 await self._flush(ready)
                 ready_bytes = 0
@@ -303,3 +334,22 @@ class Connection:
     def _abort(self) -> None:
         self._drain_pending()
         self.stream.abort()
+
+
+def _session(stream: FrameStream, listener: Listener | None, rules: list[MappingRule] | None) -> Session:
+    """The connection's security session. On an SSL listener a client certificate names the
+    principal (through the mapping rules; None when no rule matches, and the connection is
+    refused); on SASL listeners the principal comes with the authentication."""
+    host = stream.peer[0] if isinstance(stream.peer, tuple) and stream.peer else ""
+    if listener is None:
+        return Session(host=host)
+    session = Session(listener.protocol, listener.name, host)
+    if listener.protocol == "SSL" and stream.transport is not None:
+        sslobj = stream.transport.get_extra_info("ssl_object")
+        der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
+        if der:
+            name = map_subject(certificate_subject(der), rules or [MappingRule(None)])
+            session.principal = None if name is None else f"User:{name}"  # type: ignore[assignment]
+        else:
+            session.principal = ANONYMOUS
+    return session

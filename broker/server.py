@@ -1,23 +1,35 @@
-"""The Kafka listener: accepts connections and serves each until it closes; stops cleanly."""
+"""The Kafka listeners: each accepts connections and serves each until it closes; stops cleanly.
+A broker has one listener or several (broker/listeners.py), each PLAINTEXT, SSL, SASL_PLAINTEXT
+or SASL_SSL; the SSL ones share the broker's certificate (reloaded on change, auth/tls.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 
+from auth.tls import MappingRule, ReloadingServerContext
+
 from .connection import Connection
 from .context import Services
 from .forwarding import GroupForwarder
 from .framing import FrameStream
+from .listeners import Listener
 from .registry import load_handlers
 
 log = logging.getLogger("neve.broker.server")
 
 
 class KafkaServer:
-    def __init__(self, services: Services) -> None:
+    """`listeners` default to one PLAINTEXT listener on the settings' host and port; `tls` serves
+    the SSL and SASL_SSL listeners, `principal_rules` name the users of client certificates."""
+
+    def __init__(self, services: Services, listeners: list[Listener] | None = None, tls: ReloadingServerContext | None = None, principal_rules: list[MappingRule] | None = None) -> None:
         self.services = services
-        self._server: asyncio.Server | None = None
+        s = services.settings
+        self.listeners = listeners or [Listener("PLAINTEXT", "PLAINTEXT", s.host, s.port, s.advertised())]
+        self.tls = tls
+        self.principal_rules = principal_rules or [MappingRule(None)]
+        self._servers: dict[str, asyncio.Server] = {}
         self._tasks: set[asyncio.Task] = set()
         self.forwarder = GroupForwarder(services)  # zoned clients' group requests, to their coordinators
         load_handlers()
@@ -26,33 +38,46 @@ class KafkaServer:
         s = self.services.settings
         loop = asyncio.get_running_loop()
         pause, seal_at = s.produce_read_pause_ms / 1000, self.services.wal.seal_at
-        self._server = await loop.create_server(lambda: FrameStream(s.max_frame_bytes, self._accept, pause, seal_at), s.host, s.port, reuse_address=True)
+        for listener in self.listeners:
+            if listener.uses_tls and self.tls is None:
+                raise ValueError(f"listener {listener.name} is {listener.protocol} and no TLS certificate is configured")
+            ssl = self.tls.context if listener.uses_tls and self.tls is not None else None
+
+            def protocol(listener=listener) -> FrameStream:
+                return FrameStream(s.max_frame_bytes, lambda stream: self._accept(stream, listener), pause, seal_at)
+
+            self._servers[listener.name] = await loop.create_server(protocol, listener.host, listener.port, reuse_address=True, ssl=ssl)
 
     @property
     def port(self) -> int:
-        assert self._server is not None
-        return self._server.sockets[0].getsockname()[1]
+        """The first listener's port."""
+        return self.ports[self.listeners[0].name]
 
-    def _accept(self, stream: FrameStream) -> None:
-        task = asyncio.get_running_loop().create_task(self._serve(stream))
+    @property
+    def ports(self) -> dict[str, int]:
+        """Each listener's bound port, by name."""
+        return {name: server.sockets[0].getsockname()[1] for name, server in self._servers.items()}
+
+    def _accept(self, stream: FrameStream, listener: Listener) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve(stream, listener))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, stream: FrameStream) -> None:
+    async def _serve(self, stream: FrameStream, listener: Listener) -> None:
         try:
-            await Connection(self.services, stream, self.forwarder).serve()
+            await Connection(self.services, stream, self.forwarder, listener=listener, principal_rules=self.principal_rules).serve()
         except asyncio.CancelledError:
             pass
         except Exception:
             log.exception("connection_failed")
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers.values():
+            server.close()
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.forwarder.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers.values():
+            await server.wait_closed()

@@ -37,14 +37,39 @@ class CommittedOffset:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRegistration:
-    """A live broker, as registered under a lease: where clients reach it, its zone, and the port
-    its zone's brokers ask it for cache chunks on (0: it serves none)."""
+    """A live broker, as registered under a lease: where clients reach it (its first listener's
+    address; and each listener's by name), its zone, and the port its zone's brokers ask it for
+    cache chunks on (0: it serves none)."""
 
     node_id: int
     host: str
     port: int
     zone: str | None = None
     cache_port: int = 0
+    listeners: tuple[tuple[str, str, int], ...] = ()  # (listener name, advertised host, port); () when only one
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        """Where a client that came in through `listener` reaches this broker: the listener of that
+        name, else the first listener."""
+        for name, host, port in self.listeners:
+            if name == listener:
+                return host, port
+        return self.host, self.port
+
+    def fields(self) -> dict:
+        """The registration as stored (JSON), `node_id` aside; optional fields only when set, as
+        brokers without them write it."""
+        out: dict = {"host": self.host, "port": self.port, "zone": self.zone}
+        if self.cache_port:
+            out["cache_port"] = self.cache_port
+        if self.listeners:
+            out["listeners"] = [list(item) for item in self.listeners]
+        return out
+
+    @classmethod
+    def from_fields(cls, node_id: int, b: dict) -> BrokerRegistration:
+        listeners = tuple((str(n), str(h), int(p)) for n, h, p in b.get("listeners", ()))
+        return cls(node_id, b["host"], b["port"], b.get("zone"), b.get("cache_port", 0), listeners)
 
 
 # The values made once per partition-append (an Append, its AppendResult, its IndexEntry) are not

@@ -96,7 +96,9 @@ async def _run_node(config, command: str) -> int:
         print(f"neve schema registry on {node.registry.url}; metadata {node.metadata_url}", flush=True)
     else:
         registry = f"; schema registry on {node.registry.url}" if node.registry is not None else ""
-        print(f"neve listening on {config.broker.host}:{node.port}; data in {node.data_dir}{registry}", flush=True)
+        first, *others = node.listening()
+        more = "".join(f"; {protocol} listener {name} on {host}:{port}" for name, protocol, host, port in others)
+        print(f"neve listening on {first[2]}:{first[3]}; data in {node.data_dir}{registry}{more}", flush=True)
         if command == "dev" or node.compactor is not None:
             print(_where_things_are(config, node), flush=True)
     stop = asyncio.Event()
@@ -144,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
 def _where_things_are(config, node) -> str:
     """`neve dev`'s word to a new user: where Kafka, the registry and the tables are, and a line to
     paste that reads a topic's table."""
-    lines = [f"  Kafka      bootstrap.servers={config.broker.host}:{node.port}" + (" (a topic is created on first use)" if config.broker.auto_create_topics else "")]
+    _name, protocol, host, port = node.listening()[0]
+    lines = [f"  Kafka      bootstrap.servers={host}:{port}" + (f" ({protocol})" if protocol != "PLAINTEXT" else "") + (" (a topic is created on first use)" if config.broker.auto_create_topics else "")]
     if node.registry is not None:
         lines.append(f"  registry   {node.registry.url}")
     if node.compactor is None:

@@ -9,9 +9,11 @@ import logging
 import os
 from dataclasses import replace
 
+from auth.tls import ReloadingServerContext, TlsError, TlsFiles, parse_mapping_rules
 from broker.appender import commit_fn
 from broker.config import BrokerConfig
 from broker.context import Services
+from broker.listeners import ListenerError, check_listeners, listeners_of
 from broker.metrics import WalMetrics, expose_metadata_ops, object_get
 from broker.retention import run_retention
 from broker.server import KafkaServer
@@ -116,9 +118,10 @@ class Node:
         return self.object_store_url.startswith("file:") or self.metadata_url.startswith("sqlite:")
 
     async def start(self) -> None:
+        c = self.config
+        listeners, tls, principal_rules = self._listeners()  # before anything starts: bad settings fail at once
         if self.uses_data_dir:
             self._lock_data_dir()
-        c = self.config
         if c.compactor.in_node:  # before anything listens: a node without what its tables need does not start
             from .compaction import check_prerequisites, compactor_settings
 
@@ -161,10 +164,11 @@ class Node:
             from prometheus_client import start_http_server
 
             expose_metadata_ops(self.metadata)
+            metrics_host = c.broker.metrics_host or c.broker.host
             try:
-                start_http_server(c.broker.metrics_port, addr=c.broker.host)
+                start_http_server(c.broker.metrics_port, addr=metrics_host)
             except OSError as e:
-                raise StartupError(f"cannot serve metrics on {c.broker.host}:{c.broker.metrics_port}: {e.strerror or e}") from None
+                raise StartupError(f"cannot serve metrics on {metrics_host}:{c.broker.metrics_port}: {e.strerror or e}") from None
         port, optional = registry_port(c, self.dev)
         if port:  # before the Kafka listener: a node that takes connections serves its schemas
             self.registry = await start_registry(c, self.metadata, port, optional)
@@ -175,16 +179,20 @@ class Node:
             storage=self.object_store_url.split("?", 1)[0], faults=c.faults,
         )  # fmt: skip
         self.services = services
-        self.server = KafkaServer(services)
+        self.server = KafkaServer(services, listeners, tls, principal_rules)
         try:
             await self.server.start()
         except OSError as e:
-            raise StartupError(f"cannot listen on {settings.host}:{settings.port}: {e.strerror or e}") from None
-        port = self.server.port
+            where = ", ".join(f"{item.host}:{item.port}" for item in listeners)
+            raise StartupError(f"cannot listen on {where}: {e.strerror or e}") from None
+        port, ports = self.server.port, self.server.ports
         services.settings = replace(settings, port=port)
+        endpoints = tuple((item.name, item.advertised_host, item.advertised_port or ports[item.name]) for item in listeners)
+        first = endpoints[0]
         try:
             cache_port = self._chunk_server.port if self._chunk_server is not None else 0
-            await self.metadata.register_broker(BrokerRegistration(settings.node_id, settings.advertised(), port, settings.zone or None, cache_port))
+            registration = BrokerRegistration(settings.node_id, first[1], first[2], settings.zone or None, cache_port, endpoints if len(endpoints) > 1 else ())
+            await self.metadata.register_broker(registration)
         except Exception as e:
             raise StartupError(f"cannot register broker {settings.node_id} in {self.metadata_url}: {e!r}") from None
         if c.wal.sweep_interval_s > 0:  # one node of a cluster sweeps: the leader of "wal-sweeper"
@@ -208,6 +216,18 @@ class Node:
             self.compactor = RunningCompactor(c, compactor_settings(c, self.data_dir), self.metadata, self.objects, self.object_store_url, on_cycle=self.on_cycle, reader=self.services.reader)
             self.compactor.start()
         log.info("node_started", extra={"listen": f"{settings.host}:{port}", "data_dir": self.data_dir, "objects": self.object_store_url, "metadata": self.metadata_url})
+
+    def _listeners(self):
+        """(the Kafka listeners, the TLS context of the SSL ones or None, the certificate principal
+        rules), checked: StartupError says what is wrong."""
+        b = self.config.broker
+        try:
+            listeners = listeners_of(b)
+            check_listeners(listeners, b)
+            tls = ReloadingServerContext(TlsFiles(b.ssl_certfile, b.ssl_keyfile, b.ssl_cafile, b.ssl_client_auth, b.ssl_key_password)) if any(item.uses_tls for item in listeners) else None
+            return listeners, tls, parse_mapping_rules(b.ssl_principal_mapping_rules)
+        except (ListenerError, TlsError) as e:
+            raise StartupError(str(e)) from None
 
     async def _start_chunks(self, settings: BrokerConfig) -> ZoneChunks | None:
         """The per-zone chunk cache and its server (before the broker registers: the registration
@@ -281,6 +301,12 @@ class Node:
     def port(self) -> int:
         assert self.server is not None
         return self.server.port
+
+    def listening(self) -> list[tuple[str, str, str, int]]:
+        """(name, security protocol, host, bound port) of each Kafka listener, the first first."""
+        assert self.server is not None
+        ports = self.server.ports
+        return [(item.name, item.protocol, item.host, ports[item.name]) for item in self.server.listeners]
 
     async def stop(self) -> None:
         if self.compactor is not None:

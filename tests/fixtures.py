@@ -60,7 +60,9 @@ class NeveNode:
         # A node serves the schema registry only when its test gives it a port (parallel tests
         # would otherwise race for the default 8081), and compacts into a table only when its test
         # asks (each would start a Spark JVM).
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "NEVE_REGISTRY_PORT": "0", "NEVE_COMPACTOR_IN_NODE": "false", **self.env}
+        # "{port}" in a value is the node's port (a test's listeners name it before it is known)
+        own = {name: value.replace("{port}", str(self.port)) for name, value in self.env.items()}
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "NEVE_REGISTRY_PORT": "0", "NEVE_COMPACTOR_IN_NODE": "false", **own}
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         log.write(f"--- start #{self._starts}\n".encode())
         log.flush()
@@ -260,3 +262,43 @@ class SeaweedFS(ServerProcess):
     @property
     def env(self) -> dict[str, str]:
         return {"AWS_ACCESS_KEY_ID": S3_KEY, "AWS_SECRET_ACCESS_KEY": S3_SECRET, "AWS_REGION": "us-east-1"}
+
+
+class Certificates:
+    """A certificate authority (trustme) and what it issued, as PEM files in `directory`: the
+    brokers' certificate for 127.0.0.1 and localhost (`server_cert`, `server_key`), the authority
+    (`ca_file`) clients trust, and client certificates (`client`) for mutual TLS. `foreign_client`
+    comes from another authority, one the brokers do not trust."""
+
+    def __init__(self, directory: Path) -> None:
+        import trustme
+
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._ca = trustme.CA(organization_name="neve tests")
+        self.ca_file = self._write(self._ca.cert_pem, "ca.pem")
+        server = self._ca.issue_cert("127.0.0.1", "localhost", common_name="broker")
+        self.server_cert = self._write_chain(server, "server.pem")
+        self.server_key = self._write(server.private_key_pem, "server.key")
+
+    def _write(self, blob, name: str) -> str:
+        path = self.directory / name
+        blob.write_to_path(str(path))
+        return str(path)
+
+    def _write_chain(self, leaf, name: str) -> str:
+        path = self.directory / name
+        path.write_bytes(b"".join(pem.bytes() for pem in leaf.cert_chain_pems))
+        return str(path)
+
+    def client(self, name: str, unit: str = "clients", ca=None) -> tuple[str, str]:
+        """(certificate file, key file) of a client certificate whose subject is
+        `CN=<name>,OU=<unit>,O=neve tests`."""
+        leaf = (ca or self._ca).issue_cert(f"{name}.clients.neve.test", common_name=name, organization_unit_name=unit)
+        tag = f"{name}-{unit}" if ca is None else f"{name}-{unit}-foreign"
+        return self._write_chain(leaf, f"client-{tag}.pem"), self._write(leaf.private_key_pem, f"client-{tag}.key")
+
+    def foreign_client(self, name: str) -> tuple[str, str]:
+        import trustme
+
+        return self.client(name, ca=trustme.CA(organization_name="not neve"))

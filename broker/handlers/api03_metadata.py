@@ -82,7 +82,8 @@ async def metadata(ctx, request):
             )
         partitions = tuple(partitions)
         out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False, partitions=partitions, topic_authorized_operations=-2147483648))
-    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.zone) for b in brokers_listed(live, zone))
+    listener = ctx.session.listener  # each broker's address on the listener the client came in through
+    brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=(ep := b.endpoint(listener))[0], port=ep[1], rack=b.zone) for b in brokers_listed(live, zone))
     return build(
         r.MetadataResponse,
         throttle_time=NO_THROTTLE,

@@ -44,7 +44,7 @@ async def _find(ctx, key: str, key_type: int, zone: str | None) -> dict:
         # any broker can take any step of a transaction (its state is the store's): the hashing
         # only gives each id one broker at a time, in the client's zone, to order its requests
         broker = coordinator_for(key, ctx.services.live_brokers(), zone)
-        return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host, port=broker.port)
+        return _found(ctx, broker)
     if key_type != GROUP:
         return dict(error_code=ErrorCode.invalid_request, error_message=f"unknown key type {key_type}", node_id=-1, host="", port=-1)
     if not key:
@@ -56,7 +56,12 @@ async def _find(ctx, key: str, key_type: int, zone: str | None) -> dict:
         return dict(error_code=ErrorCode(e.code), error_message=str(e), node_id=-1, host="", port=-1)
     # a zoned client's relay in its zone (the coordinator itself in the group's home zone)
     broker = coordinator.coordinator(key) if zone is None else coordinator_for(key, ctx.services.live_brokers(), zone)
-    return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=broker.host, port=broker.port)
+    return _found(ctx, broker)
+
+
+def _found(ctx, broker) -> dict:
+    host, port = broker.endpoint(ctx.session.listener)  # on the listener the client came in through
+    return dict(error_code=ErrorCode.none, error_message=None, node_id=broker.node_id, host=host, port=port)
 
 
 @handles(10, "FindCoordinator", 0, 5)

@@ -28,7 +28,8 @@ async def describe_cluster(ctx, request):
         return build(r.DescribeClusterResponse, throttle_time=NO_THROTTLE, error_code=code, error_message=message, endpoint_type=BROKERS, cluster_id=s.cluster_id, controller_id=-1, brokers=(), cluster_authorized_operations=NOT_REPORTED)
     live = s.live_brokers()
     zone = known_zone(ctx.client_id, live)
-    brokers = tuple(build(r.DescribeClusterBroker, broker_id=b.node_id, host=b.host, port=b.port, rack=b.zone, is_fenced=False) for b in brokers_listed(live, zone))
+    listener = ctx.session.listener  # each broker's address on the listener the client came in through
+    brokers = tuple(build(r.DescribeClusterBroker, broker_id=b.node_id, host=(ep := b.endpoint(listener))[0], port=ep[1], rack=b.zone, is_fenced=False) for b in brokers_listed(live, zone))
     return build(
         r.DescribeClusterResponse,
         throttle_time=NO_THROTTLE,

@@ -166,7 +166,7 @@ class _Follower:
             entries.append((rest, kv))
         elif kind == "brokers":
             b = json.loads(kv.value)
-            brokers[int(rest)] = BrokerRegistration(int(rest), b["host"], b["port"], b.get("zone"), b.get("cache_port", 0))
+            brokers[int(rest)] = BrokerRegistration.from_fields(int(rest), b)
             broker_revisions[int(rest)] = kv.mod_revision
 
     def _adopt_loaded(self, revision, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions) -> None:
@@ -378,7 +378,7 @@ class _Follower:
             else:
                 b = json.loads(event.kv.value)
                 joined = node_id not in self._brokers
-                self._brokers[node_id] = BrokerRegistration(node_id, b["host"], b["port"], b.get("zone"), b.get("cache_port", 0))
+                self._brokers[node_id] = BrokerRegistration.from_fields(node_id, b)
                 self._broker_revisions[node_id] = kv.mod_revision
                 if joined:
                     log.info("broker_joined", extra={"node_id": node_id, "revision": kv.mod_revision, "zone": b.get("zone")})

@@ -32,10 +32,7 @@ class _Leases:
     async def _register(self, broker: BrokerRegistration) -> None:
         self._registration = broker
         self._lease = await self._client.lease(self.settings.lease_ttl)
-        fields = {"host": broker.host, "port": broker.port, "zone": broker.zone}
-        if broker.cache_port:  # absent when 0: a registration as brokers without the chunk cache write it
-            fields["cache_port"] = broker.cache_port
-        value = json.dumps(fields).encode()
+        value = json.dumps(broker.fields()).encode()
         put = await self._client.put(self.keys.broker(broker.node_id), value, lease=self._lease)
         self.ops += 2
         self._brokers[broker.node_id] = broker

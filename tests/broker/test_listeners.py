@@ -1,0 +1,191 @@
+"""Listeners and TLS, on `neve dev` with confluent-kafka (librdkafka):
+- listeners are read as Kafka writes them, and settings that would expose a broker by mistake
+  (PLAINTEXT off loopback, TLS without a certificate) stop it at start with a clear message;
+- a broker with a PLAINTEXT and an SSL listener asking for client certificates serves both: a
+  client with a certificate the deployment's authority issued produces and consumes over SSL, and
+  each listener's Metadata names the brokers on that listener's advertised address;
+- an untrusted certificate, or none, is refused at the handshake and the broker keeps serving;
+- a renewed certificate is used for new connections without a restart."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from auth.tls import MappingRule, map_subject, parse_mapping_rules
+from broker.config import BrokerConfig
+from broker.listeners import ListenerError, check_listeners, listeners_of
+from tests.fixtures import Certificates, free_port
+
+WAIT_S = 120
+
+
+def test_listeners_are_read_as_kafka_writes_them():
+    settings = BrokerConfig(
+        listeners="SASL_SSL://0.0.0.0:9093,INTERNAL://10.0.0.5:9094,PLAINTEXT://127.0.0.1:0",
+        advertised_listeners="SASL_SSL://kafka.example.com:443",
+        listener_security_protocol_map="INTERNAL:SSL",
+        advertised_host="broker-1.internal",
+    )
+    got = [(item.name, item.protocol, item.host, item.port, item.advertised_host, item.advertised_port) for item in listeners_of(settings)]
+    assert got == [
+        ("SASL_SSL", "SASL_SSL", "0.0.0.0", 9093, "kafka.example.com", 443),
+        ("INTERNAL", "SSL", "10.0.0.5", 9094, "broker-1.internal", 0),
+        ("PLAINTEXT", "PLAINTEXT", "127.0.0.1", 0, "broker-1.internal", 0),
+    ]
+    # no listeners: one PLAINTEXT listener on host:port, as before listeners existed
+    assert [(item.name, item.host, item.port, item.advertised_host) for item in listeners_of(BrokerConfig(port=9200))] == [("PLAINTEXT", "127.0.0.1", 9200, "127.0.0.1")]
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (BrokerConfig(host="0.0.0.0"), "PLAINTEXT (no authentication, no encryption) on 0.0.0.0"),
+        (BrokerConfig(listeners="PLAINTEXT://:9092"), "NEVE_BROKER_ALLOW_INSECURE_LISTENERS"),
+        (BrokerConfig(listeners="SSL://127.0.0.1:9093"), "set broker.ssl_certfile and broker.ssl_keyfile"),
+        (BrokerConfig(listeners="SASL_SSL://127.0.0.1:9093", ssl_certfile="c", ssl_keyfile="k", sasl_enabled_mechanisms=""), "sasl_enabled_mechanisms is empty"),
+        (BrokerConfig(listeners="INTERNAL://127.0.0.1:9093"), "not a security protocol"),
+        (BrokerConfig(listeners="PLAINTEXT://127.0.0.1:9093", advertised_listeners="SSL://x:1"), "name no listener: SSL"),
+        (BrokerConfig(listeners="PLAINTEXT//127.0.0.1:9093"), "is not NAME://host:port"),
+        (BrokerConfig(inter_broker_listener_name="INTERNAL"), "inter broker listener INTERNAL: no such listener"),
+    ],
+)
+def test_settings_that_would_expose_a_broker_by_mistake_are_refused(settings, message):
+    with pytest.raises(ListenerError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        check_listeners(listeners_of(settings), settings)
+    # said explicitly, a PLAINTEXT listener off loopback is accepted
+    check_listeners(listeners_of(BrokerConfig(host="0.0.0.0", allow_insecure_listeners=True)), BrokerConfig(allow_insecure_listeners=True))
+
+
+def test_a_certificate_subject_names_its_user_through_the_mapping_rules():
+    rules = parse_mapping_rules(r"RULE:^CN=(.*?),OU=ops,.*$/$1-admin/U, RULE:^CN=([^,]*),OU=(.*?),.*$/$1@$2/L, DEFAULT")
+    assert map_subject("CN=alice,OU=ops,O=acme", rules) == "ALICE-ADMIN"
+    assert map_subject("CN=Bob,OU=Eng,O=acme", rules) == "bob@eng"
+    assert map_subject("O=acme", rules) == "O=acme"  # DEFAULT: the whole name
+    assert map_subject("CN=carol", [MappingRule(parse_mapping_rules("RULE:^CN=x$/y/")[0].pattern, "y")]) is None  # no rule matched
+    assert parse_mapping_rules("") == [MappingRule(None)]
+
+
+def test_a_plaintext_listener_off_loopback_stops_the_node_at_start(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "neve", "dev", "--data-dir", str(tmp_path / "data"), "--port", str(free_port())],
+        env={"PATH": "/usr/bin:/bin", "NEVE_BROKER_HOST": "0.0.0.0", "NEVE_REGISTRY_PORT": "0", "NEVE_COMPACTOR_IN_NODE": "false"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "PLAINTEXT (no authentication, no encryption) on 0.0.0.0, not loopback" in done.stderr
+    assert not (tmp_path / "data" / "metadata.db").exists()  # refused before anything started
+
+
+@pytest.fixture
+def tls_node(neve_factory, tmp_path):
+    certs = Certificates(tmp_path / "certs")
+    ssl_port = free_port()
+    env = {
+        "NEVE_BROKER_LISTENERS": f"PLAINTEXT://127.0.0.1:{{port}},SSL://127.0.0.1:{ssl_port}",
+        "NEVE_BROKER_ADVERTISED_LISTENERS": f"SSL://localhost:{ssl_port}",
+        "NEVE_BROKER_SSL_CERTFILE": certs.server_cert,
+        "NEVE_BROKER_SSL_KEYFILE": certs.server_key,
+        "NEVE_BROKER_SSL_CAFILE": certs.ca_file,
+        "NEVE_BROKER_SSL_CLIENT_AUTH": "required",
+    }
+    node = neve_factory(env=env)
+    return node, certs, ssl_port
+
+
+def ssl_config(certs: Certificates, port: int, client: tuple[str, str] | None, **more) -> dict:
+    config = {"bootstrap.servers": f"localhost:{port}", "security.protocol": "SSL", "ssl.ca.location": certs.ca_file, **more}
+    if client is not None:
+        config |= {"ssl.certificate.location": client[0], "ssl.key.location": client[1]}
+    return config
+
+
+def produce(config: dict, topic: str, values: list[bytes]) -> list[tuple[int, int]]:
+    acked: list[tuple[int, int]] = []
+    producer = Producer({**config, "acks": "all", "message.timeout.ms": 60_000})
+
+    def on_delivery(err, msg) -> None:
+        assert err is None, err
+        acked.append((msg.partition(), msg.offset()))
+
+    for value in values:
+        producer.produce(topic, value, on_delivery=on_delivery)
+    assert producer.flush(WAIT_S) == 0
+    return acked
+
+
+def consume(config: dict, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + WAIT_S
+    try:
+        while len(got) < count and time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                got.append(msg.value())
+    finally:
+        consumer.close()
+    return got
+
+
+def refused(config: dict) -> str:
+    """What a client that cannot complete the TLS handshake is told (it never gets Metadata)."""
+    with pytest.raises(KafkaException) as caught:
+        AdminClient({**config, "socket.timeout.ms": 5000}).list_topics(timeout=10)
+    return str(caught.value)
+
+
+def test_a_client_certificate_from_the_deployments_authority_produces_and_consumes_over_ssl(tls_node):
+    node, certs, ssl_port = tls_node
+    alice = ssl_config(certs, ssl_port, certs.client("alice"))
+    values = [f"tls-{i}".encode() for i in range(50)]
+    acked = produce(alice, "over-tls", values)
+    assert sorted(acked) == [(0, i) for i in range(50)]
+    assert consume(alice, "over-tls", 50) == values
+    # each listener names the brokers on its own advertised address
+    over_ssl = AdminClient(alice).list_topics(timeout=30)
+    assert [(b.host, b.port) for b in over_ssl.brokers.values()] == [("localhost", ssl_port)]
+    plain = AdminClient({"bootstrap.servers": node.bootstrap}).list_topics(timeout=30)
+    assert [(b.host, b.port) for b in plain.brokers.values()] == [("127.0.0.1", node.port)]
+    assert consume({"bootstrap.servers": node.bootstrap}, "over-tls", 50) == values  # one log, both listeners
+
+
+def test_an_untrusted_certificate_or_none_is_refused_and_the_broker_keeps_serving(tls_node):
+    node, certs, ssl_port = tls_node
+    for bad in (certs.foreign_client("mallory"), None):
+        message = refused(ssl_config(certs, ssl_port, bad))
+        assert "Timed out" in message or "TRANSPORT" in message or "SSL" in message, message
+    # a client that does not trust the broker's authority is refused on its side
+    stranger = {"bootstrap.servers": f"localhost:{ssl_port}", "security.protocol": "SSL", "ssl.ca.location": certs.foreign_client("x")[0]}
+    refused(stranger)
+    # the others still work, over both listeners
+    assert produce(ssl_config(certs, ssl_port, certs.client("alice")), "after-refusals", [b"a", b"b"]) == [(0, 0), (0, 1)]
+    assert produce({"bootstrap.servers": node.bootstrap}, "after-refusals", [b"c"]) == [(0, 2)]
+
+
+def test_a_renewed_certificate_serves_new_connections_without_a_restart(tls_node, tmp_path):
+    node, certs, ssl_port = tls_node
+    alice = certs.client("alice")
+    assert produce(ssl_config(certs, ssl_port, alice), "renewed", [b"before"]) == [(0, 0)]
+    renewed = Certificates(tmp_path / "renewed")  # a new authority: only a renewed server certificate satisfies its clients
+    for old, new in ((certs.server_cert, renewed.server_cert), (certs.server_key, renewed.server_key), (certs.ca_file, renewed.ca_file)):
+        Path(old).write_bytes(Path(new).read_bytes())  # the authority too: client certificates are now checked against the new one
+    new_client = ssl_config(renewed, ssl_port, renewed.client("alice"))
+    deadline = time.monotonic() + WAIT_S
+    while True:  # the broker looks at the files every few seconds; each try is a new connection
+        try:
+            AdminClient({**new_client, "socket.timeout.ms": 5000}).list_topics(timeout=10)
+            break
+        except KafkaException:
+            assert time.monotonic() < deadline, "the renewed certificate was not used"
+    assert produce(new_client, "renewed", [b"after"]) == [(0, 1)]
+    assert consume(new_client, "renewed", 2) == [b"before", b"after"]
