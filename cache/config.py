@@ -38,3 +38,14 @@ class CacheConfig:
     peer_insecure: bool = False
     """Serve chunks without a secret on an address other than loopback: only where no untrusted
     host can reach the chunk port (any host that can reads every topic's data through it)."""
+    peer_tls_cert_file: str = ""
+    """PEM certificate (and chain) this broker shows on the chunk port, as server and as client;
+    with peer_tls_key_file and peer_tls_ca_file it turns on mutual TLS between the zone's brokers
+    (every one needs all three). Empty: chunks cross the network in clear, authenticated by the
+    secret only."""
+    peer_tls_key_file: str = ""
+    """PEM private key of peer_tls_cert_file."""
+    peer_tls_ca_file: str = ""
+    """PEM certificates of the deployment's CA: a chunk-port peer must show a certificate it
+    signed (its host name is not checked: the CA is the deployment's own, and brokers are
+    reached by the address they register)."""

@@ -18,7 +18,9 @@ trusted. The handshake is once per connection; chunk requests carry nothing more
 
 Without a secret (`neve dev`: one node on loopback) the handshake still runs and proves nothing;
 a broker serving chunks on an address other than loopback must have a secret unless its
-operator says otherwise (`check_chunk_port`)."""
+operator says otherwise (`check_chunk_port`). Mutual TLS with the deployment's CA (`peer_tls`)
+may wrap the connection besides: it hides the chunks from the network, and binds the handshake
+to a peer holding a certificate of the CA."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import hashlib
 import hmac
 import ipaddress
 import secrets
+import ssl
 import struct
 
 from .config import CacheConfig
@@ -164,3 +167,27 @@ def check_chunk_port(host: str, config: CacheConfig, secret: bytes | None) -> No
         "Set NEVE_CACHE_PEER_SECRET_FILE to a file holding the deployment's shared secret (the same on every broker), "
         "or NEVE_CACHE_PEER_INSECURE=true if only trusted hosts can reach the port"
     )
+
+
+def peer_tls(config: CacheConfig) -> tuple[ssl.SSLContext, ssl.SSLContext] | None:
+    """The chunk port's mutual TLS, (server context, client context), from the peer_tls_* files;
+    None when none is set. PeerSecurityError when only some are set or one cannot be loaded."""
+    files = {"peer_tls_cert_file": config.peer_tls_cert_file, "peer_tls_key_file": config.peer_tls_key_file, "peer_tls_ca_file": config.peer_tls_ca_file}
+    if not any(files.values()):
+        return None
+    missing = [f"NEVE_CACHE_{name.upper()}" for name, value in files.items() if not value]
+    if missing:
+        raise PeerSecurityError(f"the chunk port's mutual TLS needs a certificate, its key and the CA: {', '.join(missing)} not set")
+    contexts = []
+    for purpose in (ssl.Purpose.CLIENT_AUTH, ssl.Purpose.SERVER_AUTH):
+        try:
+            context = ssl.create_default_context(purpose, cafile=config.peer_tls_ca_file)
+            context.check_hostname = False  # any certificate of the deployment's CA: see peer_tls_ca_file
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            context.load_cert_chain(config.peer_tls_cert_file, config.peer_tls_key_file)
+        except (OSError, ssl.SSLError) as e:
+            where = f"{config.peer_tls_cert_file}, {config.peer_tls_key_file}, {config.peer_tls_ca_file}"
+            raise PeerSecurityError(f"the chunk port's TLS files ({where}): {e.strerror if isinstance(e, OSError) and e.strerror else e}") from None
+        contexts.append(context)
+    return contexts[0], contexts[1]

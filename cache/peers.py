@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -106,11 +107,13 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | No
 
 class ChunkServer:
     """Serves this broker's chunks to the zone's other brokers on `host`:`port` (0: any free port),
-    to those proving they know `secret` (None: to any that completes the handshake)."""
+    to those proving they know `secret` (None: to any that completes the handshake), over TLS
+    when given a server context (peerauth.peer_tls)."""
 
-    def __init__(self, serve: Serve, host: str, port: int, max_chunk_bytes: int, *, secret: bytes | None = None) -> None:
+    def __init__(self, serve: Serve, host: str, port: int, max_chunk_bytes: int, *, secret: bytes | None = None, tls: ssl.SSLContext | None = None) -> None:
         self._serve = serve
         self._secret = secret
+        self._tls = tls
         self.host = host
         self.port = port
         self.max_chunk_bytes = max_chunk_bytes
@@ -118,7 +121,7 @@ class ChunkServer:
         self._connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self._server = await asyncio.start_server(self._connection, self.host, self.port, ssl=self._tls, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self._tls else None)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -199,11 +202,12 @@ def _peer_name(writer: asyncio.StreamWriter) -> str:
 class PeerClient:
     """One connection to one peer's chunk server, requests pipelined over it; reconnects on the
     next request after the connection is lost. Each connection proves `secret` (the deployment's;
-    None: none) once, before its first request."""
+    None: none) once, before its first request, over TLS when given a client context."""
 
-    def __init__(self, host: str, port: int, max_chunk_bytes: int, *, secret: bytes | None = None) -> None:
+    def __init__(self, host: str, port: int, max_chunk_bytes: int, *, secret: bytes | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.host = host
         self._secret = secret
+        self._tls = tls
         self.port = port
         self.max_response_bytes = RESPONSE.size + max(max_chunk_bytes, 4096)
         self._writer: asyncio.StreamWriter | None = None
@@ -255,7 +259,7 @@ class PeerClient:
             if self._closed:
                 raise PeerError("closed")
             if self._writer is None or self._writer.is_closing():
-                reader, writer = await asyncio.open_connection(self.host, self.port)
+                reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self._tls)
                 try:
                     await client_handshake(reader, writer, self._secret)
                 except HandshakeRefused as e:

@@ -2,21 +2,24 @@
 a connection, however many requests); a broker without it, or with another, is refused by the
 owner (counted, logged without the secret) and reads the object store directly instead, exact
 bytes still; a stranger speaking no handshake is refused before any request is read; and a node
-will not serve chunks beyond loopback without a secret unless told the network is trusted."""
+will not serve chunks beyond loopback without a secret unless told the network is trusted. With
+mutual TLS, only a peer showing a certificate of the deployment's CA gets as far as the handshake."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 
 import pytest
+import trustme
 
 from cache import metrics, peers
 from cache.chunks import Member, ZoneChunks, owner_of
 from cache.config import CacheConfig
-from cache.peerauth import PeerSecurityError, check_chunk_port, load_peer_secret
-from cache.peers import ChunkServer, PeerClient, PeerRefused, encode_request
+from cache.peerauth import PeerSecurityError, check_chunk_port, load_peer_secret, peer_tls
+from cache.peers import ChunkServer, PeerClient, PeerError, PeerRefused, encode_request
 from cache.recent import RecentObjects
 from wal.store import MemoryObjectStore
 
@@ -196,3 +199,53 @@ def test_a_reachable_chunk_port_without_a_secret_refuses_to_start_unless_declare
     check_chunk_port(host, CacheConfig(), SECRET)
     check_chunk_port(host, CacheConfig(peer_insecure=True), None)
     check_chunk_port(host, CacheConfig(enabled=False), None)  # no cache, no chunk port
+
+
+# -- mutual TLS ------------------------------------------------------------------------------------
+
+
+def tls_files(tmp_path, ca, name: str) -> CacheConfig:
+    """A broker's chunk-port TLS settings: its certificate from `ca`, and `ca` as the one trusted."""
+    cert = ca.issue_cert("127.0.0.1", "broker.neve.test")
+    cert.cert_chain_pems[0].write_to_path(str(tmp_path / f"{name}.crt"))
+    for pem in cert.cert_chain_pems[1:]:
+        pem.write_to_path(str(tmp_path / f"{name}.crt"), append=True)
+    cert.private_key_pem.write_to_path(str(tmp_path / f"{name}.key"))
+    ca.cert_pem.write_to_path(str(tmp_path / f"{name}-ca.crt"))
+    return CacheConfig(peer_tls_cert_file=str(tmp_path / f"{name}.crt"), peer_tls_key_file=str(tmp_path / f"{name}.key"), peer_tls_ca_file=str(tmp_path / f"{name}-ca.crt"))
+
+
+async def test_chunks_flow_over_mutual_tls_and_a_peer_of_another_ca_is_refused(tmp_path):
+    deployment = trustme.CA()
+    server_tls, _ = peer_tls(tls_files(tmp_path, deployment, "owner"))
+    _, client_tls = peer_tls(tls_files(tmp_path, deployment, "asker"))
+    stranger_files = tls_files(tmp_path, trustme.CA(), "stranger")
+    _, stranger_tls = peer_tls(stranger_files)
+    # a certificate of another CA shown to a server it trusts: the server must refuse it
+    _, impostor_tls = peer_tls(dataclasses.replace(stranger_files, peer_tls_ca_file=str(tmp_path / "owner-ca.crt")))
+    server = ChunkServer(lambda key, start, size, lo, hi: _slice(lo, hi), "127.0.0.1", 0, CHUNK, secret=SECRET, tls=server_tls)
+    await server.start()
+    asker = PeerClient("127.0.0.1", server.port, CHUNK, secret=SECRET, tls=client_tls)
+    stranger = PeerClient("127.0.0.1", server.port, CHUNK, secret=SECRET, tls=stranger_tls)  # even knowing the secret
+    impostor = PeerClient("127.0.0.1", server.port, CHUNK, secret=SECRET, tls=impostor_tls)
+    plain = PeerClient("127.0.0.1", server.port, CHUNK, secret=SECRET)
+    try:
+        got = await asyncio.gather(*(asker.get("k", 0, CHUNK, i * 100, i * 100 + 50, 5) for i in range(20)))
+        assert [bytes(d) for d, _ in got] == [OBJECT[i * 100 : i * 100 + 50] for i in range(20)]
+        assert len(server._connections) == 1
+        for client in (stranger, impostor, plain):
+            with pytest.raises(PeerError):
+                await client.get("k", 0, CHUNK, 0, 10, 5)
+        assert len(server._connections) == 1  # neither got past TLS to a connection of the chunk protocol
+    finally:
+        for client in (asker, stranger, impostor, plain):
+            await client.close()
+        await server.stop()
+
+
+def test_tls_settings_are_all_or_nothing_and_must_load(tmp_path):
+    assert peer_tls(CacheConfig()) is None
+    with pytest.raises(PeerSecurityError, match="NEVE_CACHE_PEER_TLS_KEY_FILE, NEVE_CACHE_PEER_TLS_CA_FILE not set"):
+        peer_tls(CacheConfig(peer_tls_cert_file="/x.crt"))
+    with pytest.raises(PeerSecurityError, match="TLS files"):
+        peer_tls(CacheConfig(peer_tls_cert_file=str(tmp_path / "no.crt"), peer_tls_key_file=str(tmp_path / "no.key"), peer_tls_ca_file=str(tmp_path / "no-ca.crt")))
