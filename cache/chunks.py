@@ -18,6 +18,7 @@ import asyncio
 import functools
 import hashlib
 import logging
+import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -27,7 +28,7 @@ from wal.store import ObjectStore
 
 from . import metrics
 from .flight import SingleFlight
-from .peers import PeerClient, PeerError, PeerTimeout
+from .peers import PeerClient, PeerError, PeerRefused, PeerTimeout
 from .recent import RecentObjects
 
 log = logging.getLogger("neve.cache.chunks")
@@ -137,10 +138,15 @@ class ZoneChunks:
         peer_retry_s: float = 5.0,
         on_get: Callable[[int], None] | None = None,
         member: bool = True,
+        peer_secret: bytes | None = None,
+        peer_tls: ssl.SSLContext | None = None,
     ) -> None:
         """`member`: this process owns chunks too (a broker); False for a reader beside the zone's
         brokers that only asks them (`neve compactor`), reading the store itself only when none
-        answers."""
+        answers. `peer_secret`: the deployment's chunk-port secret (peerauth.py), proved to
+        every peer asked; `peer_tls`: the client context of the chunk port's mutual TLS."""
+        self._peer_secret = peer_secret
+        self._peer_tls = peer_tls
         self.member = member
         self.store = store
         self.recent = recent
@@ -228,6 +234,9 @@ class ZoneChunks:
             except PeerTimeout as e:
                 self._failed(owner, "timeout", e)
                 return await self._direct(key, start, end)
+            except PeerRefused as e:  # a misconfigured deployment: every peer likely refuses alike
+                self._failed(owner, "refused", e)
+                return await self._direct(key, start, end)
             except PeerError as e:
                 self._failed(owner, "unreachable", e)
                 asked.add(owner.node_id)
@@ -261,7 +270,7 @@ class ZoneChunks:
     def _client(self, member: Member) -> PeerClient:
         client = self._clients.get((member.host, member.port))
         if client is None:
-            client = self._clients[(member.host, member.port)] = PeerClient(member.host, member.port, self.chunk_bytes)
+            client = self._clients[(member.host, member.port)] = PeerClient(member.host, member.port, self.chunk_bytes, secret=self._peer_secret, tls=self._peer_tls)
         return client
 
     # -- owning --------------------------------------------------------------------------------

@@ -11,19 +11,23 @@ one connection are pipelined and answered in any order, matched by a request id.
                 status OK: body is the bytes (flags bit 0: the owner already held the chunk);
                 NOT_FOUND / FAILED: body is the reason, utf-8
 
-A server that reads a malformed or oversized frame closes that connection (and counts it); it
-never lets a peer's bytes raise out of the connection's task."""
+Each connection opens with the shared-secret handshake (peerauth.py), once: a client that does
+not prove the deployment's secret is refused before any request is read. A server that reads a
+malformed or oversized frame closes that connection (and counts it); it never lets a peer's bytes
+raise out of the connection's task."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 
 from wal.store import ObjectNotFound, ObjectStoreError
 
 from . import metrics
+from .peerauth import HANDSHAKE_TIMEOUT_S, HandshakeRefused, client_handshake, server_handshake
 
 log = logging.getLogger("neve.cache.peers")
 
@@ -51,6 +55,11 @@ class PeerError(Exception):
 
 class PeerTimeout(PeerError):
     """The peer did not answer within the deadline."""
+
+
+class PeerRefused(PeerError):
+    """The peer and this broker do not share the deployment's secret (one has none, or they
+    differ): a configuration fault, not a peer down; its chunks are read from the store."""
 
 
 def encode_request(request_id: int, key: str, chunk_start: int, chunk_size: int, lo: int, hi: int) -> bytes:
@@ -97,10 +106,14 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | No
 
 
 class ChunkServer:
-    """Serves this broker's chunks to the zone's other brokers on `host`:`port` (0: any free port)."""
+    """Serves this broker's chunks to the zone's other brokers on `host`:`port` (0: any free port),
+    to those proving they know `secret` (None: to any that completes the handshake), over TLS
+    when given a server context (peerauth.peer_tls)."""
 
-    def __init__(self, serve: Serve, host: str, port: int, max_chunk_bytes: int) -> None:
+    def __init__(self, serve: Serve, host: str, port: int, max_chunk_bytes: int, *, secret: bytes | None = None, tls: ssl.SSLContext | None = None) -> None:
         self._serve = serve
+        self._secret = secret
+        self._tls = tls
         self.host = host
         self.port = port
         self.max_chunk_bytes = max_chunk_bytes
@@ -108,7 +121,7 @@ class ChunkServer:
         self._connections: set[asyncio.Task] = set()
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self._server = await asyncio.start_server(self._connection, self.host, self.port, ssl=self._tls, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self._tls else None)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
@@ -125,6 +138,11 @@ class ChunkServer:
         slots = asyncio.Semaphore(MAX_PIPELINED)
         working: set[asyncio.Task] = set()
         try:
+            try:
+                async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
+                    await server_handshake(reader, writer, self._secret)
+            except TimeoutError:
+                raise HandshakeRefused("timeout", f"no handshake within {HANDSHAKE_TIMEOUT_S:.0f}s") from None
             while True:
                 body = await read_frame(reader, REQUEST_MAX_BYTES)
                 if body is None:
@@ -134,6 +152,9 @@ class ChunkServer:
                 job = asyncio.create_task(self._answer(request, writer, slots))
                 working.add(job)
                 job.add_done_callback(working.discard)
+        except HandshakeRefused as e:
+            metrics.PEER_REFUSED.labels(e.reason).inc()
+            log.warning("chunk_peer_refused", extra={"peer": _peer_name(writer), "reason": e.reason, "error": str(e)})
         except FrameError as e:
             metrics.BAD_FRAMES.inc()
             log.warning("chunk_peer_bad_frame", extra={"peer": _peer_name(writer), "error": str(e)})
@@ -180,10 +201,13 @@ def _peer_name(writer: asyncio.StreamWriter) -> str:
 
 class PeerClient:
     """One connection to one peer's chunk server, requests pipelined over it; reconnects on the
-    next request after the connection is lost."""
+    next request after the connection is lost. Each connection proves `secret` (the deployment's;
+    None: none) once, before its first request, over TLS when given a client context."""
 
-    def __init__(self, host: str, port: int, max_chunk_bytes: int) -> None:
+    def __init__(self, host: str, port: int, max_chunk_bytes: int, *, secret: bytes | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.host = host
+        self._secret = secret
+        self._tls = tls
         self.port = port
         self.max_response_bytes = RESPONSE.size + max(max_chunk_bytes, 4096)
         self._writer: asyncio.StreamWriter | None = None
@@ -195,8 +219,9 @@ class PeerClient:
 
     async def get(self, key: str, chunk_start: int, chunk_size: int, lo: int, hi: int, timeout: float) -> tuple[bytes, bool]:
         """Bytes [lo, hi) of the chunk at `chunk_start` and whether the peer held it already.
-        Raises PeerTimeout past `timeout` (connecting included), PeerError if the peer cannot be
-        reached or breaks the protocol, ObjectNotFound / ObjectStoreError as the peer's store did."""
+        Raises PeerTimeout past `timeout` (connecting included), PeerRefused if the peer and this
+        broker do not share the secret, PeerError if the peer cannot be reached or breaks the
+        protocol, ObjectNotFound / ObjectStoreError as the peer's store did."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
@@ -234,8 +259,17 @@ class PeerClient:
             if self._closed:
                 raise PeerError("closed")
             if self._writer is None or self._writer.is_closing():
-                reader, self._writer = await asyncio.open_connection(self.host, self.port)
-                self._reading = asyncio.create_task(self._read(reader, self._writer))
+                reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self._tls)
+                try:
+                    await client_handshake(reader, writer, self._secret)
+                except HandshakeRefused as e:
+                    writer.close()
+                    raise PeerRefused(f"{self.host}:{self.port}: {e}") from None
+                except BaseException:  # lost, or the request's deadline passed mid-handshake
+                    writer.close()
+                    raise
+                self._writer = writer
+                self._reading = asyncio.create_task(self._read(reader, writer))
             return self._writer
 
     async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

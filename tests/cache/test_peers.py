@@ -10,6 +10,7 @@ import struct
 import pytest
 
 from cache import metrics
+from cache.peerauth import client_handshake, server_handshake
 from cache.peers import LENGTH, REQUEST, REQUEST_MAX_BYTES, VERSION, ChunkServer, FrameError, PeerClient, PeerError, decode_request, encode_request
 from wal.store import ObjectNotFound, ObjectStoreError
 
@@ -85,8 +86,10 @@ async def test_a_request_past_its_deadline_fails_and_its_late_answer_is_dropped(
 
 
 async def raw_exchange(port: int, data: bytes) -> bytes:
-    """Send `data` on a fresh connection and end it; everything the server sends until it closes (or 5 s)."""
+    """Send `data` on a fresh connection (past the handshake) and end it; everything the server
+    sends until it closes (or 5 s)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    await client_handshake(reader, writer, None)
     writer.write(data)
     writer.write_eof()
     await writer.drain()
@@ -132,6 +135,7 @@ async def fake_server(answer: bytes):
 
     async def handle(reader, writer):
         try:
+            await server_handshake(reader, writer, None)
             while await reader.read(65536):
                 writer.write(answer)
                 await writer.drain()
