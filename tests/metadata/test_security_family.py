@@ -200,3 +200,37 @@ async def test_another_broker_sees_a_write_whole_or_not_at_all(etcd_server):
     finally:
         await writer.close()
         await reader.close()
+
+
+@pytest.mark.integration
+async def test_a_reload_after_a_broken_watch_brings_what_changed_meanwhile(private_etcd):
+    """etcd restarts; while one broker's view reloads, another broker changes the family: the
+    reloaded view holds the change (a put and a delete) and its version has grown."""
+    store = await open_etcd_store(private_etcd, "security")
+    other = await open_etcd_store(private_etcd, "security")
+    try:
+        await store.security_write({"acls/kept": b"1", "acls/deleted": b"2"})
+        version = store.security_version()
+
+        reloading, release = asyncio.Event(), asyncio.Event()
+        real_read_pages = store._read_pages
+
+        async def held_read_pages(kinds):
+            if not reloading.is_set():  # the reload waits for the other broker's write before reading
+                reloading.set()
+                await release.wait()
+            async for page in real_read_pages(kinds):
+                yield page
+
+        store._read_pages = held_read_pages
+        await asyncio.to_thread(private_etcd.stop)
+        await asyncio.to_thread(private_etcd.start)
+        await asyncio.wait_for(reloading.wait(), SEEN_WITHIN_S)
+        await asyncio.wait_for(other.security_write({"acls/deleted": None, "acls/added": b"3"}), SEEN_WITHIN_S)
+        release.set()
+
+        await seen(store, "acls/", {"acls/kept": b"1", "acls/added": b"3"})
+        assert store.security_version() > version
+    finally:
+        await store.close()
+        await other.close()
