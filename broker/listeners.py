@@ -86,11 +86,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_listeners(listeners: list[Listener], settings: BrokerConfig) -> None:
-    """Refuse what would expose a broker without meaning to: a PLAINTEXT listener off loopback
-    (unless allow_insecure_listeners), TLS without its files, SASL without a mechanism."""
+def check_listeners(listeners: list[Listener], settings: BrokerConfig, cluster: bool = True) -> None:
+    """Refuse what would expose a broker without meaning to: a cluster's PLAINTEXT listener off
+    loopback (unless allow_insecure_listeners; `neve dev`, one machine's product, may bind one,
+    in a container say), TLS without its files, SASL without a mechanism."""
     for listener in listeners:
-        if listener.protocol == "PLAINTEXT" and not is_loopback(listener.host) and not settings.allow_insecure_listeners:
+        if cluster and listener.protocol == "PLAINTEXT" and not is_loopback(listener.host) and not settings.allow_insecure_listeners:
             raise ListenerError(
                 f"listener {listener.name} is PLAINTEXT (no authentication, no encryption) on {listener.host}, not loopback: "
                 "use SSL or SASL_SSL, or set NEVE_BROKER_ALLOW_INSECURE_LISTENERS=true to accept it"

@@ -221,11 +221,13 @@ class CompactorNode:
         owns any itself (seed 003 §4.3.3). None when the cache is off or the runner is Spark (its
         executors are other processes, which read the store themselves)."""
         from cache.chunks import Member, ZoneChunks
+        from cache.peerauth import load_peer_secret, peer_tls
         from cache.recent import RecentObjects
 
-        cache, zone = self.config.cache, self.config.broker.zone
+        cache, zone = self.config.cache, self.config.broker.zone or None  # registrations name no zone None
         if not cache.enabled or compactor_settings(self.config, self.data_dir).runner != "in-process":
             return None
+        secret, tls = load_peer_secret(cache), peer_tls(cache)  # the zone's brokers refuse a reader without them
 
         def members() -> list[Member]:
             return [Member(b.node_id, b.host, b.cache_port) for b in self.metadata.live_brokers() if b.zone == zone and b.cache_port]
@@ -233,6 +235,7 @@ class CompactorNode:
         self._chunks = ZoneChunks(
             self.objects, RecentObjects(0), node_id=-1, members=members, chunk_bytes=cache.chunk_bytes, memory_bytes=cache.memory_bytes,
             peer_timeout_s=cache.peer_timeout_ms / 1000, peer_retry_s=cache.peer_retry_ms / 1000, member=False,
+            peer_secret=secret, peer_tls=tls[1] if tls else None,
         )  # fmt: skip
         return ObjectReader(self.objects, RecentObjects(0), chunks=self._chunks)
 

@@ -19,6 +19,7 @@ from broker.retention import run_retention
 from broker.server import KafkaServer
 from broker.transactions.coordinator import run_transaction_sweep
 from cache.chunks import Member, ZoneChunks
+from cache.peerauth import PeerSecurityError, check_chunk_port, load_peer_secret, peer_tls
 from cache.peers import ChunkServer
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
@@ -223,7 +224,7 @@ class Node:
         b = self.config.broker
         try:
             listeners = listeners_of(b)
-            check_listeners(listeners, b)
+            check_listeners(listeners, b, cluster=not self.dev)
             tls = ReloadingServerContext(TlsFiles(b.ssl_certfile, b.ssl_keyfile, b.ssl_cafile, b.ssl_client_auth, b.ssl_key_password)) if any(item.uses_tls for item in listeners) else None
             return listeners, tls, parse_mapping_rules(b.ssl_principal_mapping_rules)
         except (ListenerError, TlsError) as e:
@@ -236,6 +237,12 @@ class Node:
         if not cache.enabled:
             return None
         zone, me = settings.zone or None, settings.node_id
+        try:  # the chunk port proves the deployment's secret both ways; never open off loopback
+            secret, tls = load_peer_secret(cache), peer_tls(cache)
+            if not self.dev:  # `neve dev` serves its chunks on loopback: one node has no peers
+                check_chunk_port(settings.host, cache, secret)
+        except PeerSecurityError as e:
+            raise StartupError(str(e)) from None
 
         def members() -> list[Member]:  # the zone's live brokers serving chunks; never another zone's
             return [Member(b.node_id, b.host, b.cache_port) for b in self.metadata.live_brokers() if b.zone == zone and b.cache_port and b.node_id != me]
@@ -243,12 +250,14 @@ class Node:
         self._chunks = ZoneChunks(
             self.objects, self.recent, node_id=me, members=members, chunk_bytes=cache.chunk_bytes, memory_bytes=cache.memory_bytes,
             peer_timeout_s=cache.peer_timeout_ms / 1000, peer_retry_s=cache.peer_retry_ms / 1000, on_get=object_get,
+            peer_secret=secret, peer_tls=tls[1] if tls else None,
         )  # fmt: skip
-        self._chunk_server = ChunkServer(self._chunks.serve, settings.host, cache.port, cache.chunk_bytes)
+        chunk_host = "127.0.0.1" if self.dev else settings.host
+        self._chunk_server = ChunkServer(self._chunks.serve, chunk_host, cache.port, cache.chunk_bytes, secret=secret, tls=tls[0] if tls else None)
         try:
             await self._chunk_server.start()
         except OSError as e:
-            raise StartupError(f"cannot serve cache chunks on {settings.host}:{cache.port}: {e.strerror or e}") from None
+            raise StartupError(f"cannot serve cache chunks on {chunk_host}:{cache.port}: {e.strerror or e}") from None
         return self._chunks
 
     def _compacted_reader(self, reader: ObjectReader):

@@ -61,6 +61,7 @@ def test_settings_that_would_expose_a_broker_by_mistake_are_refused(settings, me
         check_listeners(listeners_of(settings), settings)
     # said explicitly, a PLAINTEXT listener off loopback is accepted
     check_listeners(listeners_of(BrokerConfig(host="0.0.0.0", allow_insecure_listeners=True)), BrokerConfig(allow_insecure_listeners=True))
+    check_listeners(listeners_of(BrokerConfig(host="0.0.0.0")), BrokerConfig(), cluster=False)  # `neve dev` in a container
 
 
 def test_a_certificate_subject_names_its_user_through_the_mapping_rules():
@@ -72,10 +73,15 @@ def test_a_certificate_subject_names_its_user_through_the_mapping_rules():
     assert parse_mapping_rules("") == [MappingRule(None)]
 
 
-def test_a_plaintext_listener_off_loopback_stops_the_node_at_start(tmp_path):
+def test_a_plaintext_listener_off_loopback_stops_a_cluster_broker_at_start(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "neve", "dev", "--data-dir", str(tmp_path / "data"), "--port", str(free_port())],
-        env={"PATH": "/usr/bin:/bin", "NEVE_BROKER_HOST": "0.0.0.0", "NEVE_REGISTRY_PORT": "0", "NEVE_COMPACTOR_IN_NODE": "false"},
+        [sys.executable, "-m", "neve", "broker", "--port", str(free_port())],
+        env={
+            "PATH": "/usr/bin:/bin",
+            "NEVE_METADATA_URL": f"sqlite://{tmp_path / 'data' / 'metadata.db'}",
+            "NEVE_WAL_OBJECT_STORE": f"file://{tmp_path / 'data' / 'objects'}",
+            "NEVE_BROKER_HOST": "0.0.0.0",
+        },
         capture_output=True,
         text=True,
         timeout=120,
