@@ -55,7 +55,3 @@ class RegistrySettings:
     @property
     def serves(self) -> bool:
         return self.port > 0 and not self.url
-
-    @property
-    def has_users(self) -> bool:
-        return bool(self.users_file) or self.scram_users

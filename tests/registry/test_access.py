@@ -227,6 +227,19 @@ def test_users_file_and_settings_errors(tmp_path):
     assert load_access(anonymous="read") is not None
 
 
+async def test_tls_settings_that_cannot_be_served_are_refused(pki, tmp_path):
+    ca_file, cert_file, key_file, _ = pki
+    for settings, message in (
+        ({"tls_cert_file": cert_file}, "tls_cert_file and registry.tls_key_file go together"),
+        ({"tls_client_ca_file": ca_file}, "tls_client_ca_file needs HTTPS"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            await load_server(RegistrySettings(**settings), None)
+    trustme.CA().issue_cert("127.0.0.1").private_key_pem.write_to_path(str(tmp_path / "other.key"))
+    with pytest.raises(ssl.SSLError):  # a key that is not the certificate's
+        await load_server(RegistrySettings(tls_cert_file=cert_file, tls_key_file=str(tmp_path / "other.key")), None)
+
+
 async def test_confluent_schema_registry_client_with_basic_auth_over_https(serve, pki):
     server = await serve()
     made: list[SchemaRegistryClient] = []
