@@ -10,17 +10,16 @@ from ..access import REALM, Access, Grant, Role, Unauthenticated, refused
 from ..model import SchemaNotFound
 from .common import GRANT, registry, reply
 
-_READ_POSTS = ("/subjects/{subject}", "/compatibility/")  # change nothing: a lookup, a compatibility test
-
 
 def needed_role(request: web.Request) -> Role:
     if request.method in ("GET", "HEAD"):
         return Role.READ
     path = _route(request)
-    if request.method == "POST" and (path == _READ_POSTS[0] or path.startswith(_READ_POSTS[1])):
-        return Role.READ
-    if request.method == "POST" and path == "/subjects/{subject}/versions":
-        return Role.WRITE
+    if request.method == "POST":
+        if path == "/subjects/{subject}" or path.startswith("/compatibility/"):
+            return Role.READ  # a lookup, a compatibility test: they change nothing
+        if path == "/subjects/{subject}/versions":
+            return Role.WRITE
     return Role.ADMIN  # config and mode changes, deletes, and any route added later until placed here
 
 
