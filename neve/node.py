@@ -27,8 +27,7 @@ from metadata.model import BrokerRegistration
 from metadata.store import MetadataError, MetadataStore, load_metadata_store
 from registry.client import load_lookup
 from registry.config import DEFAULT_PORT as REGISTRY_PORT
-from registry.config import RegistrySettings
-from registry.server import RegistryServer
+from registry.server import RegistryServer, load_server
 from wal.manifest import is_manifest
 from wal.store import ObjectStoreError, load_object_store
 from wal.sweeper import run_sweeper
@@ -77,8 +76,14 @@ def registry_port(config: Config, dev: bool) -> tuple[int, bool]:
     return r.port, False
 
 
-async def start_registry(config: Config, metadata: MetadataStore, port: int, optional: bool) -> RegistryServer | None:
-    server = RegistryServer(metadata, config.registry.host or config.broker.host, port)
+async def start_registry(config: Config, metadata: MetadataStore, port: int, optional: bool, check_password=None) -> RegistryServer | None:
+    """The schema registry, serving on `port` (HTTPS and its users as [registry] says);
+    `check_password` checks the SCRAM users' passwords (registry.scram_users)."""
+    settings = replace(config.registry, host=config.registry.host or config.broker.host, port=port)
+    try:
+        server = await load_server(settings, metadata, check_password)
+    except (ValueError, OSError) as e:
+        raise StartupError(f"schema registry: {e}") from None
     try:
         await server.start()
     except OSError as e:
@@ -274,7 +279,7 @@ class Node:
         self._table_files = TableFiles(
             reader, self.object_store_url, compactor.s3_endpoint, compactor.s3_region if compactor.s3_endpoint else "", compactor.s3_access_key_id, compactor.s3_secret_access_key
         )
-        self._schemas = load_lookup(RegistrySettings(url=self.config.registry.url), self.metadata)
+        self._schemas = load_lookup(self.config.registry, self.metadata)
         table = self.config.table
         return CompactedReader(reader, ParquetRows(self._table_files, table.decoded_bytes), self._schemas.schema, cache_bytes=table.rebuilt_bytes)
 

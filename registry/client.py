@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 from metadata.store import MetadataStore
 
-from .config import RegistrySettings
+from .config import RegistryConfig
 from .model import Reference, Schema, SchemaType, StoreError
 from .store import RegistryStore
 from .tls import client_context
@@ -152,7 +152,7 @@ def _schema(d: dict) -> Schema:
     return Schema(SchemaType(d.get("schemaType") or "AVRO"), d["schema"], refs)
 
 
-def load_lookup(settings: RegistrySettings, metadata: MetadataStore) -> SchemaLookup:
+def load_lookup(settings: RegistryConfig, metadata: MetadataStore) -> SchemaLookup:
     """The external registry when `settings.url` is set, else neve's own through the metadata store."""
     if settings.url:
         return UrlLookup(settings.url, settings.cache_size, user_info=settings.basic_auth_user_info, ca_file=settings.url_ca_file)

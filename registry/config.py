@@ -1,4 +1,5 @@
-"""The settings the registry package reads (neve's [registry] section fills them in)."""
+"""The schema registry's settings, declared once: neve's config loads them as its [registry]
+section (NEVE_REGISTRY_<FIELD>)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,17 @@ from dataclasses import dataclass
 DEFAULT_PORT = 8081  # Confluent Schema Registry's
 
 
-@dataclass(frozen=True)
-class RegistrySettings:
-    host: str = "127.0.0.1"
-    """Address the REST API listens on."""
-    port: int = DEFAULT_PORT
-    """Its port; 0: not served."""
+@dataclass
+class RegistryConfig:
+    port: int = -1
+    """Schema registry (Confluent's REST API) port; 0: not served. -1 (the default): 8081 in
+    `neve dev` (if 8081 is taken, dev runs without it and says so), not served by `neve broker`;
+    `neve registry` serves it on 8081."""
+    host: str = ""
+    """Address the registry listens on; empty: the broker's `host`."""
     url: str = ""
-    """An external registry (Confluent, Karapace, Apicurio) to use instead: when set, neve serves
-    none and looks schemas up there (client.py)."""
+    """An external schema registry (Confluent, Karapace, Apicurio) neve uses instead of its own:
+    when set, no node serves one and schemas are looked up there (client.py)."""
     cache_size: int = 10_000
     """Schemas by id kept by a lookup client (they never change)."""
 
@@ -51,7 +54,3 @@ class RegistrySettings:
     basic.auth.user.info. Empty: no credentials."""
     url_ca_file: str = ""
     """PEM CA certificates that sign the certificate of an https `url`. Empty: the system's CAs."""
-
-    @property
-    def serves(self) -> bool:
-        return self.port > 0 and not self.url

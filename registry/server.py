@@ -13,7 +13,7 @@ from aiohttp import web
 from metadata.store import MetadataStore
 
 from .access import Access, CheckPassword, load_access
-from .config import RegistrySettings
+from .config import RegistryConfig
 from .http import make_app
 from .service import Registry
 from .store import RegistryStore
@@ -58,7 +58,7 @@ class RegistryServer:
             self._runner = None
 
 
-async def load_server(settings: RegistrySettings, metadata: MetadataStore, check_password: CheckPassword | None = None) -> RegistryServer:
+async def load_server(settings: RegistryConfig, metadata: MetadataStore, check_password: CheckPassword | None = None) -> RegistryServer:
     """A server as `settings` say (not started): its TLS context and users read off the event loop.
     `check_password`: the SCRAM store's, used when `settings.scram_users`. ValueError or OSError
     for settings that cannot be served (a missing file, a malformed users file, a key that does not

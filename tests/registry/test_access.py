@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY as METRICS
 from metadata.embedded import EmbeddedMetadataStore
 from registry.access import load_access, parse_users
 from registry.client import UrlLookup, load_lookup
-from registry.config import RegistrySettings
+from registry.config import RegistryConfig
 from registry.model import Schema, SchemaType, StoreError
 from registry.server import load_server
 
@@ -65,7 +65,7 @@ async def serve(tmp_path, pki):
 
     async def make(check_password=None, **settings):
         base = {"host": "127.0.0.1", "port": 0, "tls_cert_file": cert_file, "tls_key_file": key_file, "users_file": str(users_file)}
-        server = await load_server(RegistrySettings(**{**base, **settings}), metadata, check_password)
+        server = await load_server(RegistryConfig(**{**base, **settings}), metadata, check_password)
         await server.start()
         started.append(server)
         return server
@@ -234,10 +234,10 @@ async def test_tls_settings_that_cannot_be_served_are_refused(pki, tmp_path):
         ({"tls_client_ca_file": ca_file}, "tls_client_ca_file needs HTTPS"),
     ):
         with pytest.raises(ValueError, match=message):
-            await load_server(RegistrySettings(**settings), None)
+            await load_server(RegistryConfig(**settings), None)
     trustme.CA().issue_cert("127.0.0.1").private_key_pem.write_to_path(str(tmp_path / "other.key"))
     with pytest.raises(ssl.SSLError):  # a key that is not the certificate's
-        await load_server(RegistrySettings(tls_cert_file=cert_file, tls_key_file=str(tmp_path / "other.key")), None)
+        await load_server(RegistryConfig(tls_cert_file=cert_file, tls_key_file=str(tmp_path / "other.key")), None)
 
 
 async def test_confluent_schema_registry_client_with_basic_auth_over_https(serve, pki):
@@ -276,7 +276,7 @@ async def test_the_compactors_lookup_authenticates_over_https(serve, pki):
     server = await serve()
     schema_id = await server.registry.register("orders-value", Schema(SchemaType.AVRO, ORDER))
     ca_file = pki[0]
-    lookup = load_lookup(RegistrySettings(url=server.url, basic_auth_user_info="orders:orders-pw", url_ca_file=ca_file), None)
+    lookup = load_lookup(RegistryConfig(url=server.url, basic_auth_user_info="orders:orders-pw", url_ca_file=ca_file), None)
     assert isinstance(lookup, UrlLookup)
     try:
         assert await lookup.schema(schema_id) == Schema(SchemaType.AVRO, ORDER.replace(" ", ""))
