@@ -21,6 +21,7 @@ SQLite layout (WAL journal, synchronous=FULL):
     producer_epochs(producer_id INT PK, epoch INT)  -- for KIP-360 epoch bumps in init_producer_id
     counters(name TEXT PK, value INT)               -- 'next_producer_id', 'registry_revision'
     registry(key TEXT PK, value BLOB, revision INT) -- the schema registry's items (registry/store.py)
+    security(key TEXT PK, value BLOB)               -- the security family (credentials, ACLs), held in memory too
 Topic ids are stored as their 32-digit hex form.
 """
 
@@ -39,7 +40,20 @@ from typing import Any, TypeVar
 from .model import AbortedTransaction, AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .rules import bumped_epoch, clamped_log_start, merged_configs, partition_count
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
-from .store import PRODUCER_EXPIRY_MS, Fence, InvalidPartitions, MetadataStore, MetadataUnavailable, ObjectFenced, RegistryItem, TopicAlreadyExists, UnknownTopic, check_replacement
+from .store import (
+    PRODUCER_EXPIRY_MS,
+    Fence,
+    InvalidPartitions,
+    MetadataStore,
+    MetadataUnavailable,
+    ObjectFenced,
+    RegistryItem,
+    TopicAlreadyExists,
+    UnknownTopic,
+    check_replacement,
+    checked_security_writes,
+    security_matching,
+)
 from .view import IndexReads, PartitionView
 
 T = TypeVar("T")
@@ -73,6 +87,7 @@ CREATE TABLE IF NOT EXISTS aborted_transactions (
 CREATE TABLE IF NOT EXISTS producer_epochs (producer_id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS registry (key TEXT PRIMARY KEY, value BLOB NOT NULL, revision INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS security (key TEXT PRIMARY KEY, value BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS group_states (group_id TEXT PRIMARY KEY, state BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS group_offsets (
     group_id TEXT NOT NULL, topic_id TEXT NOT NULL, partition INTEGER NOT NULL,
@@ -104,6 +119,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         # Objects the orphan sweeper fenced off. In memory: a fence only has to outlive the
         # commits in flight, and a restarted node has none for the objects of before.
         self._fenced: set[str] = set()
+        self._security: dict[str, bytes] = {}
+        self._security_version = 0
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -150,6 +167,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             db.execute("SELECT topic_id, partition, last_offset, first_offset, producer_id FROM aborted_transactions").fetchall(),
             db.execute("SELECT producer_id, epoch FROM producer_epochs").fetchall(),
             db.execute("SELECT value FROM counters WHERE name = 'next_producer_id'").fetchall(),
+            db.execute("SELECT key, value FROM security").fetchall(),
         )
 
     def _close_db(self) -> None:
@@ -157,7 +175,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             self._db.close()
             self._db = None
 
-    def _load(self, topics, partitions, entries, producers, aborted, epochs, counter) -> None:
+    def _load(self, topics, partitions, entries, producers, aborted, epochs, counter, security) -> None:
         for tid, name, count, configs in topics:
             info = TopicInfo(name, uuid.UUID(hex=tid), count, json.loads(configs))
             self._topics[name] = info
@@ -183,6 +201,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
                 view.add_aborted(AbortedTransaction(last, first, pid))
         self._producer_epochs = dict(epochs)
         self._next_producer_id = counter[0][0] if counter else 0
+        self._security = {key: bytes(value) for key, value in security}
+        self._security_version += 1
 
     async def _exclusive(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         """Run one write under the lock, shielded: a cancelled caller stops waiting, the write
@@ -515,6 +535,30 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
                 statements.append(("INSERT OR REPLACE INTO registry VALUES (?, ?, ?)", (key, value, revision), False))
         self._transaction(statements)
         return True
+
+    # -- the security family ------------------------------------------------------------------
+
+    def security_items(self, prefix: str) -> dict[str, bytes]:
+        return security_matching(self._security, prefix)
+
+    def security_version(self) -> int:
+        return self._security_version
+
+    async def security_write(self, writes: Mapping[str, bytes | None]) -> None:
+        checked = checked_security_writes(writes)
+        if checked:
+            await self._exclusive(self._security_write, checked)
+
+    async def _security_write(self, writes: dict[str, bytes | None]) -> None:
+        puts = [(key, value) for key, value in writes.items() if value is not None]
+        deletes = [(key,) for key, value in writes.items() if value is None]
+        await self._write([("INSERT OR REPLACE INTO security VALUES (?, ?)", puts, True), ("DELETE FROM security WHERE key = ?", deletes, True)])
+        for key, value in writes.items():
+            if value is None:
+                self._security.pop(key, None)
+            else:
+                self._security[key] = value
+        self._security_version += 1
 
     def _query(self, sql: str, params: tuple) -> list:
         if self._db is None:

@@ -68,7 +68,50 @@ class RegistryItem(NamedTuple):
     key: str
     value: bytes
     revision: int
+
+
 PRODUCER_EXPIRY_MS = 24 * 3600 * 1000  # Kafka's producer.id.expiration.ms
+
+
+# The security family (`MetadataStore.security_*`) is followed by every broker's view, so it must
+# stay small: each key and value is bounded, and so is one write, which the etcd store makes one
+# transaction (within etcd's operations and bytes per request).
+MAX_SECURITY_KEY_BYTES = 1024
+MAX_SECURITY_VALUE_BYTES = 64 * 1024
+MAX_SECURITY_WRITE_KEYS = 100
+MAX_SECURITY_WRITE_BYTES = 1024 * 1024
+
+
+def checked_security_writes(writes: Mapping[str, bytes | None]) -> dict[str, bytes | None]:
+    """A copy of a `security_write`'s writes; ValueError if a key is empty or over
+    MAX_SECURITY_KEY_BYTES (UTF-8), a value is not bytes or over MAX_SECURITY_VALUE_BYTES, or the
+    write as a whole is over MAX_SECURITY_WRITE_KEYS keys or MAX_SECURITY_WRITE_BYTES."""
+    checked: dict[str, bytes | None] = {}
+    total = 0
+    for key, value in writes.items():
+        size = len(key.encode())
+        if not 0 < size <= MAX_SECURITY_KEY_BYTES:
+            raise ValueError(f"a security key takes 1 to {MAX_SECURITY_KEY_BYTES} bytes, {key[:64]!r}... has {size}")
+        if value is not None:
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise ValueError(f"the security value of {key[:64]!r} is a {type(value).__name__}, not bytes")
+            value = bytes(value)
+            if len(value) > MAX_SECURITY_VALUE_BYTES:
+                raise ValueError(f"a security value takes at most {MAX_SECURITY_VALUE_BYTES} bytes, that of {key[:64]!r} has {len(value)}")
+            size += len(value)
+        total += size
+        checked[key] = value
+    if len(checked) > MAX_SECURITY_WRITE_KEYS:
+        raise ValueError(f"one security write changes at most {MAX_SECURITY_WRITE_KEYS} keys, not {len(checked)}")
+    if total > MAX_SECURITY_WRITE_BYTES:
+        raise ValueError(f"one security write holds at most {MAX_SECURITY_WRITE_BYTES} bytes, not {total}")
+    return checked
+
+
+def security_matching(items: Mapping[str, bytes], prefix: str) -> dict[str, bytes]:
+    """The items of a store's security family whose key starts with `prefix` (a scan: the family
+    is small)."""
+    return {key: value for key, value in items.items() if key.startswith(prefix)}
 
 
 def check_replacement(replaced: Sequence[IndexEntry], replacement: IndexEntry) -> None:
@@ -396,6 +439,27 @@ class MetadataStore(abc.ABC):
         """Atomically: if every key of `expect` is at its revision there (0: the key is absent),
         put each value of `writes` (None deletes the key) and return True; otherwise change
         nothing and return False. Raises MetadataUnavailable."""
+
+    # -- the security family ------------------------------------------------------------------
+    # Small keys every broker follows in its view: SCRAM credentials under "scram/", ACL bindings
+    # under "acls/". Reads are served from the view; a broker derives its caches (an ACL table,
+    # credentials) from the items and rebuilds them when `security_version` moves.
+
+    @abc.abstractmethod
+    def security_items(self, prefix: str) -> dict[str, bytes]:
+        """The family's items whose key starts with `prefix`, from this store's view (a write by
+        any broker is seen here within the watch's delay, well under a second)."""
+
+    @abc.abstractmethod
+    async def security_write(self, writes: Mapping[str, bytes | None]) -> None:
+        """Put each value (None deletes the key) in one atomic write, seen in this store's view
+        once it returns. Raises ValueError for a write over the family's bounds
+        (`checked_security_writes`), MetadataUnavailable."""
+
+    @abc.abstractmethod
+    def security_version(self) -> int:
+        """Grows whenever the family changes in this store's view (and when the view is loaded):
+        a cache derived from the items is rebuilt when it moved."""
 
     # -- brokers ------------------------------------------------------------------------------
 

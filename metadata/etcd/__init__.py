@@ -28,6 +28,8 @@ Key layout (all under `/<root>/`, root "neve" by default; values are compact JSO
                                               [offset, leader epoch, metadata, commit timestamp]
     registry/<key>                            the schema registry's items (laid out in registry/store.py;
                                               `schemas.py`), ignored by the watch
+    security/<key>                            the security family's items (SCRAM credentials under scram/,
+                                              ACL bindings under acls/; opaque bytes), in every view (`security.py`)
 
 A partition's head is the unit of optimistic concurrency for its offsets: a commit compares its mod
 revision, and each idempotent producer's key it read (or that key's absence), so what a commit
@@ -62,7 +64,8 @@ The package, one module a part: `keys.py` the key layout above, the values' code
 limits; `follower.py` the view (load, watch, apply); `commits.py` the commit transactions, fences
 and log start advances; `index.py` the range replace and the removal of superseded wal-index
 records; `topics.py` topic transactions; `leases.py` broker registration, producer
-ids and epochs, history compaction; `leaders.py` named leaderships (one holder at a time); `groups.py` consumer groups; `schemas.py` the schema registry's items; `store.py` the entry point,
+ids and epochs, history compaction; `leaders.py` named leaderships (one holder at a time); `groups.py` consumer groups; `schemas.py` the schema registry's items; `security.py` the
+security family; `store.py` the entry point,
 `EtcdMetadataStore`, one class mixing those parts. The Kafka rules it shares with the embedded
 store are in `metadata/rules.py`.
 """

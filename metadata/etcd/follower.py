@@ -23,7 +23,7 @@ log = logging.getLogger("neve.metadata.etcd")
 # read, gRPC has one on a message). The first page of each family is small; later pages hold up to
 # PAGE_BYTES of the largest value seen so far in it; gRPC's limit (store.GRPC_MAX_MESSAGE_BYTES)
 # is set well above that.
-LOADED_KINDS = ("topics/", "brokers/", "heads/", "producers/", "index/", "wal-index/")
+LOADED_KINDS = ("topics/", "brokers/", "heads/", "producers/", "index/", "wal-index/", "security/")
 FIRST_PAGE_KEYS = 16
 MAX_PAGE_KEYS = 4096
 PAGE_BYTES = 4 * 1024 * 1024
@@ -78,7 +78,7 @@ class _Follower:
     """Loading and following, mixed into EtcdMetadataStore. Keeps the view's state, which the
     store's __init__ makes: `_topics`, `_topics_by_id`, `_topic_created`, `_partitions` (and the
     per-topic views, through IndexReads' `_view_added` and `_views_dropped`), `_by_path`,
-    `_brokers`, `_broker_revisions`, `_revision`, `_revision_waiters`, `_loaded`, `_watching`, and
+    `_brokers`, `_broker_revisions`, `_security`, `_security_version`, `_revision`, `_revision_waiters`, `_loaded`, `_watching`, and
     `_own_revisions` and `_commits_in_flight` (commits.py adds to both). Uses the store's `keys`
     and the key prefixes it made, `settings`, `_client`, `_delete_type`, `ops`, `notifier`,
     `_closed`, `_registration` and `_register` (leases.py)."""
@@ -138,18 +138,19 @@ class _Follower:
         brokers: dict[int, BrokerRegistration] = {}
         broker_revisions: dict[int, int] = {}
         heads, producers, entries, wal_indexes = [], [], [], []
+        security: dict[str, bytes] = {}
         revision = 0
         async for _kind, kvs in self._read_pages(LOADED_KINDS):
             for kv in kvs:
                 revision = max(revision, kv.mod_revision)
-                self._load_one(kv, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions)
+                self._load_one(kv, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions, security)
         revision = max(revision, self._loading_revision)
-        self._adopt_loaded(revision, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions)
+        self._adopt_loaded(revision, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions, security)
         del heads, producers, entries, wal_indexes
         _return_freed_memory()
         return revision
 
-    def _load_one(self, kv, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions) -> None:
+    def _load_one(self, kv, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions, security) -> None:
         """Sort one key-value of a load into the collections `_adopt_loaded` builds the view from."""
         kind, rest = _split_key(kv.key)
         if kind == "topics":
@@ -168,8 +169,10 @@ class _Follower:
             b = json.loads(kv.value)
             brokers[int(rest)] = BrokerRegistration(int(rest), b["host"], b["port"], b.get("zone"), b.get("cache_port", 0))
             broker_revisions[int(rest)] = kv.mod_revision
+        elif kind == "security":
+            security[rest] = bytes(kv.value)
 
-    def _adopt_loaded(self, revision, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions) -> None:
+    def _adopt_loaded(self, revision, topics, created, heads, producers, entries, wal_indexes, brokers, broker_revisions, security) -> None:
         """Replace the view by what a load read at `revision`."""
         own = self._registration
         if own is not None and self._broker_revisions.get(own.node_id, 0) > revision:
@@ -195,6 +198,10 @@ class _Follower:
         for rest, kv in entries:
             self._apply_entry(rest, kv.value)
         self._brokers, self._broker_revisions = brokers, broker_revisions
+        self._security = security
+        # the version is the revision of the family's last change the view holds: a change while
+        # the watch was broken has a revision above the one before, and at most the load's
+        self._security_version = max(self._security_version, revision)
         self._loaded.set()
         log.info("etcd_view_loaded", extra={"revision": revision, "topics": len(topics), "brokers": sorted(brokers), "wal_index_records": len(wal_indexes)})
 
@@ -358,6 +365,14 @@ class _Follower:
                     part.remove(base)
             else:
                 self._apply_entry(rest, kv.value)
+            return None
+        if key.startswith(self._security_prefix):
+            rest = key[len(self._security_prefix) :].decode()
+            if deleted:
+                self._security.pop(rest, None)
+            else:
+                self._security[rest] = bytes(kv.value)
+            self._security_version = max(self._security_version, kv.mod_revision)
             return None
         kind, rest = _split_key(key)
         if kind == "topics":

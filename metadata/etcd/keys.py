@@ -86,6 +86,10 @@ class _Keys:
         """One item of the schema registry (its own layout below this prefix: registry/store.py)."""
         return f"/{self.root}/registry/{key}".encode()
 
+    def security(self, key: str) -> bytes:
+        """One item of the security family (credentials, ACLs: `security.py`)."""
+        return f"/{self.root}/security/{key}".encode()
+
     @property
     def producer_ids(self) -> bytes:
         return f"/{self.root}/producer-ids".encode()

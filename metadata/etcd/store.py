@@ -19,6 +19,7 @@ from .keys import _Keys
 from .leaders import _Leaders
 from .leases import _Leases
 from .schemas import _Schemas
+from .security import _Security
 from .topics import _Topics
 
 log = logging.getLogger("neve.metadata.etcd")
@@ -36,9 +37,9 @@ class EtcdSettings:
     commit_attempts: int = 64
 
 
-class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Leaders, _Groups, _Schemas, IndexReads, MetadataStore):
+class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Leaders, _Groups, _Schemas, _Security, IndexReads, MetadataStore):
     """The store, one class: each part of it is a mixin of its own module (follower, commits,
-    topics, leases, leaders, groups, schemas); the state they share is made here."""
+    topics, leases, leaders, groups, schemas, security); the state they share is made here."""
 
     def __init__(self, host: str, port: int, root: str = "neve", settings: EtcdSettings | None = None) -> None:
         super().__init__()
@@ -47,6 +48,7 @@ class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Leaders,
         self._heads_prefix, self._index_prefix = self.keys.prefix("heads/"), self.keys.prefix("index/")
         self._wal_index_prefix = self.keys.prefix("wal-index/")
         self._producers_prefix = self.keys.prefix("producers/")
+        self._security_prefix = self.keys.prefix("security/")
         self.settings = settings or EtcdSettings()
         self._client = None
         self._topics: dict[str, TopicInfo] = {}
@@ -62,6 +64,8 @@ class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Leaders,
         # in the view at once, while the old key's deletion (the lease's expiry, an earlier
         # revision) may still be on its way through the watch: it must not remove the new one.
         self._broker_revisions: dict[int, int] = {}
+        self._security: dict[str, bytes] = {}  # the security family, by key below `security/`
+        self._security_version = 0  # the etcd revision of the family's last change in the view (or its load)
         self._pid_next = 0
         self._pid_end = 0
         self._pid_lock = asyncio.Lock()
