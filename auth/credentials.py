@@ -19,6 +19,8 @@ from typing import Protocol
 
 from scramp.utils import saslprep
 
+from metadata.store import MAX_SECURITY_KEY_BYTES
+
 PREFIX = "scram/"
 # Kafka's ScramMechanism ids, as DescribeUserScramCredentials and AlterUserScramCredentials carry
 # them (KIP-554), and the hash each mechanism uses.
@@ -32,6 +34,7 @@ DEFAULT_ITERATIONS = 8192
 # The SCRAM library refuses shorter salts when it authenticates, so a credential with one could
 # never be used; Kafka's own clients send 20 or more bytes.
 MIN_SALT_BYTES = 12
+MAX_SALT_BYTES = 1024  # a credential stays a small item of the security family
 # The password check prefers the stronger hash when a user has both credentials.
 _CHECK_ORDER = ("SCRAM-SHA-512", "SCRAM-SHA-256")
 
@@ -78,6 +81,14 @@ def salted_password(mechanism: str, password: str, salt: bytes, iterations: int)
     return hashlib.pbkdf2_hmac(_HASHES[mechanism], saslprep(password).encode(), salt, iterations)
 
 
+def check_user_name(user: str) -> None:
+    """Refuse a user name no credential can be kept under."""
+    if not user:
+        raise UnacceptableCredential("Username must not be empty")
+    if len(key_of("SCRAM-SHA-256", user).encode()) > MAX_SECURITY_KEY_BYTES:
+        raise UnacceptableCredential(f"Username is too long: at most {MAX_SECURITY_KEY_BYTES - len(key_of('SCRAM-SHA-256', ''))} bytes")
+
+
 def credential_from_salted_password(mechanism: str, salt: bytes, iterations: int, salted: bytes) -> ScramCredential:
     """The stored and server keys of a salted password, refusing what Kafka refuses."""
     if mechanism not in _HASHES:
@@ -86,10 +97,10 @@ def credential_from_salted_password(mechanism: str, salt: bytes, iterations: int
         raise UnacceptableCredential(f"Too few iterations: {iterations} (at least {MIN_ITERATIONS})")
     if iterations > MAX_ITERATIONS:
         raise UnacceptableCredential(f"Too many iterations: {iterations} (at most {MAX_ITERATIONS})")
-    if len(salt) < MIN_SALT_BYTES:
-        raise UnacceptableCredential(f"The salt is {len(salt)} bytes long: at least {MIN_SALT_BYTES} are needed")
-    if not salted:
-        raise UnacceptableCredential("The salted password is empty")
+    if not MIN_SALT_BYTES <= len(salt) <= MAX_SALT_BYTES:
+        raise UnacceptableCredential(f"The salt is {len(salt)} bytes long: {MIN_SALT_BYTES} to {MAX_SALT_BYTES} are accepted")
+    if not 0 < len(salted) <= MAX_SALT_BYTES:
+        raise UnacceptableCredential("The salted password is empty or too long")
     name = _HASHES[mechanism]
     client_key = hmac.digest(salted, b"Client Key", name)
     return ScramCredential(salt, iterations, hashlib.new(name, client_key).digest(), hmac.digest(salted, b"Server Key", name))
@@ -142,8 +153,7 @@ class ScramCredentials:
     async def bootstrap(self, user: str, password: str, mechanism: str = "SCRAM-SHA-512", iterations: int = DEFAULT_ITERATIONS) -> ScramCredential:
         """Salt a password with a fresh salt and store its credential: for operators' bootstrap
         users and for tests (clients send a salted password instead, through the broker)."""
-        if not user:
-            raise UnacceptableCredential("Username must not be empty")
+        check_user_name(user)
         salt = secrets.token_bytes(32)
         salted = await asyncio.to_thread(salted_password, mechanism, password, salt, iterations)
         credential = credential_from_salted_password(mechanism, salt, iterations, salted)

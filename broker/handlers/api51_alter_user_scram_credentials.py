@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from auth.credentials import MECHANISM_NAMES, UnacceptableCredential, credential_from_salted_password
-from metadata.store import MetadataError
+from auth.credentials import MECHANISM_NAMES, UnacceptableCredential, check_user_name, credential_from_salted_password
+from metadata.store import MAX_SECURITY_WRITE_KEYS, MetadataError
 
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
@@ -41,9 +41,13 @@ async def alter_user_scram_credentials(ctx, request):
         mechanism = MECHANISM_NAMES.get(change.mechanism)
         if duplicate:
             errors[name] = (ErrorCode.duplicate_resource, "A user credential cannot be altered twice in the same request")
-        elif not name:
-            errors[name] = (ErrorCode.unacceptable_credential, "Username must not be empty")
-        elif mechanism is None:
+            continue
+        try:
+            check_user_name(name)
+        except UnacceptableCredential as e:
+            errors[name] = (ErrorCode.unacceptable_credential, str(e))
+            continue
+        if mechanism is None:
             errors[name] = (ErrorCode.unsupported_sasl_mechanism, f"Unknown SCRAM mechanism {change.mechanism}")
         elif hasattr(change, "salted_password"):
             try:
@@ -54,14 +58,18 @@ async def alter_user_scram_credentials(ctx, request):
             errors[name] = (ErrorCode.resource_not_found, "Attempt to delete a user credential that does not exist")
         else:
             deletions.add((mechanism, name))
-    accepted = {(m, n): c for (m, n), c in upserts.items() if n not in errors}
     outcome: dict[str, tuple[ErrorCode, str | None]] = {name: errors.get(name, (ErrorCode.none, None)) for name in order}
-    try:
-        await store.write(accepted, {(m, n) for m, n in deletions if n not in errors})
-    except MetadataError as e:
-        for name in order:
-            if name not in errors:
-                outcome[name] = (e.error_code, f"The credentials could not be stored: {e}")
+    # A user's changes go in one write; users in as few writes as the store takes (a user has
+    # at most one key per mechanism).
+    accepted = [name for name in order if name not in errors]
+    per_write = MAX_SECURITY_WRITE_KEYS // len(MECHANISM_NAMES)
+    for batch in (set(accepted[i : i + per_write]) for i in range(0, len(accepted), per_write)):
+        try:
+            await store.write({(m, n): c for (m, n), c in upserts.items() if n in batch}, {(m, n) for m, n in deletions if n in batch})
+        except (MetadataError, ValueError) as e:
+            code = e.error_code if isinstance(e, MetadataError) else ErrorCode.unacceptable_credential
+            for name in batch:
+                outcome[name] = (code, f"The credentials could not be stored: {e}")
     return _response(r, outcome)
 
 

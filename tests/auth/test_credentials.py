@@ -13,11 +13,9 @@ from scramp import ScramMechanism
 
 import auth.credentials as credentials_module
 from auth.credentials import ScramCredential, ScramCredentials, UnacceptableCredential, credential_from_salted_password, salted_password
-from tests.auth.store import security_store
 
 
-async def test_bootstrap_stores_the_keys_scramp_derives_and_never_the_password():
-    store = security_store()
+async def test_bootstrap_stores_the_keys_scramp_derives_and_never_the_password(store):
     creds = ScramCredentials(store)
     made = await creds.bootstrap("alice", "correct horse", "SCRAM-SHA-256", iterations=4096)
     items = store.security_items("scram/")
@@ -45,6 +43,7 @@ def test_a_clients_salted_password_gives_the_same_keys_as_the_password():
         (4095, b"s" * 20, b"x" * 64, "Too few iterations"),
         (16385, b"s" * 20, b"x" * 64, "Too many iterations"),
         (4096, b"s" * 11, b"x" * 64, "salt is 11 bytes"),
+        (4096, b"s" * 1025, b"x" * 64, "salt is 1025 bytes"),
         (4096, b"s" * 20, b"", "salted password is empty"),
     ],
 )
@@ -54,8 +53,7 @@ def test_kafkas_bounds_on_a_credential(iterations, salt, salted, message):
     assert credential_from_salted_password("SCRAM-SHA-256", b"s" * 12, 16384, b"x").iterations == 16384  # the bounds themselves are fine
 
 
-async def test_the_view_is_rebuilt_only_when_the_family_moves():
-    store = security_store()
+async def test_the_view_is_rebuilt_only_when_the_family_moves(store):
     reads = []
     items = store.security_items
     store.security_items = lambda prefix: reads.append(prefix) or items(prefix)
@@ -73,8 +71,7 @@ async def test_the_view_is_rebuilt_only_when_the_family_moves():
     assert other.lookup("SCRAM-SHA-512", "bob") is None and creds.users() == {"alice": {"SCRAM-SHA-256": 4096, "SCRAM-SHA-512": 8192}}
 
 
-async def test_password_check_runs_pbkdf2_once_per_password_and_follows_a_changed_credential(monkeypatch):
-    store = security_store()
+async def test_password_check_runs_pbkdf2_once_per_password_and_follows_a_changed_credential(store, monkeypatch):
     creds = ScramCredentials(store)
     await creds.bootstrap("alice", "first", "SCRAM-SHA-256", 4096)
     await creds.bootstrap("alice", "first", "SCRAM-SHA-512", 4096)

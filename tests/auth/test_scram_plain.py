@@ -10,13 +10,12 @@ from scramp import ScramClient
 
 from auth.credentials import ScramCredentials, credential_from_salted_password
 from auth.sasl import AuthenticationFailed, SaslMechanisms
-from tests.auth.store import security_store
 
 SCRAMS = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
-async def mechanisms(**kwargs) -> SaslMechanisms:
-    creds = ScramCredentials(security_store())
+async def mechanisms(store, **kwargs) -> SaslMechanisms:
+    creds = ScramCredentials(store)
     for mechanism in SCRAMS:
         await creds.bootstrap("alice", "s3cret-pw", mechanism, 4096)
     kwargs.setdefault("enabled", ["PLAIN", *SCRAMS])
@@ -35,8 +34,8 @@ async def scram_login(sasl: SaslMechanisms, mechanism: str, user: str, password:
 
 
 @pytest.mark.parametrize("mechanism", SCRAMS)
-async def test_scram_authenticates_the_user(mechanism):
-    sasl = await mechanisms(connections_max_reauth_ms=60_000)
+async def test_scram_authenticates_the_user(store, mechanism):
+    sasl = await mechanisms(store, connections_max_reauth_ms=60_000)
     done, who, exchange = await scram_login(sasl, mechanism, "alice", "s3cret-pw")
     assert (done, who) == (True, "alice")
     assert exchange.session_lifetime_ms() == 60_000
@@ -44,15 +43,14 @@ async def test_scram_authenticates_the_user(mechanism):
 
 @pytest.mark.parametrize("mechanism", SCRAMS)
 @pytest.mark.parametrize("user", ["alice", "mallory"])
-async def test_scram_refuses_a_wrong_password_and_an_unknown_user_alike(mechanism, user):
-    sasl = await mechanisms()
+async def test_scram_refuses_a_wrong_password_and_an_unknown_user_alike(store, mechanism, user):
+    sasl = await mechanisms(store)
     with pytest.raises(AuthenticationFailed) as refused:
         await scram_login(sasl, mechanism, user, "guessed-pw")
     assert str(refused.value) == f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
 
 
-async def test_scram_with_the_credential_a_client_salted():
-    store = security_store()
+async def test_scram_with_the_credential_a_client_salted(store):
     creds = ScramCredentials(store)
     salt = b"client-made-salt-0123"
     salted = hashlib.pbkdf2_hmac("sha512", b"from-admin-client", salt, 4096)
@@ -62,8 +60,8 @@ async def test_scram_with_the_credential_a_client_salted():
     assert sasl.start("SCRAM-SHA-512").session_lifetime_ms() == 0  # no re-authentication asked
 
 
-async def test_scram_refuses_delegation_tokens_and_a_foreign_authorization_id():
-    sasl = await mechanisms()
+async def test_scram_refuses_delegation_tokens_and_a_foreign_authorization_id(store):
+    sasl = await mechanisms(store)
     with pytest.raises(AuthenticationFailed, match="Delegation tokens are not supported"):
         await sasl.start("SCRAM-SHA-256").step(b"n,,n=alice,r=abcdefghijklmnop,tokenauth=true")
     with pytest.raises(AuthenticationFailed, match="authorization id that is different"):
@@ -74,8 +72,8 @@ async def test_scram_refuses_delegation_tokens_and_a_foreign_authorization_id():
     assert server_first.startswith(b"r=abcdefghijklmnop") and not done
 
 
-async def test_plain_against_the_scram_store():
-    sasl = await mechanisms()
+async def test_plain_against_the_scram_store(store):
+    sasl = await mechanisms(store)
     assert await sasl.start("PLAIN").step(b"\0alice\0s3cret-pw") == (b"", True, "alice")
     assert await sasl.start("PLAIN").step(b"alice\0alice\0s3cret-pw") == (b"", True, "alice")
     for message in (b"\0alice\0wrong", b"\0nobody\0s3cret-pw"):
@@ -92,17 +90,17 @@ async def test_plain_against_the_scram_store():
         (b"\0alice\0", "password not specified"),
     ],
 )
-async def test_plain_refuses_malformed_and_foreign_requests(message, why):
-    sasl = await mechanisms()
+async def test_plain_refuses_malformed_and_foreign_requests(store, message, why):
+    sasl = await mechanisms(store)
     with pytest.raises(AuthenticationFailed, match=why) as refused:
         await sasl.start("PLAIN").step(message)
     assert "s3cret" not in str(refused.value)
 
 
-async def test_plain_against_a_credentials_file_read_again_when_it_changes(tmp_path):
+async def test_plain_against_a_credentials_file_read_again_when_it_changes(store, tmp_path):
     users = tmp_path / "users"
     users.write_text("# operators' users\nalice:pw:with:colons\n\ncarol:carol-pw\n")
-    sasl = await mechanisms(enabled=["PLAIN"], plain_users_file=str(users))
+    sasl = await mechanisms(store, enabled=["PLAIN"], plain_users_file=str(users))
     assert (await sasl.start("PLAIN").step(b"\0alice\0pw:with:colons"))[1:] == (True, "alice")
     with pytest.raises(AuthenticationFailed):  # the SCRAM store is not asked when a file is given
         await sasl.start("PLAIN").step(b"\0alice\0s3cret-pw")
@@ -112,8 +110,8 @@ async def test_plain_against_a_credentials_file_read_again_when_it_changes(tmp_p
         await sasl.start("PLAIN").step(b"\0carol\0carol-pw")
 
 
-async def test_only_enabled_mechanisms_start_and_settings_are_checked():
-    sasl = await mechanisms(enabled=["SCRAM-SHA-512"])
+async def test_only_enabled_mechanisms_start_and_settings_are_checked(store):
+    sasl = await mechanisms(store, enabled=["SCRAM-SHA-512"])
     assert sasl.offers("SCRAM-SHA-512") and not sasl.offers("PLAIN") and not sasl.offers("scram-sha-512")
     with pytest.raises(ValueError, match="not enabled"):
         sasl.start("PLAIN")

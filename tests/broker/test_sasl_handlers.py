@@ -28,14 +28,13 @@ from broker.handlers.api17_sasl_handshake import sasl_handshake
 from broker.handlers.api36_sasl_authenticate import sasl_authenticate
 from broker.handlers.api50_describe_user_scram_credentials import describe_user_scram_credentials
 from broker.handlers.api51_alter_user_scram_credentials import alter_user_scram_credentials
-from tests.auth.store import security_store
+from metadata.store import load_metadata_store
 
 SHA256, SHA512 = 1, 2  # Kafka's SCRAM mechanism ids
 REAUTH_MS = 60_000
 
 
-async def services(reauth_ms: int = REAUTH_MS, authorizer=None):
-    store = security_store()
+async def services(store, reauth_ms: int = REAUTH_MS, authorizer=None):
     creds = ScramCredentials(store)
     await creds.bootstrap("alice", "alice-pw", "SCRAM-SHA-512", 4096)
     sasl = SaslMechanisms(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], creds, connections_max_reauth_ms=reauth_ms)
@@ -71,6 +70,14 @@ async def scram_login(svc, session, user, password, mechanism="SCRAM-SHA-512"):
     return final
 
 
+@pytest.fixture
+async def store():
+    s = load_metadata_store("memory://")
+    await s.start()
+    yield s
+    await s.close()
+
+
 def sasl_session() -> Session:
     return Session("SASL_SSL", "EXTERNAL", "10.0.0.9")
 
@@ -79,8 +86,8 @@ def counted(mechanism: str, result: str) -> float:
     return REGISTRY.get_sample_value("neve_sasl_authentications_total", {"mechanism": mechanism, "result": result}) or 0.0
 
 
-async def test_handshake_picks_an_offered_mechanism_and_refuses_others():
-    svc = await services()
+async def test_handshake_picks_an_offered_mechanism_and_refuses_others(store):
+    svc = await services(store)
     session = sasl_session()
     answer = await handshake(svc, session, "SCRAM-SHA-512")
     assert (answer.error_code, answer.mechanisms) == (ErrorCode.none, ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"))
@@ -100,8 +107,8 @@ async def test_handshake_picks_an_offered_mechanism_and_refuses_others():
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])
-async def test_scram_through_the_handlers_sets_the_principal_and_the_session_lifetime(version):
-    svc = await services()
+async def test_scram_through_the_handlers_sets_the_principal_and_the_session_lifetime(store, version):
+    svc = await services(store)
     session = sasl_session()
     before = counted("SCRAM-SHA-512", "success")
     assert (await handshake(svc, session, "SCRAM-SHA-512")).error_code == ErrorCode.none
@@ -119,8 +126,8 @@ async def test_scram_through_the_handlers_sets_the_principal_and_the_session_lif
     assert counted("SCRAM-SHA-512", "success") == before + 1
 
 
-async def test_a_failed_authentication_answers_without_the_secret_and_closes():
-    svc = await services()
+async def test_a_failed_authentication_answers_without_the_secret_and_closes(store):
+    svc = await services(store)
     session = sasl_session()
     before = counted("PLAIN", "failure")
     assert (await handshake(svc, session, "PLAIN")).error_code == ErrorCode.none
@@ -135,15 +142,15 @@ async def test_a_failed_authentication_answers_without_the_secret_and_closes():
     assert session.close_after_reply and not session.authenticated
 
 
-async def test_authenticate_before_a_handshake_is_an_illegal_state():
-    svc = await services()
+async def test_authenticate_before_a_handshake_is_an_illegal_state(store):
+    svc = await services(store)
     session = sasl_session()
     answer = await authenticate(svc, session, b"\0alice\0alice-pw")
     assert (answer.error_code, session.close_after_reply, session.authenticated) == (ErrorCode.illegal_sasl_state, True, False)
 
 
-async def test_reauthentication_keeps_the_principal_and_moves_the_deadline():
-    svc = await services()
+async def test_reauthentication_keeps_the_principal_and_moves_the_deadline(store):
+    svc = await services(store)
     session = sasl_session()
     assert (await scram_login(svc, session, "alice", "alice-pw")).error_code == ErrorCode.none
     first_deadline = session.expires_at
@@ -158,8 +165,8 @@ async def test_reauthentication_keeps_the_principal_and_moves_the_deadline():
     assert session.close_after_reply and not session.authenticated
 
 
-async def test_no_second_handshake_when_the_session_has_no_lifetime():
-    svc = await services(reauth_ms=0)
+async def test_no_second_handshake_when_the_session_has_no_lifetime(store):
+    svc = await services(store, reauth_ms=0)
     session = sasl_session()
     answer = await scram_login(svc, session, "alice", "alice-pw")
     assert (answer.error_code, answer.session_lifetime.total_seconds(), session.expires_at) == (ErrorCode.none, 0, None)
@@ -186,8 +193,8 @@ async def describe(svc, users):
     return [(r.user, r.error_code, [(c.mechanism, c.iterations) for c in r.credential_infos]) for r in response.results]
 
 
-async def test_alter_and_describe_scram_credentials():
-    svc = await services()
+async def test_alter_and_describe_scram_credentials(store):
+    svc = await services(store)
     results, _ = await alter(svc, upsertions=[upsert("carol", SHA256, 8192, "carol-pw"), upsert("carol", SHA512, 4096, "carol-pw"), upsert("dave")])
     assert results == [("carol", ErrorCode.none), ("dave", ErrorCode.none)]
     assert await describe(svc, None) == [("alice", ErrorCode.none, [(SHA512, 4096)]), ("carol", ErrorCode.none, [(SHA256, 8192), (SHA512, 4096)]), ("dave", ErrorCode.none, [(SHA512, 4096)])]
@@ -207,9 +214,9 @@ async def test_alter_and_describe_scram_credentials():
     assert (await scram_login(svc, sasl_session(), "carol", "carol-pw", "SCRAM-SHA-512")).error_code == ErrorCode.sasl_authentication_failed
 
 
-async def test_alter_refuses_as_kafka_does_and_applies_the_rest():
-    svc = await services()
-    store_writes = svc.metadata.writes
+async def test_alter_refuses_as_kafka_does_and_applies_the_rest(store):
+    svc = await services(store)
+    version = svc.metadata.security_version()
     results, response = await alter(
         svc,
         deletions=[alter_v0.ScramCredentialDeletion(name="ghost", mechanism=SHA256), alter_v0.ScramCredentialDeletion(name="alice", mechanism=SHA512)],
@@ -237,12 +244,12 @@ async def test_alter_refuses_as_kafka_does_and_applies_the_rest():
     ]
     messages = {r.user: r.error_message for r in response.results}
     assert (messages["few"], messages["many"], messages["alice"]) == ("Too few iterations: 4095 (at least 4096)", "Too many iterations: 16385 (at most 16384)", None)
-    assert svc.metadata.writes == store_writes + 1  # the accepted changes, in one write
+    assert svc.metadata.security_version() == version + 1  # the accepted changes, in one write
     assert await describe(svc, None) == [("erin", ErrorCode.none, [(SHA256, 16384)])]
 
 
-async def test_scram_admin_without_sasl_offered_and_behind_an_authorizer():
-    svc = await services()
+async def test_scram_admin_without_sasl_offered_and_behind_an_authorizer(store):
+    svc = await services(store)
     plain_broker = SimpleNamespace(sasl=None, authorizer=None, metadata=svc.metadata)  # no SASL listener yet
     assert (await alter(plain_broker, upsertions=[upsert("frank")]))[0] == [("frank", ErrorCode.none)]
     assert [u for u, _, _ in await describe(svc, None)] == ["alice", "frank"]  # seen through the SASL store too
@@ -250,3 +257,15 @@ async def test_scram_admin_without_sasl_offered_and_behind_an_authorizer():
     assert (await alter(guarded, upsertions=[upsert("gina")]))[0] == [("gina", ErrorCode.cluster_authorization_failed)]
     response = await call(describe_user_scram_credentials, 50, 0, guarded, Session(), describe_v0.DescribeUserScramCredentialsRequest(users=None))
     assert (response.error_code, response.results) == (ErrorCode.cluster_authorization_failed, ())
+
+
+async def test_alter_of_many_users_goes_in_writes_the_store_takes(store):
+    svc = await services(store)
+    version = svc.metadata.security_version()
+    names = [f"user-{i:03}" for i in range(120)]
+    results, _ = await alter(svc, upsertions=[upsert(n, mechanism) for n in names for mechanism in (SHA256, SHA512)] + [upsert("x" * 2000)])
+    assert results == [(n, ErrorCode.none) for n in names] + [("x" * 2000, ErrorCode.unacceptable_credential)]
+    assert svc.metadata.security_version() == version + 3  # 50 users (100 keys) a write
+    described = await describe(svc, None)
+    assert [u for u, _, _ in described] == ["alice", *names]
+    assert all(infos == [(SHA256, 4096), (SHA512, 4096)] for u, _, infos in described[1:])
