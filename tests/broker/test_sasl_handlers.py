@@ -6,6 +6,7 @@ AlterUserScramCredentials answer as Kafka does, and a user created through them 
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from types import SimpleNamespace
 
@@ -28,6 +29,7 @@ from broker.handlers.api17_sasl_handshake import sasl_handshake
 from broker.handlers.api36_sasl_authenticate import sasl_authenticate
 from broker.handlers.api50_describe_user_scram_credentials import describe_user_scram_credentials
 from broker.handlers.api51_alter_user_scram_credentials import alter_user_scram_credentials
+from broker.registry import load_handlers
 from metadata.store import load_metadata_store
 
 SHA256, SHA512 = 1, 2  # Kafka's SCRAM mechanism ids
@@ -126,15 +128,19 @@ async def test_scram_through_the_handlers_sets_the_principal_and_the_session_lif
     assert counted("SCRAM-SHA-512", "success") == before + 1
 
 
-async def test_a_failed_authentication_answers_without_the_secret_and_closes(store):
+async def test_a_failed_authentication_answers_without_the_secret_and_closes(store, caplog):
     svc = await services(store)
     session = sasl_session()
     before = counted("PLAIN", "failure")
     assert (await handshake(svc, session, "PLAIN")).error_code == ErrorCode.none
-    answer = await authenticate(svc, session, b"\0alice\0not-alices-password")
+    with caplog.at_level(logging.INFO, logger="neve.broker.sasl"):
+        answer = await authenticate(svc, session, b"\0alice\0not-alices-password")
     assert (answer.error_code, answer.error_message) == (ErrorCode.sasl_authentication_failed, "Authentication failed: Invalid username or password")
     assert session.close_after_reply and not session.authenticated and session.principal == "User:ANONYMOUS" and session.exchange is None
     assert counted("PLAIN", "failure") == before + 1
+    [record] = caplog.records
+    assert (record.getMessage(), record.mechanism, record.host, record.reason) == ("sasl_authentication_failed", "PLAIN", "10.0.0.9", answer.error_message)
+    assert "not-alices-password" not in repr(vars(record))
 
     session = sasl_session()
     answer = await scram_login(svc, session, "alice", "wrong-pw")
@@ -269,3 +275,13 @@ async def test_alter_of_many_users_goes_in_writes_the_store_takes(store):
     described = await describe(svc, None)
     assert [u for u, _, _ in described] == ["alice", *names]
     assert all(infos == [(SHA256, 4096), (SHA512, 4096)] for u, _, infos in described[1:])
+
+
+def test_the_handlers_advertise_their_versions():
+    handlers = load_handlers()
+    assert [(k, handlers[k].name, handlers[k].min_version, handlers[k].max_version) for k in (17, 36, 50, 51)] == [
+        (17, "SaslHandshake", 0, 1),
+        (36, "SaslAuthenticate", 0, 2),
+        (50, "DescribeUserScramCredentials", 0, 0),
+        (51, "AlterUserScramCredentials", 0, 0),
+    ]
