@@ -5,9 +5,11 @@ AlterUserScramCredentials answer as Kafka does, and a user created through them 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import time
+import uuid
 from types import SimpleNamespace
 
 import pytest
@@ -31,6 +33,7 @@ from broker.handlers.api50_describe_user_scram_credentials import describe_user_
 from broker.handlers.api51_alter_user_scram_credentials import alter_user_scram_credentials
 from broker.registry import load_handlers
 from metadata.store import load_metadata_store
+from tests.metadata.helpers import open_etcd_store
 
 SHA256, SHA512 = 1, 2  # Kafka's SCRAM mechanism ids
 REAUTH_MS = 60_000
@@ -78,6 +81,17 @@ async def store():
     await s.start()
     yield s
     await s.close()
+
+
+async def seen(store, prefix: str, keys: list[str]) -> None:
+    """Wait until a broker's view of the security family holds exactly `keys` under `prefix`,
+    looking each time its version moves (another broker's write raises no event to await)."""
+    deadline = time.monotonic() + 30  # generous: the watch's delay is well under a second
+    while sorted(store.security_items(prefix)) != keys:
+        assert time.monotonic() < deadline, f"the view holds {sorted(store.security_items(prefix))}, not {keys}"
+        version = store.security_version()
+        while store.security_version() == version and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
 
 def sasl_session() -> Session:
@@ -285,3 +299,23 @@ def test_the_handlers_advertise_their_versions():
         (50, "DescribeUserScramCredentials", 0, 0),
         (51, "AlterUserScramCredentials", 0, 0),
     ]
+
+
+@pytest.mark.integration
+async def test_a_user_altered_through_one_broker_logs_in_on_another(etcd_server):
+    root = f"scram-{uuid.uuid4().hex[:8]}"
+    one, two = await open_etcd_store(etcd_server, root), await open_etcd_store(etcd_server, root)
+    try:
+        first = SimpleNamespace(sasl=None, authorizer=None, metadata=one)
+        second = SimpleNamespace(sasl=SaslMechanisms(["SCRAM-SHA-512"], ScramCredentials(two)), authorizer=None, metadata=two)
+        assert (await alter(first, upsertions=[upsert("hank", password="hank-pw")]))[0] == [("hank", ErrorCode.none)]
+        await seen(two, "scram/", ["scram/SCRAM-SHA-512/hank"])
+        session = sasl_session()
+        assert (await scram_login(second, session, "hank", "hank-pw")).error_code == ErrorCode.none and session.principal == "User:hank"
+
+        assert (await alter(second, deletions=[alter_v0.ScramCredentialDeletion(name="hank", mechanism=SHA512)]))[0] == [("hank", ErrorCode.none)]
+        await seen(one, "scram/", [])
+        assert await describe(first, ["hank"]) == [("hank", ErrorCode.resource_not_found, [])]
+    finally:
+        await one.close()
+        await two.close()
