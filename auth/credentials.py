@@ -169,7 +169,7 @@ class ScramCredentials:
         if found is None:
             return False
         mechanism, credential = found
-        tag = hmac.digest(self._hash_key, b"\0".join((mechanism.encode(), user.encode(), password.encode())), "sha256")
+        tag = hmac.digest(self._hash_key, b"\0".join(x.encode("utf-8", "surrogatepass") for x in (mechanism, user, password)), "sha256")
         if hmac.compare_digest(self._checked.get(tag, b""), credential.stored_key):
             self._checked.move_to_end(tag)
             return True

@@ -86,6 +86,7 @@ async def test_password_check_runs_pbkdf2_once_per_password_and_follows_a_change
     assert not await creds.check_password("alice", "wrong")
     assert derived == ["SCRAM-SHA-512"] * 3  # failures are never cached
     assert not await creds.check_password("nobody", "first")
+    assert not await creds.check_password("alice", "fir\udc80st")  # not text a client could have sent: no password
 
     await creds.bootstrap("alice", "second", "SCRAM-SHA-512", 4096)  # a new password: the cached check no longer holds
     assert not await creds.check_password("alice", "first")
