@@ -9,6 +9,8 @@ import logging
 import os
 from dataclasses import replace
 
+from auth.credentials import ScramCredentials
+from auth.sasl import SaslMechanisms
 from auth.tls import ReloadingServerContext, TlsError, TlsFiles, parse_mapping_rules
 from broker.appender import commit_fn
 from broker.config import BrokerConfig
@@ -16,6 +18,7 @@ from broker.context import Services
 from broker.listeners import ListenerError, check_listeners, listeners_of
 from broker.metrics import WalMetrics, expose_metadata_ops, object_get
 from broker.retention import run_retention
+from broker.security import bootstrap_scram_users, sasl_mechanisms
 from broker.server import KafkaServer
 from broker.transactions.coordinator import run_transaction_sweep
 from cache.chunks import Member, ZoneChunks
@@ -175,14 +178,15 @@ class Node:
                 start_http_server(c.broker.metrics_port, addr=metrics_host)
             except OSError as e:
                 raise StartupError(f"cannot serve metrics on {metrics_host}:{c.broker.metrics_port}: {e.strerror or e}") from None
+        credentials, sasl = await self._authentication(listeners)
         port, optional = registry_port(c, self.dev)
         if port:  # before the Kafka listener: a node that takes connections serves its schemas
-            self.registry = await start_registry(c, self.metadata, port, optional)
+            self.registry = await start_registry(c, self.metadata, port, optional, credentials.check_password if c.registry.scram_users else None)
         settings = broker_settings(c)
         reader = ObjectReader(self.objects, self.recent, on_get=object_get, chunks=await self._start_chunks(settings))
         services = Services(
             settings=settings, metadata=self.metadata, wal=self.wal, reader=reader, compacted=self._compacted_reader(reader),
-            storage=self.object_store_url.split("?", 1)[0], faults=c.faults,
+            storage=self.object_store_url.split("?", 1)[0], faults=c.faults, sasl=sasl,
         )  # fmt: skip
         self.services = services
         self.server = KafkaServer(services, listeners, tls, principal_rules)
@@ -234,6 +238,19 @@ class Node:
             return listeners, tls, parse_mapping_rules(b.ssl_principal_mapping_rules)
         except (ListenerError, TlsError) as e:
             raise StartupError(str(e)) from None
+
+    async def _authentication(self, listeners) -> tuple[ScramCredentials, SaslMechanisms | None]:
+        """The SCRAM credentials (bootstrap users created) and the SASL mechanisms the SASL
+        listeners offer (None when no listener is SASL)."""
+        b = self.config.broker
+        credentials = ScramCredentials(self.metadata)
+        try:
+            if b.sasl_scram_users_file:
+                await bootstrap_scram_users(b.sasl_scram_users_file, credentials)
+            sasl = sasl_mechanisms(b, credentials) if any(item.uses_sasl for item in listeners) else None
+        except (OSError, ValueError, MetadataError) as e:
+            raise StartupError(f"SASL: {e}") from None
+        return credentials, sasl
 
     async def _start_chunks(self, settings: BrokerConfig) -> ZoneChunks | None:
         """The per-zone chunk cache and its server (before the broker registers: the registration
