@@ -257,3 +257,126 @@ async def test_the_acl_apis_answer_security_disabled_without_an_authorizer(store
     answer = await broker.call(0, 9, produce_request("payments"))
     assert produced(answer) == [("payments", ErrorCode.none, 0)]
     await broker.wal.close()
+
+
+async def test_topic_apis_answer_topic_authorization_failed_for_topics_without_the_right(broker, store):
+    """Each topic API, asked about a topic the user has the right for and one it has not (both
+    exist): the first is served, the second refused."""
+    from kio.schema.create_partitions.v3 import request as cp
+    from kio.schema.create_topics.v7 import request as ct
+    from kio.schema.delete_records.v2 import request as dr
+    from kio.schema.delete_topics.v6 import request as dt
+    from kio.schema.describe_configs.v4 import request as dc
+    from kio.schema.incremental_alter_configs.v1 import request as iac
+    from kio.schema.list_offsets.v7 import request as lo
+    from kio.schema.offset_for_leader_epoch.v4 import request as ofle
+
+    for op in (Operation.DESCRIBE, Operation.DELETE, Operation.ALTER, Operation.DESCRIBE_CONFIGS, Operation.ALTER_CONFIGS, Operation.CREATE):
+        await broker.allow(ResourceType.TOPIC, "orders-", op, PREFIXED)
+    mine, theirs = "orders-eu", "payments"
+    timeout = datetime.timedelta(seconds=30)
+
+    latest = (lo.ListOffsetsPartition(partition_index=0, current_leader_epoch=-1, timestamp=-1),)
+    answer = await broker.call(2, 7, lo.ListOffsetsRequest(replica_id=-1, isolation_level=0, topics=tuple(lo.ListOffsetsTopic(name=t, partitions=latest) for t in (mine, theirs))))
+    assert [(t.name, p.error_code) for t in answer.topics for p in t.partitions] == [(mine, ErrorCode.none), (theirs, ErrorCode.topic_authorization_failed)]
+
+    epoch = (ofle.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1, leader_epoch=0),)
+    answer = await broker.call(23, 4, ofle.OffsetForLeaderEpochRequest(replica_id=-1, topics=tuple(ofle.OffsetForLeaderTopic(topic=t, partitions=epoch) for t in (mine, theirs))))
+    assert [(t.topic, p.error_code) for t in answer.topics for p in t.partitions] == [(mine, ErrorCode.none), (theirs, ErrorCode.topic_authorization_failed)]
+
+    resources = tuple(dc.DescribeConfigsResource(resource_type=2, resource_name=t, configuration_keys=("retention.ms",)) for t in (mine, theirs))
+    answer = await broker.call(32, 4, dc.DescribeConfigsRequest(include_synonyms=False, include_documentation=False, resources=resources))
+    assert [(r.resource_name, r.error_code, [c.name for c in r.configs]) for r in answer.results] == [(mine, ErrorCode.none, ["retention.ms"]), (theirs, ErrorCode.topic_authorization_failed, [])]
+    broker_configs = dc.DescribeConfigsRequest(include_synonyms=False, include_documentation=False, resources=(dc.DescribeConfigsResource(resource_type=4, resource_name="", configuration_keys=None),))
+    assert [r.error_code for r in (await broker.call(32, 4, broker_configs)).results] == [ErrorCode.cluster_authorization_failed]
+
+    changes = tuple(iac.AlterConfigsResource(resource_type=2, resource_name=t, configs=(iac.AlterableConfig(name="retention.ms", config_operation=0, value="1000"),)) for t in (mine, theirs))
+    answer = await broker.call(44, 1, iac.IncrementalAlterConfigsRequest(resources=changes, validate_only=False))
+    assert [(r.resource_name, r.error_code) for r in answer.responses] == [(mine, ErrorCode.none), (theirs, ErrorCode.topic_authorization_failed)]
+    assert store.topics()[mine].configs.get("retention.ms") == "1000"
+    assert "retention.ms" not in store.topics()[theirs].configs
+
+    answer = await broker.call(37, 3, cp.CreatePartitionsRequest(timeout=timeout, validate_only=False, topics=tuple(cp.CreatePartitionsTopic(name=t, count=3, assignments=None) for t in (mine, theirs))))
+    assert [(r.name, r.error_code) for r in answer.results] == [(mine, ErrorCode.none), (theirs, ErrorCode.topic_authorization_failed)]
+    assert (store.topics()[mine].partitions, store.topics()[theirs].partitions) == (3, 2)
+
+    answer = await broker.call(21, 2, dr.DeleteRecordsRequest(timeout=timeout, topics=tuple(dr.DeleteRecordsTopic(name=t, partitions=(dr.DeleteRecordsPartition(partition_index=0, offset=0),)) for t in (mine, theirs))))
+    assert [(t.name, p.error_code) for t in answer.topics for p in t.partitions] == [(mine, ErrorCode.none), (theirs, ErrorCode.topic_authorization_failed)]
+
+    creations = tuple(ct.CreatableTopic(name=t, num_partitions=1, replication_factor=1, assignments=(), configs=()) for t in ("orders-us", "audit"))
+    answer = await broker.call(19, 7, ct.CreateTopicsRequest(timeout=timeout, validate_only=False, topics=creations))
+    assert [(t.name, t.error_code, t.topic_config_error_code, len(t.configs) > 0) for t in answer.topics] == [("orders-us", ErrorCode.none, ErrorCode.none, True), ("audit", ErrorCode.topic_authorization_failed, ErrorCode.none, False)]
+    assert "audit" not in store.topics()
+
+    answer = await broker.call(20, 6, dt.DeleteTopicsRequest(timeout=timeout, topics=tuple(dt.DeleteTopicState(name=t, topic_id=None) for t in (mine, theirs))))
+    assert [(r.name, r.error_code) for r in answer.responses] == [(mine, ErrorCode.none), (theirs, ErrorCode.topic_authorization_failed)]
+    assert sorted(store.topics()) == ["orders-us", "payments"]
+
+
+async def test_cluster_authorized_operations_and_log_dirs_follow_describe_on_the_cluster(broker):
+    from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+    from kio.schema.describe_log_dirs.v4.request import DescribeLogDirsRequest
+
+    ask = DescribeClusterRequest(include_cluster_authorized_operations=True, endpoint_type=1)
+    assert (await broker.call(60, 1, ask)).cluster_authorized_operations == 0
+    assert (await broker.call(35, 4, DescribeLogDirsRequest(topics=None))).error_code == ErrorCode.cluster_authorization_failed
+    await broker.allow(ResourceType.CLUSTER, "kafka-cluster", Operation.DESCRIBE)
+    await broker.allow(ResourceType.CLUSTER, "kafka-cluster", Operation.IDEMPOTENT_WRITE)
+    assert (await broker.call(60, 1, ask)).cluster_authorized_operations == (1 << Operation.DESCRIBE) | (1 << Operation.IDEMPOTENT_WRITE)
+    answer = await broker.call(35, 4, DescribeLogDirsRequest(topics=None))
+    assert (answer.error_code, [t.name for r in answer.results for t in r.topics]) == (ErrorCode.none, ["orders-eu", "payments"])
+
+
+async def test_transactional_apis_need_write_on_the_transactional_id_and_the_group_and_topic_rights(broker, store):
+    from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+    from kio.schema.add_partitions_to_txn.v3 import request as apt
+    from kio.schema.end_txn.v3.request import EndTxnRequest
+    from kio.schema.txn_offset_commit.v3 import request as toc
+
+    def txn_commit(txn_id: str):
+        parts = (toc.TxnOffsetCommitRequestPartition(partition_index=0, committed_offset=3, committed_leader_epoch=-1, committed_metadata=None),)
+        topics = tuple(toc.TxnOffsetCommitRequestTopic(name=t, partitions=parts) for t in ("orders-eu", "payments"))
+        return toc.TxnOffsetCommitRequest(transactional_id=txn_id, group_id="billing", producer_id=1, producer_epoch=0, generation_id=-1, member_id="", group_instance_id=None, topics=topics)
+
+    def add_partitions(txn_id: str):
+        topics = tuple(apt.AddPartitionsToTxnTopic(name=t, partitions=(0,)) for t in ("orders-eu", "payments"))
+        return apt.AddPartitionsToTxnRequest(v3_and_below_transactional_id=txn_id, v3_and_below_producer_id=1, v3_and_below_producer_epoch=0, v3_and_below_topics=topics)
+
+    def codes(answer):
+        return [(t.name, p.error_code) for t in answer.topics for p in t.partitions]
+
+    assert (await broker.call(26, 3, EndTxnRequest(transactional_id="tx-1", producer_id=1, producer_epoch=0, committed=True))).error_code == ErrorCode.transactional_id_authorization_failed
+    assert (await broker.call(25, 3, AddOffsetsToTxnRequest(transactional_id="tx-1", producer_id=1, producer_epoch=0, group_id="billing"))).error_code == ErrorCode.transactional_id_authorization_failed
+    assert codes(await broker.call(28, 3, txn_commit("tx-1"))) == [("orders-eu", ErrorCode.transactional_id_authorization_failed), ("payments", ErrorCode.transactional_id_authorization_failed)]
+    answer = await broker.call(24, 3, add_partitions("tx-1"))
+    refused = ErrorCode.transactional_id_authorization_failed
+    assert [(t.name, p.partition_error_code) for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition] == [("orders-eu", refused), ("payments", refused)]
+
+    await broker.allow(ResourceType.TRANSACTIONAL_ID, "tx-", Operation.WRITE, PREFIXED)
+    assert (await broker.call(25, 3, AddOffsetsToTxnRequest(transactional_id="tx-1", producer_id=1, producer_epoch=0, group_id="billing"))).error_code == ErrorCode.group_authorization_failed
+    assert codes(await broker.call(28, 3, txn_commit("tx-1"))) == [("orders-eu", ErrorCode.group_authorization_failed), ("payments", ErrorCode.group_authorization_failed)]
+    # WRITE on the topics added: the refused one fails, the other is not attempted
+    await broker.allow(ResourceType.TOPIC, "orders-eu", Operation.WRITE)
+    answer = await broker.call(24, 3, add_partitions("tx-1"))
+    assert [(t.name, p.partition_error_code) for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition] == [("orders-eu", ErrorCode.operation_not_attempted), ("payments", ErrorCode.topic_authorization_failed)]
+    await broker.allow(ResourceType.GROUP, "billing", Operation.READ)
+    await broker.allow(ResourceType.TOPIC, "orders-eu", Operation.READ)
+    # past the rights, the transaction coordinator answers (no such producer): no refusal of rights
+    assert codes(await broker.call(28, 3, txn_commit("tx-1")))[1] == ("payments", ErrorCode.topic_authorization_failed)
+    assert codes(await broker.call(28, 3, txn_commit("tx-1")))[0][1] not in (ErrorCode.transactional_id_authorization_failed, ErrorCode.group_authorization_failed, ErrorCode.topic_authorization_failed)
+
+
+async def test_groups_are_described_and_listed_only_with_describe(broker):
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+    from kio.schema.list_groups.v4.request import ListGroupsRequest
+
+    await broker.allow(ResourceType.GROUP, "billing", Operation.DESCRIBE)
+    for group in ("billing", "shipping"):
+        await broker.call(8, 8, commit_request(group, "orders-eu"), principal=ADMIN)
+    answer = await broker.call(15, 5, DescribeGroupsRequest(groups=("billing", "shipping"), include_authorized_operations=True))
+    assert [(g.group_id, g.error_code, g.authorized_operations) for g in answer.groups] == [
+        ("billing", ErrorCode.none, 1 << Operation.DESCRIBE),
+        ("shipping", ErrorCode.group_authorization_failed, -2147483648),
+    ]
+    assert [g.group_id for g in (await broker.call(16, 4, ListGroupsRequest(states_filter=()))).groups] == ["billing"]
+    assert sorted(g.group_id for g in (await broker.call(16, 4, ListGroupsRequest(states_filter=()), principal=ADMIN)).groups) == ["billing", "shipping"]
