@@ -36,7 +36,7 @@ async def delete_topics(ctx, request):
             if not allowed(ctx, DESCRIBE, TOPIC, name):
                 results.append(build(r.DeletableTopicResult, name=None, topic_id=topic_id, error_code=ErrorCode.topic_authorization_failed, error_message=None))
                 continue
-        if not allowed(ctx, DELETE, TOPIC, name):
+        if name is not None and not allowed(ctx, DELETE, TOPIC, name):
             results.append(build(r.DeletableTopicResult, name=name, topic_id=topic_id or ZERO_UUID, error_code=ErrorCode.topic_authorization_failed, error_message=None))
             continue
         try:
