@@ -17,6 +17,7 @@ from broker.config import BrokerConfig
 from broker.context import Services
 from broker.listeners import ListenerError, check_listeners, listeners_of
 from broker.metrics import WalMetrics, expose_metadata_ops, object_get
+from broker.peer_dial import peer_dialer
 from broker.retention import run_retention
 from broker.security import authorizer, bootstrap_scram_users, sasl_mechanisms
 from broker.server import KafkaServer
@@ -190,7 +191,7 @@ class Node:
             storage=self.object_store_url.split("?", 1)[0], faults=c.faults, sasl=sasl, authorizer=self._authorizer,
         )  # fmt: skip
         self.services = services
-        self.server = KafkaServer(services, listeners, tls, principal_rules)
+        self.server = KafkaServer(services, listeners, tls, principal_rules, peer_dialer(c.broker, listeners))
         try:
             await self.server.start()
         except OSError as e:
