@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import procstat
@@ -192,38 +193,100 @@ def scrape(url: str) -> dict[str, float]:
         return {}
 
 
+@dataclass(frozen=True)
+class EtcdTls:
+    """etcd serving its clients over TLS: its certificate and key, and the authority (`ca_file`)
+    clients check them with. With `client_cert_auth`, etcd asks every client for a certificate
+    that authority signed; the launcher's own etcdctl then shows `admin_cert` and `admin_key`."""
+
+    ca_file: str
+    cert_file: str
+    key_file: str
+    client_cert_auth: bool = False
+    admin_cert: str | None = None
+    admin_key: str | None = None
+
+
 class Etcd:
-    def __init__(self, work_dir: Path, log_path: Path) -> None:
+    """One etcd member on loopback. Plain HTTP unless `tls` is given; `auth_token_ttl_s` is
+    etcd's --auth-token-ttl (how long a simple auth token lives unused; etcd's default is 300)."""
+
+    def __init__(self, work_dir: Path, log_path: Path, *, tls: EtcdTls | None = None, auth_token_ttl_s: int | None = None) -> None:
         self.work_dir = work_dir
         self.log_path = log_path
-        self.client_port = free_port()
-        self.peer_port = free_port()
+        self.tls = tls
+        self.auth_token_ttl_s = auth_token_ttl_s
+        self.root_password: str | None = None  # set by enable_auth: etcdctl logs in as root from then on
         self.process: subprocess.Popen | None = None
+        self._new_ports()
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
+
+    @property
+    def client_url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.endpoint}"
 
     def start(self) -> None:
         start_on_free_ports(self._start, self.stop, self._new_ports)
 
     def _new_ports(self) -> None:
         self.client_port, self.peer_port = free_port(), free_port()
+        # over TLS, /health is asked on a plain metrics listener: the client one may want a certificate
+        self.metrics_port = free_port() if self.tls else None
 
     def _start(self) -> None:
-        client, peer = f"http://127.0.0.1:{self.client_port}", f"http://127.0.0.1:{self.peer_port}"
+        client, peer = self.client_url, f"http://127.0.0.1:{self.peer_port}"
         # etcd's defaults otherwise (fsync per commit, 128 ops per txn, 1.5 MiB requests): the
         # figures are those of a stock etcd on this machine's disk.
-        self.process = spawn(
-            [
-                binary("etcd"), "--name", "neve-bench", "--data-dir", str(self.work_dir / "data"),
-                "--listen-client-urls", client, "--advertise-client-urls", client,
-                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-                "--initial-cluster", f"neve-bench={peer}", "--log-level", "warn",
-            ],
-            self.log_path,
-        )  # fmt: skip
-        wait_ready(f"{client}/health", self.process, self.log_path)
+        args = [
+            binary("etcd"), "--name", "neve-bench", "--data-dir", str(self.work_dir / "data"),
+            "--listen-client-urls", client, "--advertise-client-urls", client,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"neve-bench={peer}", "--log-level", "warn",
+        ]  # fmt: skip
+        health = f"{client}/health"
+        if self.tls:
+            args += ["--cert-file", self.tls.cert_file, "--key-file", self.tls.key_file]
+            if self.tls.client_cert_auth:
+                args += ["--client-cert-auth", "--trusted-ca-file", self.tls.ca_file]
+            health = f"http://127.0.0.1:{self.metrics_port}/health"
+            args += ["--listen-metrics-urls", health.removesuffix("/health")]
+        if self.auth_token_ttl_s is not None:
+            args += ["--auth-token-ttl", str(self.auth_token_ttl_s)]
+        self.process = spawn(args, self.log_path)
+        wait_ready(health, self.process, self.log_path)
+
+    def etcdctl(self, *args: str) -> str:
+        """Run etcdctl against this member (over its TLS, as root once auth is on); its output."""
+        command = [binary("etcdctl"), f"--endpoints={self.client_url}"]
+        if self.tls:
+            command.append(f"--cacert={self.tls.ca_file}")
+            if self.tls.admin_cert:
+                command += [f"--cert={self.tls.admin_cert}", f"--key={self.tls.admin_key}"]
+        if self.root_password is not None:
+            command.append(f"--user=root:{self.root_password}")
+        done = subprocess.run([*command, *args], capture_output=True, text=True, timeout=30)
+        if done.returncode:
+            raise RuntimeError(f"etcdctl {' '.join(args[:2])} failed: {done.stderr.strip() or done.stdout.strip()}")
+        return done.stdout
+
+    def enable_auth(self, user: str, password: str, prefix: str = "") -> None:
+        """Turn on etcd's authentication: a root user (a random password, kept for etcdctl), and
+        `user` with `password`, allowed to read and write the keys under `prefix` (every key if
+        empty) and nothing else."""
+        import secrets
+
+        root_password = secrets.token_urlsafe(16)
+        self.etcdctl("user", "add", "root", f"--new-user-password={root_password}")
+        self.etcdctl("role", "add", user)
+        # an empty key with --from-key is every key
+        self.etcdctl("role", "grant-permission", user, "readwrite", prefix, "--prefix=true" if prefix else "--from-key")
+        self.etcdctl("user", "add", user, f"--new-user-password={password}")
+        self.etcdctl("user", "grant-role", user, user)
+        self.etcdctl("auth", "enable")
+        self.root_password = root_password
 
     def stop(self) -> None:
         terminate(self.process)

@@ -520,8 +520,15 @@ class MetadataStore(abc.ABC):
 
 def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 5, compact_interval_s: int = 300, producer_expiry_ms: int = PRODUCER_EXPIRY_MS) -> MetadataStore:
     """Pick the backend from the URL scheme: `sqlite:///path/meta.db` (embedded, durable),
-    `memory://` (embedded, for unit tests), `etcd://host:port[/root]` (production)."""
-    from urllib.parse import urlparse
+    `memory://` (embedded, for unit tests), `etcd://host:port[/root][?query]` (production).
+
+    An etcd URL's query secures the connection: `ca=<file>` (the authority etcd's certificate is
+    checked with; `tls=true` alone uses the system's), `cert=<file>&key=<file>` (the client
+    certificate, when etcd asks for one: --client-cert-auth), any of them turning TLS on;
+    `user=<name>&password_file=<file>` (etcd's authentication; the password is read from the
+    file, a mounted secret, never written in the URL). A half-given certificate, a user without
+    a password file, a password in the URL or an unknown parameter is a ValueError."""
+    from urllib.parse import parse_qs, urlparse
 
     parsed = urlparse(url)
     if parsed.scheme in ("sqlite", "memory"):
@@ -532,10 +539,14 @@ def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 
         try:  # imported lazily: aetcd and orjson are only needed for etcd
             import aetcd  # noqa: F401
 
-            from .etcd import EtcdMetadataStore, EtcdSettings
+            from .etcd import EtcdMetadataStore, EtcdSecurity, EtcdSettings
         except ImportError as e:
             raise ImportError(f"the etcd metadata store needs aetcd and orjson: pip install 'neve[etcd]' ({e})") from e
 
+        if parsed.password is not None:
+            raise ValueError("an etcd:// URL takes no password: give user= and password_file=, a file holding it")
+        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        security = EtcdSecurity.from_query(query)
         settings = EtcdSettings(timeout=timeout_ms / 1000, lease_ttl=lease_ttl_s, compact_interval_s=compact_interval_s, producer_expiry_ms=producer_expiry_ms)
-        return EtcdMetadataStore(parsed.hostname or "127.0.0.1", parsed.port or 2379, root=parsed.path.strip("/") or "neve", settings=settings)
+        return EtcdMetadataStore(parsed.hostname or "127.0.0.1", parsed.port or 2379, root=parsed.path.strip("/") or "neve", settings=settings, security=security)
     raise ValueError(f"unsupported metadata URL {url!r} (use sqlite:///path, memory:// or etcd://host:port)")

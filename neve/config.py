@@ -70,7 +70,12 @@ class WalConfig:
 class MetadataConfig:
     url: str = ""
     """Metadata store URL (etcd://host:port/root, sqlite:///path/meta.db, memory://); empty in
-    `neve dev`: <data-dir>/metadata.db."""
+    `neve dev`: <data-dir>/metadata.db. An etcd URL's query secures the connection: `ca=<file>`
+    (the authority etcd's certificate is checked with; `tls=true` alone: the system's),
+    `cert=<file>&key=<file>` (a client certificate, for etcd's --client-cert-auth), and
+    `user=<name>&password_file=<file>` (etcd's authentication; the password is read from the
+    file, a mounted secret, never given in the URL). E.g. etcd://etcd:2379/neve?ca=/s/ca.pem&
+    cert=/s/tls.crt&key=/s/tls.key&user=neve&password_file=/s/password."""
     timeout_ms: int = 5000
     """etcd: deadline of each request; a commit that cannot reach etcd answers REQUEST_TIMED_OUT."""
     lease_ttl_s: int = 5

@@ -60,18 +60,23 @@ Brokers follow changes through one watch on the root prefix (no polling): the in
 (`view.py`) stays current and long-poll fetches wake when another broker commits. If the watch
 breaks (etcd restarted), the store reloads everything and watches again from the new revision.
 
+etcd may be reached over TLS (a client certificate when etcd asks for one) and with a user and
+password (`client.py`, settings from the etcd:// URL's query): a token etcd forgot (unused for its
+--auth-token-ttl, or etcd restarted) is renewed by logging in again, and the request sent again.
+
 The package, one module a part: `keys.py` the key layout above, the values' codecs and etcd's
 limits; `follower.py` the view (load, watch, apply); `commits.py` the commit transactions, fences
 and log start advances; `index.py` the range replace and the removal of superseded wal-index
 records; `topics.py` topic transactions; `leases.py` broker registration, producer
 ids and epochs, history compaction; `leaders.py` named leaderships (one holder at a time); `groups.py` consumer groups; `schemas.py` the schema registry's items; `security.py` the
-security family; `store.py` the entry point,
+security family; `client.py` aetcd's client over TLS, logging in again; `store.py` the entry point,
 `EtcdMetadataStore`, one class mixing those parts. The Kafka rules it shares with the embedded
 store are in `metadata/rules.py`.
 """
 
+from .client import EtcdSecurity
 from .keys import MAX_OPS, MAX_TXN_BYTES, PARTITIONS_PER_TXN, _decode_entry, _Keys, decode_wal_index, encode_wal_index
 from .store import EtcdMetadataStore, EtcdSettings
 
 # the private names: the value formats' tests (tests/metadata/test_etcd_values.py) read them
-__all__ = ["MAX_OPS", "MAX_TXN_BYTES", "PARTITIONS_PER_TXN", "EtcdMetadataStore", "EtcdSettings", "decode_wal_index", "encode_wal_index", "_Keys", "_decode_entry"]
+__all__ = ["MAX_OPS", "MAX_TXN_BYTES", "PARTITIONS_PER_TXN", "EtcdMetadataStore", "EtcdSecurity", "EtcdSettings", "decode_wal_index", "encode_wal_index", "_Keys", "_decode_entry"]

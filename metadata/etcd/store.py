@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from ..model import BrokerRegistration, TopicInfo
 from ..store import PRODUCER_EXPIRY_MS, MetadataStore, MetadataUnavailable
 from ..view import IndexReads
+from .client import EtcdClient, EtcdSecurity, connect_failure
 from .commits import _Commits
 from .follower import _Follower, _PartitionState
 from .groups import _Groups
@@ -41,9 +42,10 @@ class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Leaders,
     """The store, one class: each part of it is a mixin of its own module (follower, commits,
     topics, leases, leaders, groups, schemas, security); the state they share is made here."""
 
-    def __init__(self, host: str, port: int, root: str = "neve", settings: EtcdSettings | None = None) -> None:
+    def __init__(self, host: str, port: int, root: str = "neve", settings: EtcdSettings | None = None, security: EtcdSecurity | None = None) -> None:
         super().__init__()
         self.host, self.port = host, port
+        self.security = security or EtcdSecurity()
         self.keys = _Keys(root)
         self._heads_prefix, self._index_prefix = self.keys.prefix("heads/"), self.keys.prefix("index/")
         self._wal_index_prefix = self.keys.prefix("wal-index/")
@@ -90,18 +92,17 @@ class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Leaders,
     # -- lifecycle ----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        import aetcd
         from aetcd import rpc
 
         self._delete_type = rpc.Event.DELETE
         options = {"grpc.max_receive_message_length": GRPC_MAX_MESSAGE_BYTES, "grpc.max_send_message_length": GRPC_MAX_MESSAGE_BYTES}
-        self._client = aetcd.Client(host=self.host, port=self.port, timeout=self.settings.timeout, options=options)
+        self._client = EtcdClient(self.host, self.port, self.security, timeout=self.settings.timeout, options=options)
         try:
             # each page's read is bounded by the timeout, not the whole load: years of metadata take longer
             revision = await self._load()
         except Exception as e:
             await self._client.close()
-            raise MetadataUnavailable(f"etcd at {self.host}:{self.port} is unreachable: {e!r}") from e
+            raise MetadataUnavailable(f"etcd at {self.host}:{self.port}: {connect_failure(e, self.security)}") from e
         self._view_at(revision)
         self._tasks.append(asyncio.create_task(self._follow(revision)))
         self._tasks.append(asyncio.create_task(self._compact_history()))
