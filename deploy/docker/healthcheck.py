@@ -4,7 +4,8 @@ command what it serves, with the same configuration it runs with (neve's own loa
 TOML file, NEVE_* variables). Without arguments the command is read from PID 1's command line
 (`tini -- neve broker ...`), so one HEALTHCHECK covers every command.
 
-  dev, broker  a Kafka ApiVersions round trip on the listener (and a broker's registry, when it serves one)
+  dev, broker  a Kafka ApiVersions round trip on the first listener, over TLS for an SSL or SASL_SSL
+               one (ApiVersions needs no authentication), and the broker's registry when it serves one
   registry     GET /subjects
   compactor    GET /metrics when compactor.metrics_port is set; otherwise only that it runs
 
@@ -13,6 +14,7 @@ Exit 0 healthy, 1 not (with one line saying why)."""
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 import sys
 import urllib.request
@@ -47,11 +49,24 @@ def local(host: str) -> str:
     return "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
 
 
-def api_versions(host: str, port: int) -> None:
+def tls_context(broker) -> ssl.SSLContext:
+    """TLS to the broker's own listener from inside its container: the connection sends no
+    credential, so the server's certificate (named for the addresses clients use, not this one)
+    is not checked; the broker's own certificate is shown where listeners require one."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if broker.ssl_client_auth != "none" and broker.ssl_certfile:
+        ctx.load_cert_chain(broker.ssl_certfile, broker.ssl_keyfile or None, password=broker.ssl_key_password or None)
+    return ctx
+
+
+def api_versions(host: str, port: int, tls: ssl.SSLContext | None = None) -> None:
     """One ApiVersions v0 request; raises unless the broker answers it without an error."""
     client_id = b"neve-healthcheck"
     body = struct.pack(">hhih", API_VERSIONS, 0, 1, len(client_id)) + client_id
-    with socket.create_connection((host, port), timeout=TIMEOUT_S) as s:
+    with socket.create_connection((host, port), timeout=TIMEOUT_S) as plain:
+        s = tls.wrap_socket(plain) if tls is not None else plain
         s.sendall(struct.pack(">i", len(body)) + body)
         head = _read(s, 4)
         (size,) = struct.unpack(">i", head)
@@ -84,9 +99,12 @@ def check(command: str, config_path: str | None) -> str:
     config = load_config(config_path)
     host = local(config.broker.host)
     if command in ("dev", "broker"):
-        port = config.broker.port
-        api_versions(host, port)
-        said = f"Kafka on {host}:{port}"
+        from broker.listeners import listeners_of
+
+        listener = listeners_of(config.broker)[0]
+        host, port = local(listener.host), listener.port
+        api_versions(host, port, tls_context(config.broker) if listener.uses_tls else None)
+        said = f"Kafka on {host}:{port} ({listener.protocol})"
         if command == "broker" and config.registry.port > 0 and not config.registry.url:  # `neve dev` may run without its registry (8081 taken)
             http_ok(f"http://{local(config.registry.host or config.broker.host)}:{config.registry.port}/subjects")
             said += f", registry on {config.registry.port}"
