@@ -152,7 +152,9 @@ class FrameStream(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._finish(asyncio.IncompleteReadError(b"", None))
-        return True  # half-closed: the requests already read are still answered, then the connection closes it
+        # half-closed: the requests already read are still answered, then the connection closes it
+        # (TLS has no half-close: asyncio closes such a transport itself, and warns if asked not to)
+        return self.transport is None or self.transport.get_extra_info("sslcontext") is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True

@@ -195,3 +195,8 @@ def expose_metadata_ops(store) -> None:
 
 
 _metadata_ops: MetadataOpsCollector | None = None
+SASL_AUTHENTICATIONS = Counter(
+    "neve_sasl_authentications_total",
+    "SASL authentications (and KIP-368 re-authentications) by mechanism and result: success, or failure (answered SASL_AUTHENTICATION_FAILED, then the connection closed)",
+    ["mechanism", "result"],
+)

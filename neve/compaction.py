@@ -18,7 +18,6 @@ from compactor.service import CompactionService, TopicCycle
 from compactor.sharing import LEADERSHIP, Sharing
 from metadata.store import MetadataStore
 from registry.client import load_lookup
-from registry.config import RegistrySettings
 from wal.store import ObjectStore
 
 from .config import Config
@@ -123,7 +122,7 @@ class RunningCompactor:
         self.objects_url = objects_url
         self.reader = reader
         self.metadata = metadata
-        self.lookup = load_lookup(RegistrySettings(url=config.registry.url), metadata)
+        self.lookup = load_lookup(config.registry, metadata)  # with the registry's credentials and CA
         self.service = CompactionLoop(settings, metadata, objects, objects_url, self.lookup)
         self.service.on_cycle = on_cycle
         self._stop = asyncio.Event()

@@ -16,6 +16,7 @@ from typing import Any
 from broker.config import BrokerConfig, FaultsConfig
 from cache.config import CacheConfig
 from compactor.config import CompactorConfig
+from registry.config import RegistryConfig
 from table.config import TableReadConfig
 
 
@@ -79,19 +80,6 @@ class MetadataConfig:
     producer_expiry_ms: int = 24 * 3600 * 1000
     """An idempotent producer's state (its sequences on a partition, its epoch) is forgotten after
     this long without a write, as Kafka's producer.id.expiration.ms (24 h)."""
-
-
-@dataclass
-class RegistryConfig:
-    port: int = -1
-    """Schema registry (Confluent's REST API) port on `host`; 0: not served. -1 (the default):
-    8081 in `neve dev` (if 8081 is taken, dev runs without it and says so), not served by
-    `neve broker`; `neve registry` serves it on 8081."""
-    host: str = ""
-    """Address the registry listens on; empty: the broker's `host`."""
-    url: str = ""
-    """An external schema registry (Confluent, Karapace, Apicurio) neve uses instead of its own:
-    when set, no node serves one and schemas are looked up there."""
 
 
 @dataclass

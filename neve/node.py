@@ -9,6 +9,8 @@ import logging
 import os
 from dataclasses import replace
 
+from auth.credentials import ScramCredentials
+from auth.sasl import SaslMechanisms
 from auth.tls import ReloadingServerContext, TlsError, TlsFiles, parse_mapping_rules
 from broker.appender import commit_fn
 from broker.config import BrokerConfig
@@ -16,6 +18,7 @@ from broker.context import Services
 from broker.listeners import ListenerError, check_listeners, listeners_of
 from broker.metrics import WalMetrics, expose_metadata_ops, object_get
 from broker.retention import run_retention
+from broker.security import bootstrap_scram_users, sasl_mechanisms
 from broker.server import KafkaServer
 from broker.transactions.coordinator import run_transaction_sweep
 from cache.chunks import Member, ZoneChunks
@@ -27,8 +30,7 @@ from metadata.model import BrokerRegistration
 from metadata.store import MetadataError, MetadataStore, load_metadata_store
 from registry.client import load_lookup
 from registry.config import DEFAULT_PORT as REGISTRY_PORT
-from registry.config import RegistrySettings
-from registry.server import RegistryServer
+from registry.server import RegistryServer, load_server
 from wal.manifest import is_manifest
 from wal.store import ObjectStoreError, load_object_store
 from wal.sweeper import run_sweeper
@@ -77,8 +79,14 @@ def registry_port(config: Config, dev: bool) -> tuple[int, bool]:
     return r.port, False
 
 
-async def start_registry(config: Config, metadata: MetadataStore, port: int, optional: bool) -> RegistryServer | None:
-    server = RegistryServer(metadata, config.registry.host or config.broker.host, port)
+async def start_registry(config: Config, metadata: MetadataStore, port: int, optional: bool, check_password=None) -> RegistryServer | None:
+    """The schema registry, serving on `port` (HTTPS and its users as [registry] says);
+    `check_password` checks the SCRAM users' passwords (registry.scram_users)."""
+    settings = replace(config.registry, host=config.registry.host or config.broker.host, port=port)
+    try:
+        server = await load_server(settings, metadata, check_password)
+    except (ValueError, OSError) as e:
+        raise StartupError(f"schema registry: {e}") from None
     try:
         await server.start()
     except OSError as e:
@@ -170,14 +178,15 @@ class Node:
                 start_http_server(c.broker.metrics_port, addr=metrics_host)
             except OSError as e:
                 raise StartupError(f"cannot serve metrics on {metrics_host}:{c.broker.metrics_port}: {e.strerror or e}") from None
+        credentials, sasl = await self._authentication(listeners)
         port, optional = registry_port(c, self.dev)
         if port:  # before the Kafka listener: a node that takes connections serves its schemas
-            self.registry = await start_registry(c, self.metadata, port, optional)
+            self.registry = await start_registry(c, self.metadata, port, optional, credentials.check_password if c.registry.scram_users else None)
         settings = broker_settings(c)
         reader = ObjectReader(self.objects, self.recent, on_get=object_get, chunks=await self._start_chunks(settings))
         services = Services(
             settings=settings, metadata=self.metadata, wal=self.wal, reader=reader, compacted=self._compacted_reader(reader),
-            storage=self.object_store_url.split("?", 1)[0], faults=c.faults,
+            storage=self.object_store_url.split("?", 1)[0], faults=c.faults, sasl=sasl,
         )  # fmt: skip
         self.services = services
         self.server = KafkaServer(services, listeners, tls, principal_rules)
@@ -230,6 +239,19 @@ class Node:
         except (ListenerError, TlsError) as e:
             raise StartupError(str(e)) from None
 
+    async def _authentication(self, listeners) -> tuple[ScramCredentials, SaslMechanisms | None]:
+        """The SCRAM credentials (bootstrap users created) and the SASL mechanisms the SASL
+        listeners offer (None when no listener is SASL)."""
+        b = self.config.broker
+        credentials = ScramCredentials(self.metadata)
+        try:
+            if b.sasl_scram_users_file:
+                await bootstrap_scram_users(b.sasl_scram_users_file, credentials)
+            sasl = sasl_mechanisms(b, credentials) if any(item.uses_sasl for item in listeners) else None
+        except (OSError, ValueError, MetadataError) as e:
+            raise StartupError(f"SASL: {e}") from None
+        return credentials, sasl
+
     async def _start_chunks(self, settings: BrokerConfig) -> ZoneChunks | None:
         """The per-zone chunk cache and its server (before the broker registers: the registration
         names the server's port), or None when it is off."""
@@ -274,7 +296,7 @@ class Node:
         self._table_files = TableFiles(
             reader, self.object_store_url, compactor.s3_endpoint, compactor.s3_region if compactor.s3_endpoint else "", compactor.s3_access_key_id, compactor.s3_secret_access_key
         )
-        self._schemas = load_lookup(RegistrySettings(url=self.config.registry.url), self.metadata)
+        self._schemas = load_lookup(self.config.registry, self.metadata)
         table = self.config.table
         return CompactedReader(reader, ParquetRows(self._table_files, table.decoded_bytes), self._schemas.schema, cache_bytes=table.rebuilt_bytes)
 

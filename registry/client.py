@@ -1,19 +1,24 @@
 """Schema by id, and a subject's schemas, for the registry's readers (the compactor's resolver):
 from the metadata store when neve serves its own registry, or from an external registry's REST API
-(`registry.url`), each behind a cache (a schema id's schema never changes)."""
+(`registry.url`, over HTTPS and with HTTP Basic credentials as Confluent's basic.auth.user.info),
+each behind a cache (a schema id's schema never changes)."""
 
 from __future__ import annotations
 
 import abc
+import asyncio
+import base64
 import json
+import ssl
 from collections import OrderedDict
 from urllib.parse import quote
 
 from metadata.store import MetadataStore
 
-from .config import RegistrySettings
+from .config import RegistryConfig
 from .model import Reference, Schema, SchemaType, StoreError
 from .store import RegistryStore
+from .tls import client_context
 
 
 class SchemaLookup(abc.ABC):
@@ -68,28 +73,51 @@ class StoreLookup(SchemaLookup):
 
 
 class UrlLookup(SchemaLookup):
-    """An external registry speaking Confluent's REST API (Confluent, Karapace, Apicurio's ccompat)."""
+    """An external registry speaking Confluent's REST API (Confluent, Karapace, Apicurio's ccompat),
+    or neve's own by URL. `user_info`: "user:password" for HTTP Basic auth (empty: none);
+    `ca_file`: the CAs of an https URL's certificate (empty: the system's)."""
 
-    def __init__(self, url: str, cache_size: int = 10_000, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, cache_size: int = 10_000, timeout_s: float = 10.0, user_info: str = "", ca_file: str = "") -> None:
         super().__init__(cache_size)
         self.url = url.rstrip("/")
         self._timeout_s = timeout_s
+        self._authorization: str | None = None
+        if user_info:
+            user, colon, password = user_info.partition(":")
+            if not colon or not user:
+                raise ValueError("the registry's user info is not user:password")
+            self._authorization = _basic_auth(user, password)
+        self._ca_file = ca_file
         self._session = None
+
+    async def _open(self):
+        import aiohttp
+
+        # reading the CA file is file I/O: off the loop, once
+        context = await asyncio.to_thread(client_context, self._ca_file) if self.url.startswith("https:") else None
+        headers = {"Authorization": self._authorization} if self._authorization is not None else None
+        return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s), headers=headers, connector=aiohttp.TCPConnector(ssl=context) if context is not None else None)
 
     async def _get(self, path: str):
         """The decoded JSON answer to GET `path`, or None for a 404."""
         import aiohttp
 
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout_s))
+            opened = await self._open()
+            if self._session is None:
+                self._session = opened
+            else:  # another lookup opened one meanwhile
+                await opened.close()
         try:
             async with self._session.get(f"{self.url}{path}", headers={"Accept": "application/vnd.schemaregistry.v1+json, application/json"}) as response:
                 text = await response.text()
                 if response.status == 404:
                     return None
+                if response.status in (401, 403):
+                    raise StoreError(f"schema registry {self.url} refused {'the credentials' if self._authorization else 'a request without credentials'} ({response.status}): {text[:200]}")
                 if response.status != 200:
                     raise StoreError(f"schema registry {self.url} answered {response.status}: {text[:200]}")
-        except aiohttp.ClientError as e:
+        except (aiohttp.ClientError, ssl.SSLError) as e:
             raise StoreError(f"schema registry {self.url}: {e!r}") from e
         return json.loads(text)
 
@@ -115,13 +143,17 @@ class UrlLookup(SchemaLookup):
             self._session = None
 
 
+def _basic_auth(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
 def _schema(d: dict) -> Schema:
     refs = tuple(Reference(r["name"], r["subject"], r["version"]) for r in d.get("references") or ())
     return Schema(SchemaType(d.get("schemaType") or "AVRO"), d["schema"], refs)
 
 
-def load_lookup(settings: RegistrySettings, metadata: MetadataStore) -> SchemaLookup:
+def load_lookup(settings: RegistryConfig, metadata: MetadataStore) -> SchemaLookup:
     """The external registry when `settings.url` is set, else neve's own through the metadata store."""
     if settings.url:
-        return UrlLookup(settings.url, settings.cache_size)
+        return UrlLookup(settings.url, settings.cache_size, user_info=settings.basic_auth_user_info, ca_file=settings.url_ca_file)
     return StoreLookup(metadata, settings.cache_size)

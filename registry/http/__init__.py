@@ -1,6 +1,7 @@
 """The registry's REST API as an aiohttp application, one module per Confluent resource: subjects,
 versions, schemas, config, mode, compatibility. `common.py` holds what they share (bodies,
-replies, flags); errors become Confluent's `{"error_code", "message"}` with its HTTP status here."""
+replies, flags); `gate.py` the access check when the registry has users; errors become
+Confluent's `{"error_code", "message"}` with its HTTP status here."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import logging
 
 from aiohttp import web
 
+from ..access import Access
 from ..model import RegistryError
 from ..service import Registry
 from . import compatibility, config, mode, schemas, subjects, versions
 from .common import REGISTRY, reply
+from .gate import make_gate
 
 log = logging.getLogger("neve.registry")
 
@@ -36,8 +39,9 @@ async def _root(_request: web.Request) -> web.Response:
     return reply({})
 
 
-def make_app(registry: Registry) -> web.Application:
-    app = web.Application(middlewares=[_errors])
+def make_app(registry: Registry, access: Access | None = None) -> web.Application:
+    """`access`: who may do what (None: anyone, anything)."""
+    app = web.Application(middlewares=[_errors] if access is None else [_errors, make_gate(access)])
     app[REGISTRY] = registry
     app.router.add_get("/", _root)
     for module in (subjects, versions, schemas, config, mode, compatibility):

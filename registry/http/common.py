@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..access import Grant
 from ..model import (
     BadRequest,
     InvalidSchema,
@@ -20,6 +21,13 @@ from ..service import Registry
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 REGISTRY: web.AppKey[Registry] = web.AppKey("registry", Registry)
+GRANT: web.RequestKey[Grant] = web.RequestKey("grant", Grant)  # the caller's, when the registry has users
+
+
+def visible(request: web.Request, subjects):
+    """`subjects` less those the caller's prefixes hide, in their order."""
+    grant: Grant | None = request.get(GRANT)
+    return list(subjects) if grant is None or not grant.prefixes else [s for s in subjects if grant.sees(s)]
 
 
 def registry(request: web.Request) -> Registry:

@@ -2,8 +2,8 @@
 
     GET /schemas/ids/{id}            {"schema", "schemaType"?, "references"} (40403)
     GET /schemas/ids/{id}/schema     the schema's text alone
-    GET /schemas/ids/{id}/versions   [{"subject", "version"}, ...] holding it
-    GET /schemas/ids/{id}/subjects   the subjects holding it
+    GET /schemas/ids/{id}/versions   [{"subject", "version"}, ...] holding it (that the caller sees)
+    GET /schemas/ids/{id}/subjects   the subjects holding it (that the caller sees)
     GET /schemas/types               ["AVRO", "JSON", "PROTOBUF"]
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from ..model import SchemaNotFound, SchemaType
-from .common import flag, registry, reply, text_reply
+from .common import flag, registry, reply, text_reply, visible
 
 
 def _id(request: web.Request) -> int:
@@ -32,12 +32,13 @@ async def text_by_id(request: web.Request) -> web.Response:
 
 async def versions_of(request: web.Request) -> web.Response:
     found = await registry(request).subjects_of_schema(_id(request), flag(request, "deleted"))
-    return reply([{"subject": v.subject, "version": v.version} for v in found])
+    shown = set(visible(request, {v.subject for v in found}))
+    return reply([{"subject": v.subject, "version": v.version} for v in found if v.subject in shown])
 
 
 async def subjects_of(request: web.Request) -> web.Response:
     found = await registry(request).subjects_of_schema(_id(request), flag(request, "deleted"))
-    return reply(sorted({v.subject for v in found}))
+    return reply(sorted(visible(request, {v.subject for v in found})))
 
 
 async def types(_request: web.Request) -> web.Response:

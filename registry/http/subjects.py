@@ -1,6 +1,7 @@
 """/subjects: list subjects, look a schema up in a subject, delete a subject.
 
-    GET    /subjects?deleted=&subjectPrefix=   ["s1", ...]; soft-deleted ones only with deleted=true
+    GET    /subjects?deleted=&subjectPrefix=   ["s1", ...]; soft-deleted ones only with deleted=true;
+                                               those the caller may see
     POST   /subjects/{s}?deleted=              {"schema", ...} -> the version holding it
                                                (40401 no such subject, 40403 not in it)
     DELETE /subjects/{s}?permanent=            the versions deleted; soft first (40404 if soft-deleted
@@ -11,11 +12,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .common import body, flag, registry, reply, schema_of, subject
+from .common import body, flag, registry, reply, schema_of, subject, visible
 
 
 async def list_subjects(request: web.Request) -> web.Response:
-    return reply(await registry(request).subjects(flag(request, "deleted"), request.query.get("subjectPrefix", "")))
+    return reply(visible(request, await registry(request).subjects(flag(request, "deleted"), request.query.get("subjectPrefix", ""))))
 
 
 async def lookup(request: web.Request) -> web.Response:

@@ -9,7 +9,7 @@ import pytest
 
 from metadata.embedded import EmbeddedMetadataStore
 from registry.client import StoreLookup, UrlLookup, load_lookup
-from registry.config import RegistrySettings
+from registry.config import RegistryConfig
 from registry.model import Reference, Schema, SchemaType
 from registry.server import RegistryServer
 
@@ -35,8 +35,8 @@ async def test_store_and_url_lookups_agree_and_cache(served):
     address_id = await registry.register("address", Schema(SchemaType.AVRO, ADDRESS))
     person = Schema(SchemaType.AVRO, PERSON, (Reference("Address", "address", 1),))
     person_id = await registry.register("person", person)
-    local = load_lookup(RegistrySettings(), metadata)
-    remote = load_lookup(RegistrySettings(url=server.url + "/"), metadata)
+    local = load_lookup(RegistryConfig(), metadata)
+    remote = load_lookup(RegistryConfig(url=server.url + "/"), metadata)
     assert isinstance(local, StoreLookup) and isinstance(remote, UrlLookup)
     for lookup in (local, remote):
         assert await lookup.schema(address_id) == Schema(SchemaType.AVRO, ADDRESS.replace(" ", ""))

@@ -1,0 +1,123 @@
+"""SCRAM exchanges driven by scramp's client side, and PLAIN against a credentials file or the
+SCRAM store: who gets in, who does not, and that no refusal carries the secret."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+from scramp import ScramClient
+
+from auth.credentials import ScramCredentials, credential_from_salted_password
+from auth.sasl import AuthenticationFailed, SaslMechanisms
+
+SCRAMS = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+async def mechanisms(store, **kwargs) -> SaslMechanisms:
+    creds = ScramCredentials(store)
+    for mechanism in SCRAMS:
+        await creds.bootstrap("alice", "s3cret-pw", mechanism, 4096)
+    kwargs.setdefault("enabled", ["PLAIN", *SCRAMS])
+    return SaslMechanisms(credentials=creds, **kwargs)
+
+
+async def scram_login(sasl: SaslMechanisms, mechanism: str, user: str, password: str):
+    client = ScramClient([mechanism], user, password)
+    exchange = sasl.start(mechanism)
+    server_first, done, who = await exchange.step(client.get_client_first().encode())
+    assert (done, who) == (False, None)
+    client.set_server_first(server_first.decode())
+    server_final, done, who = await exchange.step(client.get_client_final().encode())
+    client.set_server_final(server_final.decode())  # the client checks the server knew its key too
+    return done, who, exchange
+
+
+@pytest.mark.parametrize("mechanism", SCRAMS)
+async def test_scram_authenticates_the_user(store, mechanism):
+    sasl = await mechanisms(store, connections_max_reauth_ms=60_000)
+    done, who, exchange = await scram_login(sasl, mechanism, "alice", "s3cret-pw")
+    assert (done, who) == (True, "alice")
+    assert exchange.session_lifetime_ms() == 60_000
+
+
+@pytest.mark.parametrize("mechanism", SCRAMS)
+@pytest.mark.parametrize("user", ["alice", "mallory"])
+async def test_scram_refuses_a_wrong_password_and_an_unknown_user_alike(store, mechanism, user):
+    sasl = await mechanisms(store)
+    with pytest.raises(AuthenticationFailed) as refused:
+        await scram_login(sasl, mechanism, user, "guessed-pw")
+    assert str(refused.value) == f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
+
+
+async def test_scram_with_the_credential_a_client_salted(store):
+    creds = ScramCredentials(store)
+    salt = b"client-made-salt-0123"
+    salted = hashlib.pbkdf2_hmac("sha512", b"from-admin-client", salt, 4096)
+    await creds.write({("SCRAM-SHA-512", "bob"): credential_from_salted_password("SCRAM-SHA-512", salt, 4096, salted)})
+    sasl = SaslMechanisms(["SCRAM-SHA-512"], creds)
+    assert (await scram_login(sasl, "SCRAM-SHA-512", "bob", "from-admin-client"))[:2] == (True, "bob")
+    assert sasl.start("SCRAM-SHA-512").session_lifetime_ms() == 0  # no re-authentication asked
+
+
+async def test_scram_refuses_delegation_tokens_and_a_foreign_authorization_id(store):
+    sasl = await mechanisms(store)
+    with pytest.raises(AuthenticationFailed, match="Delegation tokens are not supported"):
+        await sasl.start("SCRAM-SHA-256").step(b"n,,n=alice,r=abcdefghijklmnop,tokenauth=true")
+    with pytest.raises(AuthenticationFailed, match="authorization id that is different"):
+        await sasl.start("SCRAM-SHA-256").step(b"n,a=bob,n=alice,r=abcdefghijklmnop")
+    with pytest.raises(AuthenticationFailed, match="Authorization ids are not supported"):
+        await sasl.start("SCRAM-SHA-256").step(b"n,a=alice,n=alice,r=abcdefghijklmnop")
+    server_first, done, _ = await sasl.start("SCRAM-SHA-256").step(b"n,,n=alice,r=abcdefghijklmnop")
+    assert server_first.startswith(b"r=abcdefghijklmnop") and not done
+
+
+async def test_plain_against_the_scram_store(store):
+    sasl = await mechanisms(store)
+    assert await sasl.start("PLAIN").step(b"\0alice\0s3cret-pw") == (b"", True, "alice")
+    assert await sasl.start("PLAIN").step(b"alice\0alice\0s3cret-pw") == (b"", True, "alice")
+    for message in (b"\0alice\0wrong", b"\0nobody\0s3cret-pw"):
+        with pytest.raises(AuthenticationFailed, match="^Authentication failed: Invalid username or password$"):
+            await sasl.start("PLAIN").step(message)
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        (b"bob\0alice\0s3cret-pw", "authorization id that is different from username"),
+        (b"alice\0s3cret-pw", "expected 3 tokens"),
+        (b"\0\0s3cret-pw", "username not specified"),
+        (b"\0alice\0", "password not specified"),
+    ],
+)
+async def test_plain_refuses_malformed_and_foreign_requests(store, message, why):
+    sasl = await mechanisms(store)
+    with pytest.raises(AuthenticationFailed, match=why) as refused:
+        await sasl.start("PLAIN").step(message)
+    assert "s3cret" not in str(refused.value)
+
+
+async def test_plain_against_a_credentials_file_read_again_when_it_changes(store, tmp_path):
+    users = tmp_path / "users"
+    users.write_text("# operators' users\nalice:pw:with:colons\n\ncarol:carol-pw\n")
+    sasl = await mechanisms(store, enabled=["PLAIN"], plain_users_file=str(users))
+    assert (await sasl.start("PLAIN").step(b"\0alice\0pw:with:colons"))[1:] == (True, "alice")
+    with pytest.raises(AuthenticationFailed):  # the SCRAM store is not asked when a file is given
+        await sasl.start("PLAIN").step(b"\0alice\0s3cret-pw")
+    users.write_text("alice:rotated-password-longer\n")
+    assert (await sasl.start("PLAIN").step(b"\0alice\0rotated-password-longer"))[1:] == (True, "alice")
+    with pytest.raises(AuthenticationFailed):
+        await sasl.start("PLAIN").step(b"\0carol\0carol-pw")
+
+
+async def test_only_enabled_mechanisms_start_and_settings_are_checked(store):
+    sasl = await mechanisms(store, enabled=["SCRAM-SHA-512"])
+    assert sasl.offers("SCRAM-SHA-512") and not sasl.offers("PLAIN") and not sasl.offers("scram-sha-512")
+    with pytest.raises(ValueError, match="not enabled"):
+        sasl.start("PLAIN")
+    with pytest.raises(ValueError, match="unsupported SASL mechanisms"):
+        SaslMechanisms(["GSSAPI"])
+    with pytest.raises(ValueError, match="credential store"):
+        SaslMechanisms(["SCRAM-SHA-256"])
+    with pytest.raises(ValueError, match="OAUTHBEARER needs"):
+        SaslMechanisms(["OAUTHBEARER"])
