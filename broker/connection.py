@@ -62,6 +62,7 @@ class CloseReason(enum.Enum):
     AUTHENTICATION_FAILED = "authentication failed"
     AUTHENTICATION_EXPIRED = "authentication expired"
     CERTIFICATE_UNMAPPED = "no principal mapping rule matches the client certificate"
+    UNTRUSTED_RELAY = "a relayed request from a connection that is not a broker's"
     FAULT_INJECTED = "fault injection"
     SHUTDOWN = "broker shutting down"
 
@@ -195,15 +196,20 @@ class Connection:
             raise _Close(CloseReason.MALFORMED, str(e)) from None
         requests_of(handler.name).inc()
         client_id = getattr(header, "client_id", None)
-        relayed_host = None
+        relayed_host, relayed_principal = None, ""
         if api_key in GROUP_APIS:
-            client_id, relayed_host = relayed_for(client_id)
+            client_id, relayed_host, relayed_principal = relayed_for(client_id)
         if self._open is None:
             self._place(client_id, relayed=relayed_host is not None)
         ctx = self._contexts.get((api_key, version, client_id))
-        if relayed_host is not None:  # the member's own host, not the relaying broker's
+        if relayed_host is not None:  # the member's own host and principal, not the relaying broker's
+            authorizer = self.services.authorizer
+            if authorizer is not None and session.principal not in authorizer.super_users:
+                # only a broker (a super user) may speak for a client it authenticated
+                raise _Close(CloseReason.UNTRUSTED_RELAY, f"{session.principal} relayed for {relayed_principal or '?'}")
             self._relay_link = True
-            ctx = RequestContext(self.services, api_key, version, client_id, response_module(api_key, version), (relayed_host, 0), session)
+            member = Session(session.protocol, session.listener, relayed_host, relayed_principal or session.principal)
+            ctx = RequestContext(self.services, api_key, version, client_id, response_module(api_key, version), (relayed_host, 0), member)
         elif ctx is None:
             if len(self._contexts) >= MAX_CONTEXTS:
                 self._contexts.clear()

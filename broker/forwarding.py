@@ -52,12 +52,14 @@ from .groups.coordinator import coordinator_for
 from .groups.group import GroupError
 from .locality import known_zone
 from .metrics import GROUP_FORWARD_BYTES, GROUP_FORWARD_FAILURES, GROUP_FORWARDS, GROUP_FORWARDS_IN_FLIGHT
+from .peer_dial import PeerDialer
 
 log = logging.getLogger("neve.broker.forwarding")
 
 # Appended to a relayed request's client id, then the client's host. A unit separator: no client
 # writes one, so a client cannot turn the guard on or off by accident.
 RELAY_MARK = "\x1fneve-relay@"
+PRINCIPAL_MARK = "\x1f"  # after the host: the principal the client authenticated as on the relaying broker
 JOIN_GROUP, SYNC_GROUP = 11, 14
 # Every implemented API that names a group and is answered by its coordinator (FindCoordinator is
 # answered here; ListGroups lists this broker's own groups).
@@ -73,12 +75,14 @@ _SIZE = struct.Struct(">i")
 _CLIENT_ID_LENGTH = struct.Struct(">h")
 
 
-def relayed_for(client_id: str | None) -> tuple[str | None, str | None]:
-    """(the client's own client id, its host) of a relayed request; (client_id, None) otherwise."""
+def relayed_for(client_id: str | None) -> tuple[str | None, str | None, str]:
+    """(the client's own client id, its host, the principal it authenticated as, "" if unsaid) of
+    a relayed request; (client_id, None, "") otherwise."""
     if not client_id or RELAY_MARK not in client_id:
-        return client_id, None
-    own, _, host = client_id.rpartition(RELAY_MARK)
-    return own or None, host
+        return client_id, None, ""
+    own, _, rest = client_id.rpartition(RELAY_MARK)
+    host, _, principal = rest.partition(PRINCIPAL_MARK)
+    return own or None, host, principal
 
 
 def with_client_id(frame: bytes, client_id: str) -> bytes:
@@ -120,8 +124,9 @@ class PeerLink:
     each answer goes to the request whose correlation id it carries. Opened on first use; when it
     fails, every request in flight fails with it and the next request opens a new one."""
 
-    def __init__(self, host: str, port: int, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+    def __init__(self, host: str, port: int, max_in_flight: int = MAX_IN_FLIGHT, dialer: PeerDialer | None = None) -> None:
         self.address = (host, port)
+        self.dialer = dialer or PeerDialer()
         self._room = asyncio.Semaphore(max_in_flight)
         self._pending: dict[int, asyncio.Future] = {}
         self._next_id = 0
@@ -156,7 +161,7 @@ class PeerLink:
     async def _open(self) -> asyncio.StreamWriter:
         async with self._opening:
             if self._writer is None or self._writer.is_closing():
-                reader, self._writer = await asyncio.open_connection(*self.address)
+                reader, self._writer = await self.dialer.open(*self.address)
                 self._reader_task = asyncio.create_task(self._read_answers(reader, self._writer))
             return self._writer
 
@@ -223,8 +228,11 @@ def _ms(value) -> float:
 class GroupForwarder:
     """A broker's relay of group requests to their coordinators (one per Kafka listener)."""
 
-    def __init__(self, services, *, timeout_s: float = TIMEOUT_S, sync_timeout_s: float = SYNC_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT) -> None:
+    def __init__(
+        self, services, *, timeout_s: float = TIMEOUT_S, sync_timeout_s: float = SYNC_TIMEOUT_S, max_in_flight: int = MAX_IN_FLIGHT, dialer: PeerDialer | None = None
+    ) -> None:
         self.services = services
+        self.dialer = dialer or PeerDialer()  # the inter-broker listener's address, TLS and SASL
         self.timeout_s = timeout_s
         self.sync_timeout_s = sync_timeout_s
         self.max_in_flight = max_in_flight
@@ -266,19 +274,20 @@ class GroupForwarder:
 
     def _marked(self, ctx, frame: bytes) -> bytes | None:
         host = str(ctx.peer[0]) if ctx.peer else ""
-        client_id = f"{ctx.client_id or ''}{RELAY_MARK}{host}"
+        client_id = f"{ctx.client_id or ''}{RELAY_MARK}{host}{PRINCIPAL_MARK}{ctx.session.principal}"
         if len(client_id.encode()) > 0x7FFF:
             return None
         return with_client_id(frame, client_id)
 
     def _link(self, broker) -> PeerLink:
         link = self._links.get(broker.node_id)
-        if link is None or link.address != (broker.host, broker.port):
+        address = self.dialer.endpoint(broker)
+        if link is None or link.address != address:
             if link is not None:
                 closing = asyncio.ensure_future(link.close())
                 self._closing.add(closing)
                 closing.add_done_callback(self._closing.discard)
-            link = self._links[broker.node_id] = PeerLink(broker.host, broker.port, self.max_in_flight)
+            link = self._links[broker.node_id] = PeerLink(*address, self.max_in_flight, self.dialer)
         return link
 
     def _deadline_s(self, api_key: int, body: Any) -> float:

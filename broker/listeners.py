@@ -100,5 +100,12 @@ def check_listeners(listeners: list[Listener], settings: BrokerConfig, cluster: 
             raise ListenerError(f"listener {listener.name} is {listener.protocol}: set broker.ssl_certfile and broker.ssl_keyfile")
         if listener.uses_sasl and not [m for m in settings.sasl_enabled_mechanisms.split(",") if m.strip()]:
             raise ListenerError(f"listener {listener.name} is {listener.protocol}: broker.sasl_enabled_mechanisms is empty")
-    if settings.inter_broker_listener_name and settings.inter_broker_listener_name.upper() not in {item.name for item in listeners}:
+    names = {item.name for item in listeners}
+    if settings.inter_broker_listener_name and settings.inter_broker_listener_name.upper() not in names:
         raise ListenerError(f"inter broker listener {settings.inter_broker_listener_name}: no such listener")
+    inter = next((item for item in listeners if item.name == settings.inter_broker_listener_name.upper()), listeners[0])
+    if cluster and inter.uses_sasl and not (settings.inter_broker_sasl_username and settings.inter_broker_sasl_password):
+        raise ListenerError(
+            f"brokers reach each other on {inter.name} ({inter.protocol}): set broker.inter_broker_sasl_username and "
+            "inter_broker_sasl_password (a super user), or broker.inter_broker_listener_name"
+        )

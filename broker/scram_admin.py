@@ -3,7 +3,10 @@ share: the credential store they read and write, and their authorization on the 
 
 from __future__ import annotations
 
+from auth.acls import Operation
 from auth.credentials import ScramCredentials
+
+from .authorization import CLUSTER, allowed
 
 
 def scram_credentials(services) -> ScramCredentials:
@@ -17,6 +20,5 @@ def scram_credentials(services) -> ScramCredentials:
 
 def cluster_allowed(ctx, operation: str) -> bool:
     """Whether the connection's principal may `operation` ("DESCRIBE" or "ALTER") the cluster, as
-    Kafka checks these APIs. The one place the ACL authorizer (ctx.services.authorizer) answers
-    for them; without an authorizer every request is allowed."""
-    return ctx.services.authorizer is None
+    Kafka checks these APIs; without an authorizer every request is allowed."""
+    return allowed(ctx, Operation[operation], CLUSTER)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from auth.authorizer import Authorizer
 from auth.credentials import ScramCredentials
 from auth.oauthbearer import JwtValidation
 from auth.sasl import SaslMechanisms
@@ -71,3 +72,14 @@ async def bootstrap_scram_users(path: str, credentials: ScramCredentials) -> lis
     if created:
         log.info("scram_users_created", extra={"users": created, "file": path})
     return created
+
+
+def authorizer(settings: BrokerConfig, metadata) -> Authorizer | None:
+    """The ACL authorizer when `authorizer_enabled`, else None (every request allowed)."""
+    if not settings.authorizer_enabled:
+        return None
+    super_users = [u.strip() for u in settings.super_users.split(";") if u.strip()]
+    bad = [u for u in super_users if not u.startswith("User:")]
+    if bad:
+        raise ValueError(f"super users are principals written User:<name>, not {', '.join(bad)}")
+    return Authorizer(metadata, super_users, settings.allow_everyone_if_no_acl_found)

@@ -14,6 +14,7 @@ from .context import Services
 from .forwarding import GroupForwarder
 from .framing import FrameStream
 from .listeners import Listener
+from .peer_dial import PeerDialer
 from .registry import load_handlers
 
 log = logging.getLogger("neve.broker.server")
@@ -23,7 +24,14 @@ class KafkaServer:
     """`listeners` default to one PLAINTEXT listener on the settings' host and port; `tls` serves
     the SSL and SASL_SSL listeners, `principal_rules` name the users of client certificates."""
 
-    def __init__(self, services: Services, listeners: list[Listener] | None = None, tls: ReloadingServerContext | None = None, principal_rules: list[MappingRule] | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        listeners: list[Listener] | None = None,
+        tls: ReloadingServerContext | None = None,
+        principal_rules: list[MappingRule] | None = None,
+        dialer: PeerDialer | None = None,
+    ) -> None:
         self.services = services
         s = services.settings
         self.listeners = listeners or [Listener("PLAINTEXT", "PLAINTEXT", s.host, s.port, s.advertised())]
@@ -31,7 +39,7 @@ class KafkaServer:
         self.principal_rules = principal_rules or [MappingRule(None)]
         self._servers: dict[str, asyncio.Server] = {}
         self._tasks: set[asyncio.Task] = set()
-        self.forwarder = GroupForwarder(services)  # zoned clients' group requests, to their coordinators
+        self.forwarder = GroupForwarder(services, dialer=dialer)  # zoned clients' group requests, to their coordinators
         load_handlers()
 
     async def start(self) -> None:

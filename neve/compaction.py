@@ -201,7 +201,7 @@ class CompactorNode:
         settings = compactor_settings(self.config, self.data_dir)
         await check_prerequisites(settings, escape="or run the tasks without Spark: NEVE_COMPACTOR_RUNNER=in-process")
         if settings.metrics_port:
-            serve_metrics(self.config.broker.host, settings.metrics_port)
+            serve_metrics(self.config.broker.metrics_host or self.config.broker.host, settings.metrics_port)
         m = self.config.metadata
         try:
             self.objects = load_object_store(self.objects_url)

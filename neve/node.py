@@ -17,8 +17,9 @@ from broker.config import BrokerConfig
 from broker.context import Services
 from broker.listeners import ListenerError, check_listeners, listeners_of
 from broker.metrics import WalMetrics, expose_metadata_ops, object_get
+from broker.peer_dial import peer_dialer
 from broker.retention import run_retention
-from broker.security import bootstrap_scram_users, sasl_mechanisms
+from broker.security import authorizer, bootstrap_scram_users, sasl_mechanisms
 from broker.server import KafkaServer
 from broker.transactions.coordinator import run_transaction_sweep
 from cache.chunks import Member, ZoneChunks
@@ -118,6 +119,7 @@ class Node:
         self.compactor = None  # neve.compaction.RunningCompactor when compactor.in_node
         self._chunks: ZoneChunks | None = None
         self._chunk_server: ChunkServer | None = None
+        self._authorizer = None  # the ACL authorizer (broker.authorizer_enabled)
 
     def _lock_data_dir(self) -> None:
         self._lock_fd = lock_data_dir(self.data_dir)
@@ -186,10 +188,10 @@ class Node:
         reader = ObjectReader(self.objects, self.recent, on_get=object_get, chunks=await self._start_chunks(settings))
         services = Services(
             settings=settings, metadata=self.metadata, wal=self.wal, reader=reader, compacted=self._compacted_reader(reader),
-            storage=self.object_store_url.split("?", 1)[0], faults=c.faults, sasl=sasl,
+            storage=self.object_store_url.split("?", 1)[0], faults=c.faults, sasl=sasl, authorizer=self._authorizer,
         )  # fmt: skip
         self.services = services
-        self.server = KafkaServer(services, listeners, tls, principal_rules)
+        self.server = KafkaServer(services, listeners, tls, principal_rules, peer_dialer(c.broker, listeners))
         try:
             await self.server.start()
         except OSError as e:
@@ -248,8 +250,9 @@ class Node:
             if b.sasl_scram_users_file:
                 await bootstrap_scram_users(b.sasl_scram_users_file, credentials)
             sasl = sasl_mechanisms(b, credentials) if any(item.uses_sasl for item in listeners) else None
+            self._authorizer = authorizer(b, self.metadata)
         except (OSError, ValueError, MetadataError) as e:
-            raise StartupError(f"SASL: {e}") from None
+            raise StartupError(f"authentication: {e}") from None
         return credentials, sasl
 
     async def _start_chunks(self, settings: BrokerConfig) -> ZoneChunks | None:

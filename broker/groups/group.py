@@ -34,6 +34,9 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
+GROUP_AUTHORIZATION_FAILED = int(ErrorCode.group_authorization_failed)  # ACLs refuse the principal the group
+
+
 class GroupError(Exception):
     """A group-level Kafka error for the whole request."""
 

@@ -9,7 +9,11 @@ cleanup.policy compacts: from v8 the answer's record_errors name each, as Kafka'
 the batch is stored), MESSAGE_TOO_LARGE (a batch over the topic's max.message.bytes, by default
 the broker's), OUT_OF_ORDER_SEQUENCE_NUMBER,
 INVALID_PRODUCER_EPOCH, and the retriable KAFKA_STORAGE_ERROR / REQUEST_TIMED_OUT when the object
-store or the metadata store fails.
+store or the metadata store fails. With ACLs (broker/authorization.py): WRITE on each topic, else
+its partitions answer TOPIC_AUTHORIZATION_FAILED (whether it exists or not); a transactional
+request needs WRITE on its transactional id, else every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED (an idempotent producer's right, IDEMPOTENT_WRITE, is checked
+once at InitProducerId, as Kafka does since KIP-679).
 
 The handler is not a coroutine: it submits every chunk at once and returns a future that its
 WAL appends' callbacks answer, so a produce request costs no task (librdkafka sends one request
@@ -29,6 +33,7 @@ from wal.batch import InvalidRecords, validate
 from wal.format import Chunk
 from wal.writer import WalUnavailable
 
+from ..authorization import TOPIC, TRANSACTIONAL_ID, WRITE, allowed, allowed_names
 from ..codec import NO_THROTTLE, OnePartitionProduce, build, error, has_field
 from ..metrics import PRODUCE_BYTES, TRANSACTIONAL_PRODUCE_REFUSED
 from ..registry import handles
@@ -54,7 +59,11 @@ def produce(ctx, request) -> asyncio.Future:
     plan = []  # (topic name, [(partition, future | None, error code, message, bytes submitted, record errors)])
     submits = []  # (its parts list, index there, chunk, summary) of every partition to submit
     checks = []  # (topic id, partition) of transactional records that may start their transaction
+    refused = _refused_topics(ctx, request) if s.authorizer is not None else None
     for topic in request.topic_data:
+        if refused and topic.name in refused:
+            plan.append((topic.name, [(p.index, None, refused[topic.name], None, 0, ()) for p in topic.partition_data]))
+            continue
         info = topics.get(topic.name)
         # each batch within the topic's max.message.bytes (else the broker's), as in Kafka
         limit = max_message_bytes(info.configs, max_bytes) if info is not None else max_bytes
@@ -97,6 +106,15 @@ def produce(ctx, request) -> asyncio.Future:
         _submit(s.wal, submits, {})
         return _answer(ctx, request, plan)
     return _checked(ctx, request, plan, submits, checks, key, previous)
+
+
+def _refused_topics(ctx, request) -> dict:
+    """The topics this principal may not write to, with the error their partitions answer."""
+    names = [t.name for t in request.topic_data]
+    if request.transactional_id is not None and not allowed(ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+        return dict.fromkeys(names, ErrorCode.transactional_id_authorization_failed)
+    writable = allowed_names(ctx, WRITE, TOPIC, names)
+    return {n: ErrorCode.topic_authorization_failed for n in names if n not in writable}
 
 
 def _submit(wal, submits: list, refused: dict) -> None:

@@ -43,7 +43,9 @@ Errors, per partition; the request's other partitions are served as usual:
   next fetch starts at the failed read. A response with a failure is sent at once, not after
   the long poll (Kafka's delayed fetch completes on a storage error too), and the failures are
   logged (one line per response) and counted in neve_object_read_failures_total. Other
-  exceptions are bugs, and still close the connection."""
+  exceptions are bugs, and still close the connection.
+- TOPIC_AUTHORIZATION_FAILED for a topic the principal may not READ, with ACLs
+  (broker/authorization.py); a topic id no topic has is UNKNOWN_TOPIC_ID still."""
 
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ from metadata.store import MetadataUnavailable
 from wal.batch import inject_offsets, iter_headers
 from wal.store import ObjectStoreError
 
+from ..authorization import READ, TOPIC, allowed_names
 from ..codec import has_field
 from ..fetch_response import FIRST_BY_ID, FetchAnswer
 from ..metrics import FETCH_BYTES, FETCH_READ_FAILURES
@@ -65,6 +68,7 @@ from ..registry import handles
 NONE, OUT_OF_RANGE = int(ErrorCode.none), int(ErrorCode.offset_out_of_range)
 NOT_AVAILABLE, STORAGE_ERROR = int(ErrorCode.offset_not_available), int(ErrorCode.kafka_storage_error)
 UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION = int(ErrorCode.unknown_topic_id), int(ErrorCode.unknown_topic_or_partition)
+TOPIC_AUTHORIZATION_FAILED = int(ErrorCode.topic_authorization_failed)
 ENTRIES_PER_PARTITION = 32  # index entries looked up per partition and fetch
 NO_END = 2**63  # read_range's end offset when the fetch may read up to the high watermark
 
@@ -127,9 +131,10 @@ async def fetch(ctx, request):
     unknown_topic = UNKNOWN_TOPIC_ID if by_id else UNKNOWN_TOPIC_OR_PARTITION
     deadline = time.monotonic() + max(request.max_wait.total_seconds(), 0)
     max_bytes = min(request.max_bytes if request.max_bytes > 0 else s.settings.fetch_max_bytes, s.settings.fetch_max_bytes)
+    refused = _unreadable(ctx, request) if s.authorizer is not None else None  # positions of topics refused
     watched = []
-    for topic in request.topics:
-        info = _resolve(s, ctx.api_version, topic)
+    for ti, topic in enumerate(request.topics):
+        info = None if refused and ti in refused else _resolve(s, ctx.api_version, topic)
         if info is not None:
             watched.append((info.topic_id, frozenset(p.partition for p in topic.partitions)))
 
@@ -137,8 +142,8 @@ async def fetch(ctx, request):
     while True:
         current = store.is_current()
         resolved = []
-        for topic in request.topics:
-            info = _resolve(s, ctx.api_version, topic)
+        for ti, topic in enumerate(request.topics):
+            info = None if refused and ti in refused else _resolve(s, ctx.api_version, topic)
             resolved.append((topic, info, store.topic_views(info.topic_id) if info is not None else ()))
         # Every range the loop below will read, read at once: concurrently, and one GET for the
         # close ranges of one object (many partitions' slices of one WAL object).
@@ -161,7 +166,8 @@ async def fetch(ctx, request):
         for ti, (topic, info, views) in enumerate(resolved):
             parts_out = []
             if info is None:
-                parts_out = [(p.partition, unknown_topic, 0, 0, 0, b"") for p in topic.partitions]
+                code = TOPIC_AUTHORIZATION_FAILED if refused and ti in refused else unknown_topic
+                parts_out = [(p.partition, code, 0, 0, 0, b"") for p in topic.partitions]
             else:
                 count, known = info.partitions, len(views)
                 for pi, p in enumerate(topic.partitions):
@@ -232,6 +238,20 @@ async def fetch(ctx, request):
             # aborted transactions: null for read_uncommitted, as Kafka answers
             return FetchAnswer(topics_out, read_committed=read_committed, aborted=aborted or None)
         await store.wait_for_commit_in(watched, remaining)
+
+
+def _unreadable(ctx, request) -> set[int]:
+    """The positions in the request of the topics the principal may not READ (a topic id no
+    topic has is left to answer UNKNOWN_TOPIC_ID)."""
+    names = []
+    for topic in request.topics:
+        if has_field(topic, "topic_id"):
+            info = ctx.services.metadata.topic_by_id(topic.topic_id)
+            names.append(info.name if info is not None else None)
+        else:
+            names.append(topic.topic)
+    readable = allowed_names(ctx, READ, TOPIC, [n for n in names if n is not None])
+    return {i for i, n in enumerate(names) if n is not None and n not in readable}
 
 
 def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compacted=None, read_committed: bool = False):

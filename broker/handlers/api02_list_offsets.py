@@ -20,7 +20,7 @@ when the object store fails. Each failure is logged and counted in
 neve_object_read_failures_total. Stored records that do not decode (a batch whose CRC was right but
 whose records were not: produce checks batches, not each record) answer CORRUPT_MESSAGE for the
 partition, as Kafka's CorruptRecordException does; other exceptions are bugs, and still close the
-connection."""
+connection. With ACLs, a topic the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from metadata.model import ObjectType
 from wal.batch import InvalidRecords, offset_for_timestamp
 from wal.store import ObjectStoreError
 
+from ..authorization import DESCRIBE, TOPIC, allowed_names
 from ..codec import NO_THROTTLE, build, has_field
 from ..metrics import LIST_OFFSETS_READ_FAILURES
 from ..registry import handles
@@ -115,13 +116,17 @@ async def list_offsets(ctx, request):
     r = ctx.response
     topics = store.topics()
     read_committed = has_field(request, "isolation_level") and request.isolation_level == 1
+    names = [t.name for t in request.topics]
+    described = allowed_names(ctx, DESCRIBE, TOPIC, names) if s.authorizer is not None else None
     out = []
     for topic in request.topics:
         info = topics.get(topic.name)
         parts = []
         for p in topic.partitions:
             code, offset, ts = ErrorCode.none, -1, -1
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if described is not None and topic.name not in described:
+                code = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 code = ErrorCode.unknown_topic_or_partition
             elif p.timestamp == LATEST:
                 offset = _stable(store, info.topic_id, p.partition_index) if read_committed else store.high_watermark(info.topic_id, p.partition_index)

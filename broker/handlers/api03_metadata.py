@@ -15,7 +15,13 @@ single live broker is listed with the others after it, never as leaders, so that
 move when it dies instead of waiting minutes to go back to their bootstrap list. A client without
 a zone, or with a hint naming no live broker's zone (counted and logged, see locality.ZoneHints),
 sees every broker.
-The controller named is the lowest node id among the leaders' brokers (in the client's zone)."""
+The controller named is the lowest node id among the leaders' brokers (in the client's zone).
+
+ACLs (broker/authorization.py), as Kafka checks them: a topic the principal may not DESCRIBE is
+left out of an all-topics answer, and answers TOPIC_AUTHORIZATION_FAILED when named (so its
+existence is not disclosed); auto-creating one needs CREATE on the cluster or the topic. The
+authorized-operations bitfields are reported when asked (v8+): the cluster's (v8-v10) only to a
+principal that may DESCRIBE it (0 otherwise), each topic's always."""
 
 from __future__ import annotations
 
@@ -23,6 +29,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import CLUSTER, CREATE, DESCRIBE, NOT_REPORTED, TOPIC, allowed, allowed_names, authorized_operations
 from ..codec import NO_THROTTLE, build, has_field
 from ..locality import ZONE_HINTS, brokers_for_zone, brokers_listed, leader_for
 from ..registry import handles
@@ -50,13 +57,25 @@ async def metadata(ctx, request):
             else:
                 wanted.append((name, None))
     allow_auto = getattr(request, "allow_auto_topic_creation", True)
+    described = None  # the names the principal may describe, with ACLs
+    if s.authorizer is not None:
+        described = allowed_names(ctx, DESCRIBE, TOPIC, [name for name, _ in wanted if name is not None])
+        if request.topics is None:
+            wanted = [(name, asked_id) for name, asked_id in wanted if name in described]
+    topic_ops = bool(getattr(request, "include_topic_authorized_operations", False))
     live = s.live_brokers()
     zone = ZONE_HINTS.zone(ctx.client_id, live)
     visible = brokers_for_zone(live, zone)
     out = []
     for name, asked_id in wanted:
+        if described is not None and name is not None and name not in described:
+            out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.topic_authorization_failed, name=name, topic_id=asked_id or ZERO_UUID, is_internal=False, partitions=(), topic_authorized_operations=NOT_REPORTED))
+            continue
         info = topics.get(name) if name is not None else None
         if info is None and name is not None and allow_auto and s.settings.auto_create_topics:
+            if not (allowed(ctx, CREATE, CLUSTER) or allowed(ctx, CREATE, TOPIC, name)):
+                out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.topic_authorization_failed, name=name, topic_id=ZERO_UUID, is_internal=False, partitions=(), topic_authorized_operations=NOT_REPORTED))
+                continue
             code, _message, info = await create_topic_checked(s, name, s.settings.default_partitions, {})
             if info is None:
                 out.append(build(r.MetadataResponseTopic, error_code=ErrorCode(code), name=name, topic_id=ZERO_UUID, is_internal=False, partitions=(), topic_authorized_operations=-2147483648))
@@ -81,7 +100,11 @@ async def metadata(ctx, request):
                 )
             )
         partitions = tuple(partitions)
-        out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False, partitions=partitions, topic_authorized_operations=-2147483648))
+        ops = authorized_operations(ctx, TOPIC, info.name) if topic_ops else NOT_REPORTED
+        out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.none, name=info.name, topic_id=info.topic_id, is_internal=False, partitions=partitions, topic_authorized_operations=ops))
+    cluster_ops = NOT_REPORTED
+    if getattr(request, "include_cluster_authorized_operations", False):
+        cluster_ops = authorized_operations(ctx, CLUSTER) if allowed(ctx, DESCRIBE, CLUSTER) else 0
     listener = ctx.session.listener  # each broker's address on the listener the client came in through
     brokers = tuple(build(r.MetadataResponseBroker, node_id=b.node_id, host=(ep := b.endpoint(listener))[0], port=ep[1], rack=b.zone) for b in brokers_listed(live, zone))
     return build(
@@ -91,5 +114,5 @@ async def metadata(ctx, request):
         cluster_id=s.cluster_id,
         controller_id=min(b.node_id for b in visible),
         topics=tuple(out),
-        cluster_authorized_operations=-2147483648,
+        cluster_authorized_operations=cluster_ops,
     )

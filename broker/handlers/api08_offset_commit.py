@@ -10,7 +10,8 @@ metadata store before the answer. In a KIP-848 consumer group generation_id_or_m
 the member epoch: an old one gets STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID; a
 partition the member no longer holds gets STALE_MEMBER_EPOCH too (KIP-1251), the others are
 committed. retention_time (v2-v4) is accepted and ignored: offsets are kept until the group or the
-topic is deleted."""
+topic is deleted. With ACLs: READ on the group (else every partition answers
+GROUP_AUTHORIZATION_FAILED) and READ on each topic (else TOPIC_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.model import CommittedOffset
 
+from ..authorization import GROUP, READ, TOPIC, allowed, allowed_names
 from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError
 from ..registry import handles
@@ -34,10 +36,22 @@ async def offset_commit(ctx, request):
     now = int(time.time() * 1000)
     codes: dict[tuple[str, int], int] = {}
     offsets = {}
+    refused = None  # with ACLs: the error of every partition of a topic not to be committed to
+    group_allowed = True
+    if ctx.services.authorizer is not None:
+        names = [t.name for t in request.topics]
+        group_allowed = allowed(ctx, READ, GROUP, request.group_id)
+        if not group_allowed:
+            refused = dict.fromkeys(names, int(ErrorCode.group_authorization_failed))
+        else:
+            readable = allowed_names(ctx, READ, TOPIC, names)
+            refused = {n: int(ErrorCode.topic_authorization_failed) for n in names if n not in readable}
     for t in request.topics:
         info = topics.get(t.name)
         for p in t.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if refused and t.name in refused:
+                codes[(t.name, p.partition_index)] = refused[t.name]
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 codes[(t.name, p.partition_index)] = int(ErrorCode.unknown_topic_or_partition)
             elif p.committed_metadata is not None and len(p.committed_metadata.encode()) > MAX_METADATA:
                 codes[(t.name, p.partition_index)] = int(ErrorCode.offset_metadata_too_large)
@@ -46,9 +60,11 @@ async def offset_commit(ctx, request):
                 offsets[(info.topic_id, p.partition_index)] = CommittedOffset(p.committed_offset, epoch, p.committed_metadata, now)
                 codes[(t.name, p.partition_index)] = 0
     try:
-        answers = await ctx.services.coordinator.commit_offsets(
-            request.group_id, request.generation_id_or_member_epoch, request.member_id, getattr(request, "group_instance_id", None), offsets
-        )
+        answers = {}
+        if group_allowed:
+            answers = await ctx.services.coordinator.commit_offsets(
+                request.group_id, request.generation_id_or_member_epoch, request.member_id, getattr(request, "group_instance_id", None), offsets
+            )
     except GroupError as e:
         answers = dict.fromkeys(offsets, e.code)
     out = []

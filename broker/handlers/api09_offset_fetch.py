@@ -7,12 +7,15 @@ require_stable (v7+, KIP-447), a partition for which an unfinished transaction h
 (TxnOffsetCommit) answers UNSTABLE_OFFSET_COMMIT, and the client asks again. v9 members of a
 KIP-848 group name themselves and their epoch: UNKNOWN_MEMBER_ID / STALE_MEMBER_EPOCH otherwise. Errors are per group
 (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE); v1 has only per-partition error codes, so they go
-there."""
+there. With ACLs: DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED), and on each topic: a
+named one answers TOPIC_AUTHORIZATION_FAILED, and the group's other topics are left out of an
+all-topics answer."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import DESCRIBE, GROUP, TOPIC, allowed, allowed_names
 from ..codec import NO_THROTTLE, build, error, has_field
 from ..groups.group import GroupError
 from ..registry import handles
@@ -25,6 +28,8 @@ async def _fetch_group(ctx, group_id: str, wanted, cls, member: tuple[str | None
     store = ctx.services.metadata
     unstable: set = set()
     try:
+        if not allowed(ctx, DESCRIBE, GROUP, group_id):
+            raise GroupError(int(ErrorCode.group_authorization_failed))
         committed = await ctx.services.coordinator.fetch_offsets(group_id, *member)
         code = 0
         if require_stable:
@@ -40,12 +45,19 @@ async def _fetch_group(ctx, group_id: str, wanted, cls, member: tuple[str | None
             if info is not None:
                 by_topic.setdefault(info.name, []).append(partition)
         wanted = sorted(by_topic.items())
+        if ctx.services.authorizer is not None:
+            described = allowed_names(ctx, DESCRIBE, TOPIC, by_topic)
+            wanted = [(name, partitions) for name, partitions in wanted if name in described]
+    described = allowed_names(ctx, DESCRIBE, TOPIC, [name for name, _ in wanted]) if ctx.services.authorizer is not None else None
     topics = store.topics()
     out = []
     for name, partitions in wanted:
         info = topics.get(name)
         parts = []
         for p in partitions:
+            if described is not None and name not in described:
+                parts.append(build(partition_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=ErrorCode.topic_authorization_failed))
+                continue
             if unstable and info is not None and (info.topic_id, p) in unstable:
                 parts.append(build(partition_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="", error_code=ErrorCode.unstable_offset_commit))
                 continue

@@ -22,12 +22,18 @@ member's group requests to the coordinator broker to broker and relays the answe
 (broker/forwarding.py), so only those small frames cross zones and the member's connections stay
 in its zone. A client without a zone is answered with the coordinator itself. A hint naming no
 live broker's zone is counted and logged (locality.ZoneHints) and answered as for a client
-without a zone."""
+without a zone.
+
+With ACLs: DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED) or the transactional id (else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka checks before looking the key up."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import DESCRIBE, allowed
+from ..authorization import GROUP as GROUP_RESOURCE
+from ..authorization import TRANSACTIONAL_ID as TRANSACTIONAL_ID_RESOURCE
 from ..codec import NO_THROTTLE, build, has_field
 from ..groups.coordinator import coordinator_for
 from ..groups.group import GroupError
@@ -38,6 +44,10 @@ GROUP, TRANSACTION = 0, 1
 
 
 async def _find(ctx, key: str, key_type: int, zone: str | None) -> dict:
+    if key_type == GROUP and not allowed(ctx, DESCRIBE, GROUP_RESOURCE, key):
+        return dict(error_code=ErrorCode.group_authorization_failed, error_message=None, node_id=-1, host="", port=-1)
+    if key_type == TRANSACTION and not allowed(ctx, DESCRIBE, TRANSACTIONAL_ID_RESOURCE, key):
+        return dict(error_code=ErrorCode.transactional_id_authorization_failed, error_message=None, node_id=-1, host="", port=-1)
     if key_type == TRANSACTION:
         if not key:
             return dict(error_code=ErrorCode.invalid_request, error_message="empty transactional id", node_id=-1, host="", port=-1)

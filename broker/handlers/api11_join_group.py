@@ -6,14 +6,16 @@ v4+ first answers a join without member id with MEMBER_ID_REQUIRED and a fresh i
 except for static members (v5+, group.instance.id, KIP-345), which restart in place. v0 has no
 rebalance timeout: the session timeout stands in. Session timeouts outside [6 s, 30 min] get
 INVALID_SESSION_TIMEOUT; a protocol type or protocol set foreign to the group gets
-INCONSISTENT_GROUP_PROTOCOL. v9 never asks the leader to skip assignment."""
+INCONSISTENT_GROUP_PROTOCOL. v9 never asks the leader to skip assignment. With ACLs: READ on the
+group, else GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 import datetime
 
+from ..authorization import GROUP, READ, allowed
 from ..codec import NO_THROTTLE, build, error
-from ..groups.group import GroupError, JoinResult
+from ..groups.group import GROUP_AUTHORIZATION_FAILED, GroupError, JoinResult
 from ..registry import handles
 
 
@@ -27,6 +29,8 @@ async def join_group(ctx, request):
     session_ms = _ms(request.session_timeout)
     rebalance_ms = _ms(request.rebalance_timeout) if hasattr(request, "rebalance_timeout") else session_ms
     try:
+        if not allowed(ctx, READ, GROUP, request.group_id):
+            raise GroupError(GROUP_AUTHORIZATION_FAILED)
         result = await ctx.services.coordinator.join(
             request.group_id,
             request.member_id,

@@ -3,26 +3,32 @@ chosen protocol's metadata and their assignment) of each group. A group nothing 
 Dead with no error (as Kafka answers up to v5); a group with only committed offsets is Empty.
 Groups coordinated elsewhere get NOT_COORDINATOR. A KIP-848 consumer group shows protocol type
 "consumer", its ConsumerGroupState name and its members without metadata or assignment (those
-are in ConsumerGroupDescribe). Authorized operations are not computed."""
+are in ConsumerGroupDescribe). With ACLs: DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED
+for it; its authorized operations (v3+) are reported when asked."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import DESCRIBE, GROUP, NOT_REPORTED, allowed, authorized_operations
 from ..codec import NO_THROTTLE, build, error
 from ..groups.consumer_group import ConsumerGroup
 from ..groups.group import GroupError, GroupState
 from ..registry import handles
-
-NOT_COMPUTED = -2147483648
 
 
 @handles(15, "DescribeGroups", 0, 5)
 async def describe_groups(ctx, request):
     r = ctx.response
     out = []
+    with_operations = getattr(request, "include_authorized_operations", False)
     for group_id in request.groups:
-        fields = dict(group_id=group_id, protocol_type="", protocol_data="", members=(), authorized_operations=NOT_COMPUTED)
+        fields = dict(group_id=group_id, protocol_type="", protocol_data="", members=(), authorized_operations=NOT_REPORTED)
+        if not allowed(ctx, DESCRIBE, GROUP, group_id):
+            out.append(build(r.DescribedGroup, error_code=ErrorCode.group_authorization_failed, group_state="", **fields))
+            continue
+        if with_operations:
+            fields["authorized_operations"] = authorized_operations(ctx, GROUP, group_id)
         try:
             group = await ctx.services.coordinator.describe(group_id)
         except GroupError as e:

@@ -7,7 +7,9 @@ configs (broker/topic_configs.py): an unknown name or invalid value answers INVA
 topic whose Iceberg table would be another topic's (broker/topics.py) is refused:
 INVALID_TOPIC_EXCEPTION for its name, INVALID_CONFIG for its neve.iceberg.table. v5+
 answers with the created topic's configs, as DescribeConfigs would. validate_only checks without
-creating."""
+creating. With ACLs: CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED; the
+created topic's configs are answered only to a principal that may DESCRIBE_CONFIGS it (else its
+topic_config_error_code is TOPIC_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import CLUSTER, CREATE, DESCRIBE_CONFIGS, TOPIC, allowed, allowed_names
 from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
 from ..topic_configs import InvalidConfig, check, describe
@@ -31,6 +34,11 @@ async def create_topics(ctx, request):
     results = []
     seen: set[str] = set()
     validated: dict[str, _Checked] = {}  # validate_only: the topics this request would have made
+    names = [t.name for t in request.topics]
+    creatable = described = None  # with ACLs, the topics the principal may create, and see the configs of
+    if s.authorizer is not None:
+        creatable = set(names) if allowed(ctx, CREATE, CLUSTER) else allowed_names(ctx, CREATE, TOPIC, names)
+        described = allowed_names(ctx, DESCRIBE_CONFIGS, TOPIC, names)
     for topic in request.topics:
         assigned = _assigned_partitions(topic)
         if isinstance(assigned, int):
@@ -49,6 +57,8 @@ async def create_topics(ctx, request):
             config_error = None
         if topic.name in seen:
             code, message = int(ErrorCode.invalid_request), "topic named twice in one request"
+        elif creatable is not None and topic.name not in creatable:
+            code, message = int(ErrorCode.topic_authorization_failed), "CREATE on the cluster or the topic is needed"
         elif (message := topic_name_error(topic.name)) is not None:
             code = ErrorCode.invalid_topic_exception
         elif isinstance(assigned, tuple):
@@ -67,6 +77,7 @@ async def create_topics(ctx, request):
         else:
             code, message, info = await create_topic_checked(s, topic.name, partitions, configs)
         seen.add(topic.name)
+        hidden = described is not None and topic.name not in described
         results.append(
             build(
                 r.CreatableTopicResult,
@@ -74,10 +85,10 @@ async def create_topics(ctx, request):
                 topic_id=info.topic_id if info else ZERO_UUID,
                 error_code=error(code),
                 error_message=message if code else None,
-                topic_config_error_code=ErrorCode.none,
+                topic_config_error_code=ErrorCode.topic_authorization_failed if code == 0 and hidden else ErrorCode.none,
                 num_partitions=partitions if code == 0 else -1,
                 replication_factor=1 if code == 0 else -1,
-                configs=_described(r, info, s.settings.max_message_bytes),
+                configs=() if hidden else _described(r, info, s.settings.max_message_bytes),
             )
         )
     return build(r.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))

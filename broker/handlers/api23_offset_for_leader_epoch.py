@@ -5,12 +5,14 @@ epoch cache: epoch 0 ends at the high watermark (answered as epoch 0); any other
 higher one neve never had) is unknown: epoch -1, end offset -1. A current_leader_epoch above 0
 answers UNKNOWN_LEADER_EPOCH (the client knows a newer epoch than the broker), -1 skips the
 check. replica_id (v3+) is -1 from consumers and -2 from debugging tools; a follower id would be
-answered the same way (neve has no followers)."""
+answered the same way (neve has no followers). With ACLs: DESCRIBE on the topic (or CLUSTER_ACTION
+on the cluster, a broker's right), else TOPIC_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import CLUSTER, CLUSTER_ACTION, DESCRIBE, TOPIC, allowed, allowed_names
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
 
@@ -22,13 +24,17 @@ async def offset_for_leader_epoch(ctx, request):
     r = ctx.response
     store = ctx.services.metadata
     topics = store.topics()
+    names = [t.topic for t in request.topics]
+    described = set(names) if allowed(ctx, CLUSTER_ACTION, CLUSTER) else allowed_names(ctx, DESCRIBE, TOPIC, names)
     out = []
     for topic in request.topics:
         info = topics.get(topic.topic)
         parts = []
         for p in topic.partitions:
             code, epoch, end = ErrorCode.none, -1, -1
-            if info is None or not 0 <= p.partition < info.partitions:
+            if topic.topic not in described:
+                code = ErrorCode.topic_authorization_failed
+            elif info is None or not 0 <= p.partition < info.partitions:
                 code = ErrorCode.unknown_topic_or_partition
             elif p.current_leader_epoch > EPOCH:
                 code = ErrorCode.unknown_leader_epoch

@@ -3,7 +3,9 @@ the group's coordinator. From v3 (KIP-447) it names the member and its generatio
 OffsetCommit checks them (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID), so that a
 zombie of a rebalanced-away member cannot commit. The offsets are kept with the transaction and
 reach the group only when it commits (nothing of an aborted one). v5 belongs to transactions v2
-and is not advertised."""
+and is not advertised. With ACLs: WRITE on the transactional id (else every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), READ on the group (else GROUP_AUTHORIZATION_FAILED) and
+READ on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.model import CommittedOffset
 
+from ..authorization import GROUP, READ, TOPIC, TRANSACTIONAL_ID, WRITE, allowed, allowed_names
 from ..codec import NO_THROTTLE, build, error
 from ..groups.group import GroupError
 from ..registry import handles
@@ -30,10 +33,22 @@ async def txn_offset_commit(ctx, request):
     now = int(time.time() * 1000)
     codes: dict[tuple[str, int], ErrorCode] = {}
     offsets = {}
+    refused: dict[str, ErrorCode] = {}  # with ACLs: the error of every partition of a refused topic
+    if s.authorizer is not None:
+        names = [t.name for t in request.topics]
+        if not allowed(ctx, WRITE, TRANSACTIONAL_ID, request.transactional_id):
+            refused = dict.fromkeys(names, ErrorCode.transactional_id_authorization_failed)
+        elif not allowed(ctx, READ, GROUP, request.group_id):
+            refused = dict.fromkeys(names, ErrorCode.group_authorization_failed)
+        else:
+            readable = allowed_names(ctx, READ, TOPIC, names)
+            refused = {n: ErrorCode.topic_authorization_failed for n in names if n not in readable}
     for t in request.topics:
         info = topics.get(t.name)
         for p in t.partitions:
-            if info is None or not 0 <= p.partition_index < info.partitions:
+            if t.name in refused:
+                codes[(t.name, p.partition_index)] = refused[t.name]
+            elif info is None or not 0 <= p.partition_index < info.partitions:
                 codes[(t.name, p.partition_index)] = ErrorCode.unknown_topic_or_partition
             elif p.committed_metadata is not None and len(p.committed_metadata.encode()) > MAX_METADATA:
                 codes[(t.name, p.partition_index)] = ErrorCode.offset_metadata_too_large

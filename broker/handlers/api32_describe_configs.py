@@ -7,12 +7,15 @@ only where neve supports a single value. Synonyms (include_synonyms) list the to
 then the broker default Kafka would fall back to; documentation (v3+, include_documentation)
 says whether neve honours the config. Brokers (type 4, name "" or this node's id): the node's
 configuration that Kafka clients ask about, all read-only. An unknown topic answers
-UNKNOWN_TOPIC_OR_PARTITION; other resource types INVALID_REQUEST."""
+UNKNOWN_TOPIC_OR_PARTITION; other resource types INVALID_REQUEST. With ACLs: DESCRIBE_CONFIGS on
+the topic (else TOPIC_AUTHORIZATION_FAILED) or, for a broker, on the cluster (else
+CLUSTER_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import CLUSTER, DESCRIBE_CONFIGS, TOPIC, allowed
 from ..codec import NO_THROTTLE, build, has_field
 from ..config import BrokerConfig
 from ..registry import handles
@@ -71,13 +74,17 @@ async def describe_configs(ctx, request):
         names = res.configuration_keys  # None or empty: all
         if res.resource_type == TOPIC_RESOURCE:
             info = topics.get(res.resource_name)
-            if info is None:
+            if not allowed(ctx, DESCRIBE_CONFIGS, TOPIC, res.resource_name):
+                code, message = ErrorCode.topic_authorization_failed, None
+            elif info is None:
                 code, message = ErrorCode.unknown_topic_or_partition, f"The topic '{res.resource_name}' does not exist."
             else:
                 for d in describe(info.configs, s.settings.max_message_bytes, names or None):
                     configs.append(_entry(r, request, docs, d.name, d.value, d.source, d.read_only, d.type, d.doc, d.synonyms))
         elif res.resource_type == BROKER_RESOURCE:
-            if res.resource_name not in ("", str(s.settings.node_id)):
+            if not allowed(ctx, DESCRIBE_CONFIGS, CLUSTER):
+                code, message = ErrorCode.cluster_authorization_failed, None
+            elif res.resource_name not in ("", str(s.settings.node_id)):
                 code, message = ErrorCode.invalid_request, f"Unexpected broker id, expected {s.settings.node_id} or empty string, but received {res.resource_name}"
             else:
                 for name, value, source, ctype, doc in broker_configs(s):

@@ -3,12 +3,14 @@
 any broker serves any partition from it. A partition's size is the bytes of its index entries
 from the log start on (read from the in-memory offset index; hidden data before the log start
 is not counted), offset lag 0, never a future replica. Total and usable bytes are -1: an object
-store has no meaningful capacity. Topics that do not exist are left out, as in Kafka."""
+store has no meaningful capacity. Topics that do not exist are left out, as in Kafka. With ACLs:
+DESCRIBE on the cluster, else CLUSTER_AUTHORIZATION_FAILED and no results."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import CLUSTER, DESCRIBE, allowed
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
 
@@ -29,6 +31,8 @@ async def describe_log_dirs(ctx, request):
     r = ctx.response
     s = ctx.services
     store = s.metadata
+    if not allowed(ctx, DESCRIBE, CLUSTER):
+        return build(r.DescribeLogDirsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.cluster_authorization_failed, results=())
     topics = store.topics()
     if request.topics is None:
         wanted = [(info, range(info.partitions)) for _, info in sorted(topics.items())]

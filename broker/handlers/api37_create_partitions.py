@@ -2,7 +2,8 @@
 empty at offset 0 and are served by every broker at once (no assignment: manual assignments are
 accepted and ignored, as CreateTopics does). A count not above the current one answers
 INVALID_PARTITIONS, an unknown topic UNKNOWN_TOPIC_OR_PARTITION, a topic named twice
-INVALID_REQUEST. validate_only checks without growing."""
+INVALID_REQUEST. validate_only checks without growing. With ACLs: ALTER on the topic, else
+TOPIC_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.store import MetadataError
 
+from ..authorization import ALTER, TOPIC, allowed
 from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
 
@@ -44,6 +46,8 @@ async def create_partitions(ctx, request):
     for topic in request.topics:
         if names.count(topic.name) > 1:
             code, message = ErrorCode.invalid_request, "Duplicate topic in request."
+        elif not allowed(ctx, ALTER, TOPIC, topic.name):
+            code, message = ErrorCode.topic_authorization_failed, None
         else:
             code, message = await _grow(store, topic.name, topic.count, request.validate_only)
         results.append(build(r.CreatePartitionsTopicResult, name=topic.name, error_code=code, error_message=message))

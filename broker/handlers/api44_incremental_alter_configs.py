@@ -5,12 +5,15 @@ value (or the default), SUBTRACT removes items, as Kafka does. The resulting set
 whole (broker/topic_configs.py): an unknown name, an invalid value or APPEND/SUBTRACT on a
 non-list config answers INVALID_CONFIG and changes nothing for that resource; the same name
 twice in one resource answers INVALID_REQUEST. validate_only checks without storing. An unknown
-topic answers UNKNOWN_TOPIC_OR_PARTITION; broker resources INVALID_REQUEST (read-only)."""
+topic answers UNKNOWN_TOPIC_OR_PARTITION; broker resources INVALID_REQUEST (read-only). With ACLs:
+ALTER_CONFIGS on the topic (else TOPIC_AUTHORIZATION_FAILED) or, for a broker, on the cluster
+(else CLUSTER_AUTHORIZATION_FAILED)."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import ALTER_CONFIGS, alter_refusal
 from ..codec import NO_THROTTLE, build, error
 from ..registry import handles
 from ..topic_configs import TOPIC_CONFIGS, ConfigType, alter_topic
@@ -54,6 +57,6 @@ async def incremental_alter_configs(ctx, request):
     store = ctx.services.metadata
     responses = []
     for res in request.resources:
-        code, message = await alter_topic(store, res, request.validate_only, lambda old, res=res: apply_ops(old, res.configs))
+        code, message = alter_refusal(ctx, ALTER_CONFIGS, res.resource_type, res.resource_name) or await alter_topic(store, res, request.validate_only, lambda old, res=res: apply_ops(old, res.configs))
         responses.append(build(r.AlterConfigsResourceResponse, error_code=error(code), error_message=message, resource_type=res.resource_type, resource_name=res.resource_name))
     return build(r.IncrementalAlterConfigsResponse, throttle_time=NO_THROTTLE, responses=tuple(responses))

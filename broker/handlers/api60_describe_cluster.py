@@ -3,18 +3,19 @@ client: its zone's live brokers; any other client, or one whose zone has no live
 live broker; broker/locality.py), the cluster id, and as controller the lowest node id of those
 (neve has no controller; Metadata names the same one). Only the broker endpoint type exists:
 asking for controllers (v1 endpoint_type 2) answers MISMATCHED_ENDPOINT_TYPE, an unknown type
-UNSUPPORTED_ENDPOINT_TYPE. Authorized operations are not reported (no authorizer)."""
+UNSUPPORTED_ENDPOINT_TYPE. The cluster's authorized operations are reported when asked, to a
+principal that may DESCRIBE the cluster (0 to others), as Kafka does."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import CLUSTER, DESCRIBE, NOT_REPORTED, allowed, authorized_operations
 from ..codec import NO_THROTTLE, build
 from ..locality import brokers_for_zone, brokers_listed, known_zone
 from ..registry import handles
 
 BROKERS, CONTROLLERS = 1, 2
-NOT_REPORTED = -2147483648
 
 
 @handles(60, "DescribeCluster", 0, 1)
@@ -39,5 +40,11 @@ async def describe_cluster(ctx, request):
         cluster_id=s.cluster_id,
         controller_id=min(b.node_id for b in brokers_for_zone(live, zone)),  # in the client's zone, as Metadata names it
         brokers=brokers,
-        cluster_authorized_operations=NOT_REPORTED,
+        cluster_authorized_operations=_cluster_operations(ctx, request),
     )
+
+
+def _cluster_operations(ctx, request) -> int:
+    if not request.include_cluster_authorized_operations:
+        return NOT_REPORTED
+    return authorized_operations(ctx, CLUSTER) if allowed(ctx, DESCRIBE, CLUSTER) else 0

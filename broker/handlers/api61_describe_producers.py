@@ -4,7 +4,8 @@ timestamp the max timestamp of the producer's last stored batch, read from that 
 the object store (-1 when its entry is no longer in the Kafka view), and the first offset of its
 open transaction there (-1: none). The coordinator epoch is always -1 (neve's transaction
 coordinator has no epochs: its steps are compare-and-writes of the stored state). Any broker answers for any partition
-(no leaders); an unknown topic or partition answers UNKNOWN_TOPIC_OR_PARTITION."""
+(no leaders); an unknown topic or partition answers UNKNOWN_TOPIC_OR_PARTITION. With ACLs: READ on
+the topic, else TOPIC_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from kio.schema.errors import ErrorCode
 from metadata.model import ObjectType
 from wal.batch import iter_headers
 
+from ..authorization import READ, TOPIC, allowed_names
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
 
@@ -40,11 +42,15 @@ async def describe_producers(ctx, request):
     r = ctx.response
     s = ctx.services
     topics = s.metadata.topics()
+    readable = allowed_names(ctx, READ, TOPIC, [t.name for t in request.topics])
     out = []
     for topic in request.topics:
         info = topics.get(topic.name)
         parts = []
         for p in topic.partition_indexes:
+            if topic.name not in readable:
+                parts.append(build(r.PartitionResponse, partition_index=p, error_code=ErrorCode.topic_authorization_failed, error_message=None, active_producers=()))
+                continue
             if info is None or not 0 <= p < info.partitions:
                 parts.append(build(r.PartitionResponse, partition_index=p, error_code=ErrorCode.unknown_topic_or_partition, error_message=None, active_producers=()))
                 continue

@@ -1,6 +1,8 @@
 """DescribeTransactions (key 65), v0 (KIP-664): each transactional id's stored state, its
 producer, timeout, start time and partitions (TRANSACTIONAL_ID_NOT_FOUND for an unknown id). Any
-broker answers for any id: the state is the metadata store's."""
+broker answers for any id: the state is the metadata store's. With ACLs: DESCRIBE on the
+transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED); its topics the principal may not
+DESCRIBE are left out."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import uuid
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import DESCRIBE, TOPIC, TRANSACTIONAL_ID, allowed
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
 from ..transactions.coordinator import TransactionError
@@ -21,6 +24,8 @@ async def describe_transactions(ctx, request):
     states = []
     for transactional_id in request.transactional_ids:
         try:
+            if not allowed(ctx, DESCRIBE, TRANSACTIONAL_ID, transactional_id):
+                raise TransactionError(ErrorCode.transactional_id_authorization_failed)
             txn, _ = await s.transactions.load(transactional_id)
         except TransactionError as e:
             txn, code = None, e.code
@@ -33,7 +38,7 @@ async def describe_transactions(ctx, request):
         by_topic: dict[str, list[int]] = {}
         for topic_hex, partition in txn.partitions:
             info = s.metadata.topic_by_id(_uuid(topic_hex))
-            if info is not None:
+            if info is not None and allowed(ctx, DESCRIBE, TOPIC, info.name):
                 by_topic.setdefault(info.name, []).append(partition)
         topics = tuple(build(r.TopicData, topic=name, partitions=tuple(parts)) for name, parts in by_topic.items())
         states.append(

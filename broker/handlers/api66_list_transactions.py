@@ -1,6 +1,7 @@
 """ListTransactions (key 66), v0-v1 (KIP-664): the stored transactional ids with their producer
 and state, filtered by state names, producer ids and (v1) how long the transaction has been open.
-An unknown state name is listed back in unknown_state_filters, as Kafka does."""
+An unknown state name is listed back in unknown_state_filters, as Kafka does. With ACLs, only the
+transactional ids the principal may DESCRIBE are listed."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from kio.schema.errors import ErrorCode
 
 from metadata.transactions import Status
 
+from ..authorization import DESCRIBE, TRANSACTIONAL_ID, allowed
 from ..codec import NO_THROTTLE, build
 from ..registry import handles
 from ..transactions.coordinator import TransactionError
@@ -35,6 +37,8 @@ async def list_transactions(ctx, request):
         if wanted_producers and txn.producer_id not in wanted_producers:
             continue
         if longer_than >= 0 and (txn.started_ms < 0 or now - txn.started_ms <= longer_than):
+            continue
+        if not allowed(ctx, DESCRIBE, TRANSACTIONAL_ID, transactional_id):
             continue
         states.append(build(r.TransactionState, transactional_id=transactional_id, producer_id=txn.producer_id, transaction_state=str(txn.status)))
     return build(r.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none, unknown_state_filters=unknown, transaction_states=tuple(states))

@@ -11,15 +11,17 @@ Subscriptions are topic names or (v1) a regular expression matched in full again
 the heartbeat interval and, when it changed or the request was a full one, the assignment.
 Errors: FENCED_MEMBER_EPOCH, UNKNOWN_MEMBER_ID, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
 INVALID_REQUEST (bad first heartbeat), INVALID_REGULAR_EXPRESSION, GROUP_ID_NOT_FOUND (a classic
-group with members has that id), NOT_COORDINATOR."""
+group with members has that id), NOT_COORDINATOR. With ACLs: READ on the group, else
+GROUP_AUTHORIZATION_FAILED."""
 
 from __future__ import annotations
 
 import datetime
 
+from ..authorization import GROUP, READ, allowed
 from ..codec import NO_THROTTLE, build, error
 from ..groups.consumer_group import Heartbeat, HeartbeatResult
-from ..groups.group import GroupError
+from ..groups.group import GROUP_AUTHORIZATION_FAILED, GroupError
 from ..registry import handles
 
 
@@ -51,6 +53,8 @@ async def consumer_group_heartbeat(ctx, request):
         version=ctx.api_version,
     )
     try:
+        if not allowed(ctx, READ, GROUP, request.group_id):
+            raise GroupError(GROUP_AUTHORIZATION_FAILED)
         result = await ctx.services.coordinator.consumer_heartbeat(request.group_id, heartbeat)
     except GroupError as e:
         result = HeartbeatResult(e.code, None, request.member_id or None)

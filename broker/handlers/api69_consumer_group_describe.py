@@ -1,18 +1,19 @@
 """ConsumerGroupDescribe (key 69), v0-v1: KIP-848 groups with their group epoch, target
 assignment epoch, assignor and members (epoch, subscription, current and target assignment; v1
 member type 1 = consumer). A group that does not exist or is a classic group gets
-GROUP_ID_NOT_FOUND, as Kafka answers; one coordinated elsewhere NOT_COORDINATOR. Authorized
-operations are not computed."""
+GROUP_ID_NOT_FOUND, as Kafka answers; one coordinated elsewhere NOT_COORDINATOR. With ACLs:
+DESCRIBE on each group, else GROUP_AUTHORIZATION_FAILED for it; its authorized operations are
+reported when asked."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..authorization import DESCRIBE, GROUP, NOT_REPORTED, allowed, authorized_operations
 from ..codec import NO_THROTTLE, build, error
-from ..groups.group import GroupError
+from ..groups.group import GROUP_AUTHORIZATION_FAILED, GroupError
 from ..registry import handles
 
-NOT_COMPUTED = -2147483648
 CONSUMER_MEMBER = 1
 
 
@@ -31,9 +32,11 @@ async def consumer_group_describe(ctx, request):
     out = []
     for group_id in request.group_ids:
         try:
+            if not allowed(ctx, DESCRIBE, GROUP, group_id):
+                raise GroupError(GROUP_AUTHORIZATION_FAILED, "DESCRIBE on the group is needed")
             group = await ctx.services.coordinator.describe_consumer_group(group_id)
         except GroupError as e:
-            fields = dict(group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(), authorized_operations=NOT_COMPUTED)
+            fields = dict(group_state="", group_epoch=-1, assignment_epoch=-1, assignor_name="", members=(), authorized_operations=NOT_REPORTED)
             out.append(build(r.DescribedGroup, error_code=error(e.code), error_message=str(e), group_id=group_id, **fields))
             continue
         members = tuple(
@@ -64,7 +67,7 @@ async def consumer_group_describe(ctx, request):
                 assignment_epoch=group.assignment_epoch,
                 assignor_name=group.assignor,
                 members=members,
-                authorized_operations=NOT_COMPUTED,
+                authorized_operations=authorized_operations(ctx, GROUP, group_id) if request.include_authorized_operations else NOT_REPORTED,
             )
         )
     return build(r.ConsumerGroupDescribeResponse, throttle_time=NO_THROTTLE, groups=tuple(out))

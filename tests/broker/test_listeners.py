@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType
 
 from auth.tls import MappingRule, map_subject, parse_mapping_rules
 from broker.config import BrokerConfig
@@ -195,3 +195,42 @@ def test_a_renewed_certificate_serves_new_connections_without_a_restart(tls_node
             assert time.monotonic() < deadline, "the renewed certificate was not used"
     assert produce(new_client, "renewed", [b"after"]) == [(0, 1)]
     assert consume(new_client, "renewed", 2) == [b"before", b"after"]
+
+
+def test_a_client_certificate_names_the_principal_the_acls_are_checked_against(neve_factory, tmp_path):
+    """ssl_principal_mapping_rules make `CN=alice,OU=clients,...` the user `alice`; with the
+    authorizer on, alice may write where an ACL lets her, bob (another certificate) may not, and
+    the admin (a super user, by its certificate) manages the ACLs."""
+    certs = Certificates(tmp_path / "certs")
+    ssl_port = free_port()
+    node = neve_factory(
+        env={
+            "NEVE_BROKER_LISTENERS": f"PLAINTEXT://127.0.0.1:{{port}},SSL://127.0.0.1:{ssl_port}",
+            "NEVE_BROKER_ADVERTISED_LISTENERS": f"SSL://localhost:{ssl_port}",
+            "NEVE_BROKER_SSL_CERTFILE": certs.server_cert,
+            "NEVE_BROKER_SSL_KEYFILE": certs.server_key,
+            "NEVE_BROKER_SSL_CAFILE": certs.ca_file,
+            "NEVE_BROKER_SSL_CLIENT_AUTH": "required",
+            "NEVE_BROKER_SSL_PRINCIPAL_MAPPING_RULES": "RULE:^CN=([^,]+),OU=clients,.*$/$1/L",
+            "NEVE_BROKER_AUTHORIZER_ENABLED": "true",
+            "NEVE_BROKER_SUPER_USERS": "User:admin;User:ANONYMOUS",  # the PLAINTEXT listener is the test's own
+            "NEVE_BROKER_AUTO_CREATE_TOPICS": "false",
+        }
+    )
+    plain = AdminClient({"bootstrap.servers": node.bootstrap})
+    for topic in ("alice-topic", "other-topic"):
+        plain.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
+    admin = AdminClient(ssl_config(certs, ssl_port, certs.client("Admin")))
+    binding = AclBinding(ResourceType.TOPIC, "alice-", ResourcePatternType.PREFIXED, "User:alice", "*", AclOperation.WRITE, AclPermissionType.ALLOW)
+    admin.create_acls([binding])[binding].result(60)
+
+    alice = ssl_config(certs, ssl_port, certs.client("Alice"))
+    assert produce(alice, "alice-topic", [b"a0", b"a1"]) == [(0, 0), (0, 1)]
+    for who, topic in (("alice", "other-topic"), ("bob", "alice-topic")):
+        config = ssl_config(certs, ssl_port, certs.client(who))
+        producer = Producer({**config, "acks": "all", "message.timeout.ms": 30_000})
+        errors: list = []
+        producer.produce(topic, b"x", on_delivery=lambda err, msg, errors=errors: errors.append(err))
+        producer.flush(WAIT_S)
+        assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], (who, topic, errors)
+    assert consume({"bootstrap.servers": node.bootstrap}, "alice-topic", 2) == [b"a0", b"a1"]

@@ -43,6 +43,7 @@ def context(wal: Wal):
         metadata=SimpleNamespace(topics=lambda: {TOPIC.name: TOPIC}),
         settings=BrokerConfig(max_message_bytes=1 << 20, produce_timeout_ms=30_000),  # the others as a broker's
         wal=wal,
+        authorizer=None,  # no ACLs
     )
     return SimpleNamespace(services=services, response=response_module(0, 9), api_version=9, peer=None)
 

@@ -22,6 +22,7 @@ from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from prometheus_client import REGISTRY
 from scramp import ScramClient
 
+from auth.authorizer import Authorizer
 from auth.credentials import ScramCredentials
 from auth.sasl import SaslMechanisms
 from auth.session import Session
@@ -273,10 +274,13 @@ async def test_scram_admin_without_sasl_offered_and_behind_an_authorizer(store):
     plain_broker = SimpleNamespace(sasl=None, authorizer=None, metadata=svc.metadata)  # no SASL listener yet
     assert (await alter(plain_broker, upsertions=[upsert("frank")]))[0] == [("frank", ErrorCode.none)]
     assert [u for u, _, _ in await describe(svc, None)] == ["alice", "frank"]  # seen through the SASL store too
-    guarded = SimpleNamespace(sasl=svc.sasl, authorizer=object(), metadata=svc.metadata)
+    guarded = SimpleNamespace(sasl=svc.sasl, authorizer=Authorizer(svc.metadata, ["User:admin"]), metadata=svc.metadata)  # no ACLs: only the super user
     assert (await alter(guarded, upsertions=[upsert("gina")]))[0] == [("gina", ErrorCode.cluster_authorization_failed)]
     response = await call(describe_user_scram_credentials, 50, 0, guarded, Session(), describe_v0.DescribeUserScramCredentialsRequest(users=None))
     assert (response.error_code, response.results) == (ErrorCode.cluster_authorization_failed, ())
+    admin = Session(principal="User:admin")
+    upserted = await call(alter_user_scram_credentials, 51, 0, guarded, admin, alter_v0.AlterUserScramCredentialsRequest(deletions=(), upsertions=(upsert("gina"),)))
+    assert [(r.user, r.error_code) for r in upserted.results] == [("gina", ErrorCode.none)]
 
 
 async def test_alter_of_many_users_goes_in_writes_the_store_takes(store):
