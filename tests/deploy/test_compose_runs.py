@@ -14,7 +14,9 @@ creates sees the topic only once an ACL lets it, and `neve sql` reads every row.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
+import urllib.request
 import uuid
 
 import pytest
@@ -203,6 +205,24 @@ def test_the_secure_compose_variant_serves_scram_over_tls_end_to_end(secure_comp
     acked = produce(everyone, topic, **admin)
     assert len(acked) == RECORDS
     assert consume(everyone, topic, "secure-check", **admin) == acked
+
+    # a zone-b client's group commit, relayed by broker-b1 to a zone-a coordinator over the INTERNAL
+    # listener (SASL_SSL as the brokers' user): the offsets land where any client reads them
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    coordinators = {g: admin_client.describe_consumer_groups([g])[g].result(60).coordinator.id for g in (f"{topic}-relay-{i}" for i in range(8))}
+    group = next(g for g, node in coordinators.items() if node != 3)  # broker-b1 is node 3, zone b's only broker
+    committed = [KafkaPartition(topic, p, 10 + p) for p in range(PARTITIONS)]
+    zoned = Consumer({"bootstrap.servers": bootstrap(secure_compose, "broker-b1"), "client.id": "zone_id=b", "group.id": group, "enable.auto.commit": False, **admin})
+    try:
+        zoned.commit(offsets=committed, asynchronous=False)
+    finally:
+        zoned.close()
+    (listed,) = admin_client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    assert sorted((tp.topic, tp.partition, tp.offset) for tp in listed.result(60).topic_partitions) == [(topic, p, 10 + p) for p in range(PARTITIONS)]
+    with urllib.request.urlopen(f"http://{secure_compose.published('broker-b1', 9464)}/metrics", timeout=30) as answer:
+        relayed = re.search(r'^neve_group_forwarded_requests_total\{api="OffsetCommit"\} (\S+)$', answer.read().decode(), re.M)
+    assert relayed and float(relayed[1]) >= 1  # relayed, not answered by broker-b1 itself
 
     # the authorizer: a user the admin creates (AlterUserScramCredentials) sees no topic until an ACL lets it
     from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
