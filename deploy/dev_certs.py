@@ -1,7 +1,7 @@
 """Development credentials for the secure compose variant (`make certs`): a CA, a server
 certificate for the brokers, registry and compactor (the compose service names, localhost and
-127.0.0.1), a client certificate, the chunk port's shared secret and the SCRAM users, with
-random passwords. Written into one directory (deploy/certs/, gitignored); nothing here is ever
+127.0.0.1), a client certificate, the chunk port's shared secret, the SCRAM users and the
+schema registry's users, with random passwords. Written into one directory (deploy/certs/, gitignored); nothing here is ever
 committed or meant for production, where certificates come from cert-manager or the
 organisation's CA and secrets from a secret store.
 
@@ -142,6 +142,9 @@ def generate(directory: Path) -> list[str]:
     # broker's own password as a variable for compose's env_file
     if not (directory / "scram-users").exists():
         put("scram-users", f"{ADMIN_USER}:{admin}\n{BROKER_USER}:{broker}\n".encode())
+    # the schema registry's users (registry.users_file, Jetty's format): the admin with every role
+    if not (directory / "registry-users").exists():
+        put("registry-users", f"{ADMIN_USER}: {admin},admin\n".encode())
     if not (directory / "broker.env").exists():
         put("broker.env", f"NEVE_BROKER_INTER_BROKER_SASL_USERNAME={BROKER_USER}\nNEVE_BROKER_INTER_BROKER_SASL_PASSWORD={broker}\n".encode())
     # the admin's client settings as librdkafka names them (kcat -F client.properties)

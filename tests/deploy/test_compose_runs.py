@@ -8,8 +8,10 @@ pyiceberg through the compactor's own catalog settings and with `neve sql` in th
 environment (the README's command); and every neve process stops cleanly on
 SIGTERM. The secure variant (compose.secure.yaml over it, with `make certs`'s files) runs the same
 way: a client authenticated with SCRAM-SHA-512 over TLS (the generated CA trusted) produces and
-consumes as the admin, a wrong password and an untrusted certificate are refused, a user the admin
-creates sees the topic only once an ACL lets it, and `neve sql` reads every row. Trino is left out (no JVM image here); its catalog file is checked in test_compose_file.py."""
+consumes as the admin, a wrong password and an untrusted certificate are refused, the registry
+serves HTTPS to its users only, a zone-b client's group request is relayed between brokers over
+their SASL_SSL listener, a user the admin creates sees the topic only once an ACL lets it, and
+`neve sql` reads every row. Trino is left out (no JVM image here); its catalog file is checked in test_compose_file.py."""
 
 from __future__ import annotations
 
@@ -205,6 +207,20 @@ def test_the_secure_compose_variant_serves_scram_over_tls_end_to_end(secure_comp
     acked = produce(everyone, topic, **admin)
     assert len(acked) == RECORDS
     assert consume(everyone, topic, "secure-check", **admin) == acked
+
+    # the registry: HTTPS (the generated CA), its admin in with Basic auth, anonymous refused
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    url = f"https://{secure_compose.published('registry', 8081)}"
+    schema = '{"type": "record", "name": "Order", "fields": [{"name": "id", "type": "long"}]}'
+    with SchemaRegistryClient({"url": url, "ssl.ca.location": admin["ssl.ca.location"], "basic.auth.user.info": f"admin:{admin['sasl.password']}"}) as registry:
+        registry.register_schema(f"{topic}-value", Schema(schema, "AVRO"))
+        assert registry.get_subjects() == [f"{topic}-value"]
+    with SchemaRegistryClient({"url": url, "ssl.ca.location": admin["ssl.ca.location"]}) as anonymous, pytest.raises(SchemaRegistryError) as refused_registry:
+        anonymous.get_subjects()
+    assert refused_registry.value.http_status_code == 401
+    assert secure_compose.healthy("registry")  # the image's health check, over HTTPS
 
     # a zone-b client's group commit, relayed by broker-b1 to a zone-a coordinator over the INTERNAL
     # listener (SASL_SSL as the brokers' user): the offsets land where any client reads them

@@ -5,8 +5,8 @@ file validates with `docker compose config -q`; every neve setting in it is one 
 prints and loads; every broker listener is SASL_SSL with its TLS files loading (certificate
 and key matching, as the broker loads them) and the inter-broker user a super user among those
 the users file creates; the authorizer is on, closed by default; no insecure flag is left on;
-and the chunk port would start off loopback with the generated secret and mutual TLS
-(test_compose_runs.py runs the variant for real)."""
+the chunk port would start off loopback with the generated secret and mutual TLS; and the
+registry has its certificate and users (test_compose_runs.py runs the variant for real)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def local_env(spec: dict) -> dict[str, str]:
 def test_make_certs_writes_a_ca_its_certificates_and_secrets_and_keeps_them(tmp_path):
     dev_certs(tmp_path)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    assert set(before) >= {"ca.crt", "server.crt", "server.key", "client.crt", "client.key", "chunk-secret", "scram-users", "broker.env", "admin.password", "broker.password"}
+    assert set(before) >= {"ca.crt", "server.crt", "server.key", "client.crt", "client.key", "chunk-secret", "scram-users", "registry-users", "broker.env", "admin.password", "broker.password"}
     ca = x509.load_pem_x509_certificate(before["ca.crt"])
     for name in ("server", "client"):
         cert = x509.load_pem_x509_certificate(before[f"{name}.crt"])
@@ -63,6 +63,7 @@ def test_make_certs_writes_a_ca_its_certificates_and_secrets_and_keeps_them(tmp_
     assert len({admin, broker}) == 2 and min(len(admin), len(broker)) >= 24
     assert before["scram-users"].decode().splitlines() == [f"admin:{admin}", f"neve-broker:{broker}"]
     assert f"NEVE_BROKER_INTER_BROKER_SASL_PASSWORD={broker}" in before["broker.env"].decode().splitlines()
+    assert before["registry-users"].decode().splitlines() == [f"admin: {admin},admin"]
     assert len(before["chunk-secret"].strip()) >= 32
     other = tmp_path / "other"
     dev_certs(other)
@@ -129,3 +130,14 @@ def test_the_chunk_port_has_the_secret_and_mutual_tls(model):
         assert peer_tls(cache) is not None
         secrets.add(secret)
     assert len(secrets) == 1  # one deployment, one secret
+
+
+def test_the_registry_serves_https_to_its_users(model):
+    from neve.config import load_config
+
+    registry = load_config(env=local_env(model["services"]["registry"])).registry
+    ssl.create_default_context().load_cert_chain(registry.tls_cert_file, registry.tls_key_file)  # the key is the certificate's
+    sans = x509.load_pem_x509_certificate(Path(registry.tls_cert_file).read_bytes()).extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "registry" in sans.get_values_for_type(x509.DNSName)
+    users = dict(line.split(": ", 1) for line in Path(registry.users_file).read_text().splitlines())
+    assert set(users) == {"admin"} and users["admin"].endswith(",admin") and registry.anonymous in ("", "none")

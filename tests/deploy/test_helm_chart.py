@@ -170,13 +170,14 @@ def notes(values: str, tmp_path: Path) -> str:
 def test_the_install_notes_say_how_to_connect_and_query(tmp_path):
     cluster = notes("cluster", tmp_path)
     assert f"bootstrap.servers={RELEASE}-neve-kafka.default.svc:9092" in cluster
-    assert "eu-west-1a, eu-west-1b" in cluster and f"http://{RELEASE}-neve-registry.default.svc:8081" in cluster
+    assert "eu-west-1a, eu-west-1b" in cluster and f"https://{RELEASE}-neve-registry.default.svc:8081" in cluster
     assert "FROM neve.neve.<topic>" in cluster and "spark://spark-master.spark.svc:7077" in cluster
     default = notes("default", tmp_path / "default")
     assert "No compactor: set compactor.catalog.url" in default
     assert "security.protocol=SASL_SSL, sasl.mechanism=SCRAM-SHA-512" in default  # security is on by default
     for secret in (f"{RELEASE}-neve-tls", f"{RELEASE}-neve-scram", f"{RELEASE}-neve-chunk-secret"):
         assert f"create secret generic {secret} " in default  # the Secrets the pods wait for, and how to make them
+    assert f"https://{RELEASE}-neve-registry.default.svc:8081" in default
     assert "written by cert-manager (the Certificate t-neve-tls, issuer platform-ca)" in notes("secure", tmp_path / "secure")
     assert "PLAINTEXT and an open chunk port" in notes("plain", tmp_path / "plain")
 
@@ -235,6 +236,13 @@ def test_security_is_on_sasl_ssl_listeners_the_authorizer_and_secrets_from_mount
         files = {b.ssl_certfile: (names["tls"], "tls.crt"), b.ssl_keyfile: (names["tls"], "tls.key"), b.ssl_cafile: (names["tls"], "ca.crt"), b.sasl_scram_users_file: (names["scram"], "users")}
         cache = load_config(env=env).cache
         files |= {cache.peer_secret_file: (names["chunk"], "secret"), cache.peer_tls_cert_file: (names["tls"], "tls.crt"), cache.peer_tls_ca_file: (names["tls"], "ca.crt")}
+        registry = load_config(env=env).registry  # the registry every broker serves: HTTPS, the Kafka users and the Secret's
+        files |= {registry.tls_cert_file: (names["tls"], "tls.crt"), registry.tls_key_file: (names["tls"], "tls.key")}
+        assert registry.scram_users and registry.scram_roles == secure.get("registry", {}).get("scramRoles", "write")
+        if secure:
+            files[registry.users_file] = ("neve-registry-users", "users")
+        else:
+            assert not registry.users_file
         for path, secret_key in files.items():
             assert mounted_secret_file(pod, container, path) == secret_key, path
         assert {p["containerPort"] for p in container["ports"]} >= {9092, internal}
