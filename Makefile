@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # kafkajs for the client tests (tests/clients/kafkajs_client.py), pinned by its package-lock.json
 KAFKAJS := tests/clients/kafkajs
 
-.PHONY: dev test test-slow lint bench clean deploy-tools
+.PHONY: dev test test-slow lint bench clean deploy-tools certs
 
 # Debian packages of the table half (apt-get needs root; installed if missing): PostgreSQL 15, the
 # JDBC catalog's server in the tests, and the JDBC drivers Spark's Iceberg JdbcCatalog loads
@@ -35,6 +35,13 @@ $(TOOLS)/helm:
 	$@ version --short
 
 deploy-tools: $(TOOLS)/helm
+
+# Development credentials for compose's secure variant (deploy/compose/compose.secure.yaml): a CA,
+# server and client certificates, the chunk port's secret, SCRAM users with random passwords, into
+# $(CERTS) (gitignored; files already there are kept). Needs only the base install (cryptography).
+CERTS ?= deploy/certs
+certs:
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) deploy/dev_certs.py $(CERTS)
 
 $(KAFKAJS)/node_modules/.installed: $(KAFKAJS)/package.json $(KAFKAJS)/package-lock.json
 	npm ci --prefix $(KAFKAJS) --no-audit --no-fund

@@ -1,10 +1,11 @@
-"""deploy/compose/compose.yaml run without a container engine: `docker compose config` resolves the
-file (anchors, variables, defaults) into the model compose itself would run, and each etcd,
+"""deploy/compose/compose.yaml (alone, or with an override such as compose.secure.yaml) run without
+a container engine: `docker compose config` resolves the files (anchors, variables, defaults,
+env_file, the override merged) into the model compose itself would run, and each etcd,
 SeaweedFS and neve service of it becomes a local process with the service's command, environment
 and health check. Container hostnames become 127.0.0.1 and each port a service listens on (its
 `ports` and `expose`) a free loopback port, wherever the file names it: `host:port` pairs, a
 setting or flag that is a service's own port, `0.0.0.0` (loopback only here). Named volumes become
-directories. Services start in depends_on order, each once its dependencies meet their condition
+directories; a bind mount is its host directory, wherever the file names its target. Services start in depends_on order, each once its dependencies meet their condition
 (service_healthy: the dependency's own health check passed, run as compose would run it)."""
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from tests.deploy.tools import DEPLOY, ROOT, run, tool
 from tests.fixtures import READY_TIMEOUT, _bin, free_port
 
 COMPOSE_FILE = DEPLOY / "compose" / "compose.yaml"
+SECURE_FILE = DEPLOY / "compose" / "compose.secure.yaml"
+DEV_CERTS = DEPLOY / "dev_certs.py"  # `make certs`
 NEVE_DOCKERFILE = "deploy/Dockerfile"
 LOOPBACK = "127.0.0.1"
 HOST_PORT = re.compile(r"(?P<host>[A-Za-z0-9_.-]+):(?P<port>\d+)\b")
@@ -34,11 +37,25 @@ IMAGE_COMMANDS = {"neve-healthcheck": [sys.executable, str(DEPLOY / "docker" / "
 SERVER_BINARIES = ("etcd", "etcdctl", "weed")
 
 
-def resolved(compose_file: Path = COMPOSE_FILE) -> dict:
-    """The compose model as `docker compose config` resolves it."""
-    done = run([tool("docker-compose"), "-f", str(compose_file), "config", "--format", "json"])
+def compose_args(*files: Path) -> list[str]:
+    """docker compose's arguments naming `files`, the first the base (compose.yaml by default)."""
+    return [tool("docker-compose"), *(a for f in (files or (COMPOSE_FILE,)) for a in ("-f", str(f)))]
+
+
+def resolved(*files: Path, variables: dict[str, str] | None = None) -> dict:
+    """The compose model as `docker compose config` resolves `files` (compose.yaml by default),
+    with `variables` set for its interpolation (e.g. DEV_CERTS_DIR)."""
+    env = {**os.environ, **(variables or {})}
+    done = run([*compose_args(*files), "config", "--format", "json"], env=env)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
+
+
+def dev_certs(directory: Path) -> dict[str, str]:
+    """`make certs` into `directory`; the variables that point compose.secure.yaml at it."""
+    done = run([sys.executable, str(DEV_CERTS), str(directory)])
+    assert done.returncode == 0, done.stderr
+    return {"DEV_CERTS_DIR": str(directory)}
 
 
 def is_neve(spec: dict) -> bool:
@@ -81,6 +98,8 @@ class LocalCompose:
                 if mount["type"] == "volume":
                     service.volumes[mount["target"]] = workdir / "volumes" / mount["source"]
                     service.volumes[mount["target"]].mkdir(parents=True, exist_ok=True)
+                elif mount["type"] == "bind":
+                    service.volumes[mount["target"]] = Path(mount["source"])
             self.services[name] = service
 
     # -- the file's words as local ones --------------------------------------------------------------

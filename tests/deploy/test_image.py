@@ -79,7 +79,7 @@ def test_the_health_check_answers_for_a_serving_broker_and_not_for_a_dead_one(ne
     env = {**os.environ, "NEVE_BROKER_PORT": str(neve_node.port)}
     done = healthcheck("dev", env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"neve dev healthy: Kafka on 127.0.0.1:{neve_node.port}"
+    assert done.stdout.strip() == f"neve dev healthy: Kafka on 127.0.0.1:{neve_node.port} (PLAINTEXT)"
     closed = {**os.environ, "NEVE_BROKER_PORT": str(free_port())}
     done = healthcheck("broker", env=closed)
     assert done.returncode == 1 and done.stderr.startswith("neve broker unhealthy: ConnectionRefusedError"), done.stderr

@@ -102,3 +102,62 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ $value | quote }}
 {{- end }}
 {{- end }}
+
+{{/* Security's Secrets (values.yaml, security): the operator's, named after the release unless set. */}}
+{{- define "neve.tlsSecretName" -}}
+{{- default (printf "%s-tls" (include "neve.fullname" .)) .Values.security.tls.secretName }}
+{{- end }}
+
+{{- define "neve.scramSecretName" -}}
+{{- default (printf "%s-scram" (include "neve.fullname" .)) .Values.security.scram.secretName }}
+{{- end }}
+
+{{- define "neve.chunkSecretName" -}}
+{{- default (printf "%s-chunk-secret" (include "neve.fullname" .)) .Values.security.chunkSecretName }}
+{{- end }}
+
+{{- define "neve.peersHost" -}}
+{{- printf "%s-broker-peers.%s.svc" (include "neve.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* The chunk port's secret and mutual TLS, for every pod that serves or reads chunks. */}}
+{{- define "neve.chunkEnv" -}}
+{{- if .Values.security.enabled -}}
+- name: NEVE_CACHE_PEER_SECRET_FILE
+  value: /etc/neve/chunk/secret
+- name: NEVE_CACHE_PEER_TLS_CERT_FILE
+  value: /etc/neve/tls/tls.crt
+- name: NEVE_CACHE_PEER_TLS_KEY_FILE
+  value: /etc/neve/tls/tls.key
+- name: NEVE_CACHE_PEER_TLS_CA_FILE
+  value: /etc/neve/tls/ca.crt
+{{- else -}}
+# an open chunk port, on the cluster's network
+- name: NEVE_CACHE_PEER_INSECURE
+  value: "true"
+{{- end }}
+{{- end }}
+
+{{- define "neve.securityMounts" -}}
+{{- if .Values.security.enabled -}}
+- {name: tls, mountPath: /etc/neve/tls, readOnly: true}
+- {name: chunk-secret, mountPath: /etc/neve/chunk, readOnly: true}
+{{- end }}
+{{- end }}
+
+{{- define "neve.securityVolumes" -}}
+{{- if .Values.security.enabled -}}
+- name: tls
+  secret:
+    secretName: {{ include "neve.tlsSecretName" . }}
+    items:
+      - {key: tls.crt, path: tls.crt}
+      - {key: tls.key, path: tls.key}
+      - {key: ca.crt, path: ca.crt}
+- name: chunk-secret
+  secret:
+    secretName: {{ include "neve.chunkSecretName" . }}
+    items:
+      - {key: secret, path: secret}
+{{- end }}
+{{- end }}
