@@ -274,7 +274,8 @@ def _c_producer(plan: WorkerPlan, control, counters, results) -> None:
         try:
             import confluent_kafka
 
-            probe = confluent_kafka.Producer({"bootstrap.servers": plan.bootstrap, "log_level": 3})
+            # the producer's own settings: on a TLS or SASL listener it connects as the producer will
+            probe = confluent_kafka.Producer({"bootstrap.servers": plan.bootstrap, **plan.config})
             _wait_for_topic(probe, plan)
             del probe
             out = f"{tmp}/samples"
