@@ -52,6 +52,10 @@ def add_arguments(parser) -> None:
 
 def run(r) -> None:
     a = r.args
+    # `neve dev`'s own compactor would start Spark and compact the first listener's topics inside
+    # the second listener's windows; its registry would take port 8081. Neither is measured here
+    # (a --broker-env of the user's still wins).
+    a.broker_env = [("NEVE_COMPACTOR_IN_NODE", "false"), ("NEVE_REGISTRY_PORT", "0"), *a.broker_env]
     system = r.make_system()
     if not system.neve:
         raise RuntimeError(f"the security scenario sets up neve's listeners; {system.name} is not neve")
