@@ -2,8 +2,9 @@
 measure a window, drain, and turn what the workers saw into one step record.
 
 A step with consumers and no producers reads a backlog (`Load.topic`, `Load.backlog_records`): its
-window closes once every consumer has read the backlog, if that comes before its duration, so the
-window is all reading.
+consumers (assign() ones) start reading when the step runs, not when they are ready, and its window
+closes once every consumer has read the backlog, if that comes before its duration; with no
+warm-up the window is the whole read.
 
 Throughput counts only acknowledgements inside the measured window; latency percentiles count
 the records *sent* inside it (so slow acks of records sent late in the window still count). The
@@ -159,6 +160,7 @@ def run_load(system: System, load: Load, progress: Progress) -> StepOutcome:
     counters = ctx.Array("d", n * workers.SLOT, lock=False)
     results = ctx.Queue()
     stamp = load.stamp or load.consumers > 0
+    hold = not load.producers and load.backlog_records > 0 and not load.consumer_groups
     plans = []
     for i in range(load.producers):
         rate = load.rate / load.producers if load.rate else None
@@ -166,7 +168,7 @@ def run_load(system: System, load: Load, progress: Progress) -> StepOutcome:
         plans.append(workers.WorkerPlan("producer", i, bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config, keyless=load.keyless, client=load.client, transaction_ms=load.transaction_ms))
     for j in range(load.consumers):
         config = {**CONSUMER_DEFAULTS, **load.consumer_config, **load.connection}
-        plans.append(workers.WorkerPlan("consumer", load.producers + j, bootstrap, topic, load.partitions, load.record_bytes, None, stamp, config, load.consumer_groups))
+        plans.append(workers.WorkerPlan("consumer", load.producers + j, bootstrap, topic, load.partitions, load.record_bytes, None, stamp, config, load.consumer_groups, hold=hold))
     procs = []
     for plan in plans:
         target = workers.producer_main if plan.role == "producer" else workers.consumer_main
@@ -211,17 +213,20 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
     consumers = range(load.producers, load.producers + load.consumers)
     pids = [p.pid for p in procs] + [int(c) for c in counters[workers.CHILD_PID :: workers.SLOT] if c]
     quiet0 = _edge(system, pids)  # nothing produced yet: no upload in flight
+    reading = not load.producers and load.backlog_records > 0  # a backlog read: closes once read
+    edge0 = edge1 = None
+    profiler = None
+    if reading and not load.warmup_s:  # the whole read: the window opens before the consumers start
+        edge0 = quiet0
+        profiler = _start_profiler(system, load)
     started = time.monotonic()
     control[workers.PHASE] = workers.RUN
     t0 = started + load.warmup_s
     t1 = t0 + load.duration_s
-    edge0 = edge1 = None
-    profiler = None
     timeline = []
     last = (started, 0.0, 0.0, system.cpu_seconds() or 0.0)
     next_tick = started + 1.0
     acked_at_open = 0.0
-    reading = not load.producers and load.backlog_records > 0  # a backlog read: closes once read
     while edge1 is None:
         now = time.monotonic()
         acked = _read(counters, load, workers.ACKED, producers)

@@ -33,6 +33,9 @@ def test_security_quick(tmp_path) -> None:
         assert read["backlog_records"] == produce["acked"]
         assert read["consumed_per_consumer"] == [produce["acked"]] and read["consumer_offset_anomalies"] == 0
         assert read["consume_mb_per_s"] > 0 and read["broker_cpu_s_per_gib_consumed"] > 0
+        # its window is the whole read: every record of the backlog arrived inside it
+        read_in_window = read["consume_mb_per_s"] * 1e6 * read["window_s"] / read["record_bytes"]
+        assert read_in_window == pytest.approx(produce["acked"], rel=0.01)
 
     security = doc["derived"]["security"]
     assert (security["record_bytes"], security["mechanism"], security["rounds"]) == (1024, "SCRAM-SHA-512", 1)
