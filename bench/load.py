@@ -1,6 +1,11 @@
 """One load step: create a fresh topic, start producer and consumer processes, let them warm up,
 measure a window, drain, and turn what the workers saw into one step record.
 
+A step with consumers and no producers reads a backlog (`Load.topic`, `Load.backlog_records`): its
+consumers (assign() ones) start reading when the step runs, not when they are ready, and its window
+closes once every consumer has read the backlog, if that comes before its duration; with no
+warm-up the window is the whole read.
+
 Throughput counts only acknowledgements inside the measured window; latency percentiles count
 the records *sent* inside it (so slow acks of records sent late in the window still count). The
 broker's CPU seconds and the object store's contents are read at the window's two edges.
@@ -123,6 +128,8 @@ class Load:
     profile_path: Path | None = None  # py-spy flame graph of the broker over the window
     client: str = "c"  # producers: librdkafka driven from C ("c") or from Python ("python"); see bench/workers.py
     transaction_ms: int = 0  # producers (Python client only): transactional, committing this often; 0: not
+    bootstrap: str | None = None  # the listener every client of the step connects to (else the system's bootstrap)
+    connection: dict = field(default_factory=dict)  # librdkafka settings of every client: security.protocol, ssl.*, sasl.*
 
 
 @dataclass
@@ -134,11 +141,11 @@ class StepOutcome:
     e2e_latencies: np.ndarray
 
 
-def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
+def create_topic(bootstrap: str, partitions: int, prefix: str, connection: dict | None = None) -> str:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = re.sub(r"[^a-zA-Z0-9._-]", "-", f"{prefix}-{uuid.uuid4().hex[:8]}")  # Kafka's legal topic characters
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 3, **(connection or {})})
     futures = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)], request_timeout=120, operation_timeout=120)
     futures[name].result(timeout=180)
     return name
@@ -146,20 +153,22 @@ def create_topic(bootstrap: str, partitions: int, prefix: str) -> str:
 
 def run_load(system: System, load: Load, progress: Progress) -> StepOutcome:
     ctx = multiprocessing.get_context("spawn")
-    topic = load.topic or create_topic(system.bootstrap, load.partitions, f"bench-{load.name}".replace(" ", "-")[:60])
+    bootstrap = load.bootstrap or system.bootstrap
+    topic = load.topic or create_topic(bootstrap, load.partitions, f"bench-{load.name}".replace(" ", "-")[:60], load.connection)
     n = load.producers + load.consumers
     control = ctx.Array("d", [workers.PREPARE, -1.0], lock=False)
     counters = ctx.Array("d", n * workers.SLOT, lock=False)
     results = ctx.Queue()
     stamp = load.stamp or load.consumers > 0
+    hold = not load.producers and load.backlog_records > 0 and not load.consumer_groups
     plans = []
     for i in range(load.producers):
         rate = load.rate / load.producers if load.rate else None
-        config = {**PRODUCER_DEFAULTS, **load.producer_config}
-        plans.append(workers.WorkerPlan("producer", i, system.bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config, keyless=load.keyless, client=load.client, transaction_ms=load.transaction_ms))
+        config = {**PRODUCER_DEFAULTS, **load.producer_config, **load.connection}
+        plans.append(workers.WorkerPlan("producer", i, bootstrap, topic, load.partitions, load.record_bytes, rate, stamp, config, keyless=load.keyless, client=load.client, transaction_ms=load.transaction_ms))
     for j in range(load.consumers):
-        config = {**CONSUMER_DEFAULTS, **load.consumer_config}
-        plans.append(workers.WorkerPlan("consumer", load.producers + j, system.bootstrap, topic, load.partitions, load.record_bytes, None, stamp, config, load.consumer_groups))
+        config = {**CONSUMER_DEFAULTS, **load.consumer_config, **load.connection}
+        plans.append(workers.WorkerPlan("consumer", load.producers + j, bootstrap, topic, load.partitions, load.record_bytes, None, stamp, config, load.consumer_groups, hold=hold))
     procs = []
     for plan in plans:
         target = workers.producer_main if plan.role == "producer" else workers.consumer_main
@@ -204,12 +213,16 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
     consumers = range(load.producers, load.producers + load.consumers)
     pids = [p.pid for p in procs] + [int(c) for c in counters[workers.CHILD_PID :: workers.SLOT] if c]
     quiet0 = _edge(system, pids)  # nothing produced yet: no upload in flight
+    reading = not load.producers and load.backlog_records > 0  # a backlog read: closes once read
+    edge0 = edge1 = None
+    profiler = None
+    if reading and not load.warmup_s:  # the whole read: the window opens before the consumers start
+        edge0 = quiet0
+        profiler = _start_profiler(system, load)
     started = time.monotonic()
     control[workers.PHASE] = workers.RUN
     t0 = started + load.warmup_s
     t1 = t0 + load.duration_s
-    edge0 = edge1 = None
-    profiler = None
     timeline = []
     last = (started, 0.0, 0.0, system.cpu_seconds() or 0.0)
     next_tick = started + 1.0
@@ -225,6 +238,9 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
                 profiler = _start_profiler(system, load)
             elif now > t0 + ACK_WAIT_S:
                 raise TimeoutError(f"no record acknowledged {load.warmup_s + ACK_WAIT_S:.0f}s into the step")
+        if edge0 is not None and reading and all(counters[i * workers.SLOT + workers.CONSUMED] >= load.backlog_records for i in consumers):
+            edge1 = _edge(system, pids)
+            break
         if edge0 is not None and now >= t1:
             if acked > acked_at_open or not load.producers:
                 edge1 = _edge(system, pids)
@@ -255,7 +271,10 @@ def _measure(system, load, topic, procs, control, counters, results, outcomes, p
             next_tick += 1.0
         now = time.monotonic()
         edge = t0 if edge0 is None else t1
-        time.sleep(max(0.0, min(next_tick, edge if now < edge else now + 0.01) - now))  # past an edge: waiting for an ack
+        wake = min(next_tick, edge if now < edge else now + 0.01)  # past an edge: waiting for an ack
+        if reading and edge0 is not None:
+            wake = min(wake, now + 0.05)  # the consumers' counters move every 0.2 s: see the end of the backlog soon after
+        time.sleep(max(0.0, wake - now))
     control[workers.PHASE] = workers.STOP
     if profiler is not None:
         _finish_profiler(profiler, load, progress)
@@ -399,7 +418,7 @@ def _summarize(system, load: Load, topic, outcomes, edge0: _Edge, edge1: _Edge, 
         "record_bytes": load.record_bytes,
         "producers": load.producers,
         "consumers": load.consumers,
-        "mode": "saturation" if load.rate is None else "fixed-rate",
+        "mode": "backlog-read" if not load.producers else "saturation" if load.rate is None else "fixed-rate",
         "offered_records_per_s": load.rate,
         "warmup_s": load.warmup_s,
         "window_s": round(window, 3),

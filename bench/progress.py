@@ -18,6 +18,10 @@ class Progress:
         self.step = step
         self.line("start")
 
+    def end(self) -> None:
+        """Lines that follow are the scenario's, not the last step's."""
+        self.step = ""
+
     def line(self, text: str) -> None:
         elapsed = time.monotonic() - self._started
         where = f"{self.scenario}/{self.step}" if self.step else self.scenario

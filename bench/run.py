@@ -138,10 +138,14 @@ class Run:
         if outcome.e2e_latencies.size:
             self.e2e_samples[load.name] = outcome.e2e_latencies
         lat = r["ack_latency_ms"]
-        summary = f"{r['records_per_s']:,.0f} rec/s  {r['mb_per_s']:.2f} MB/s  ack p50 {lat['p50']} p99 {lat['p99']} ms  broker {r['broker_cpu_s_per_gib_produced']} cpu-s/GiB"
-        if r["e2e_latency_ms"] is not None:
+        summary = ""
+        if r["producers"]:
+            summary = f"{r['records_per_s']:,.0f} rec/s  {r['mb_per_s']:.2f} MB/s  ack p50 {lat['p50']} p99 {lat['p99']} ms  broker {r['broker_cpu_s_per_gib_produced']} cpu-s/GiB"
+        if r["consumers"]:
+            summary += f"  consumed {r['consume_mb_per_s']:.2f} MB/s  broker {r['broker_cpu_s_per_gib_consumed']} cpu-s/GiB consumed"
+        if r["e2e_latency_ms"] is not None and r["e2e_latency_ms"]["count"]:
             summary += f"  e2e p50 {r['e2e_latency_ms']['p50']} p99 {r['e2e_latency_ms']['p99']} ms"
-        self.progress.line(summary)
+        self.progress.line(summary.strip())
         if load.profile_path is not None and load.profile_path.suffix == ".txt" and load.profile_path.exists():
             self.derived.setdefault("profiles", {})[load.name] = hot_frames(load.profile_path)
         for error in r["errors"]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -141,6 +142,22 @@ class _Neve(System):
         self.metrics_port = free_port()
         self.env = {"NEVE_BROKER_METRICS_PORT": str(self.metrics_port), **env}
         self.process: subprocess.Popen | None = None
+        # Listeners served beside the PLAINTEXT one on `port` (`add_listener`), by name, with the
+        # port each was bound to once started.
+        self.more_listeners: dict[str, int | None] = {}
+
+    def add_listener(self, protocol: str) -> None:
+        """Serve a listener of this security protocol too, on a loopback port the broker picks; its
+        TLS and SASL settings are the caller's, in `env`. Before `start`."""
+        assert not self.started, "listeners are set before the broker starts"
+        self.more_listeners[protocol] = None
+
+    def listener(self, protocol: str) -> str:
+        """host:port of a listener `add_listener` asked for (the broker's own bound port)."""
+        port = self.more_listeners[protocol]
+        if port is None:
+            raise SystemError_(f"{self.name} has not started its {protocol} listener")
+        return f"127.0.0.1:{port}"
 
     @property
     def bootstrap(self) -> str:
@@ -166,13 +183,32 @@ class _Neve(System):
 
     def _start(self) -> None:
         env = {"PYTHONUNBUFFERED": "1", **self._env()}
+        if self.more_listeners:
+            # PLAINTEXT first: the listening line names the first listener, the one `port` is
+            listeners = [f"PLAINTEXT://127.0.0.1:{self.port}", *(f"{protocol}://127.0.0.1:0" for protocol in self.more_listeners)]
+            env["NEVE_BROKER_LISTENERS"] = ",".join(listeners)
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self.process = spawn([sys.executable, "-m", "neve", *self._command()], self.log_path, env=env)
         # Its own "listening" line, not just an open port: a free port picked here may have been
         # taken by another process (parallel tests) before the broker could bind it.
-        wait_log_line(self.log_path, offset, f"neve listening on 127.0.0.1:{self.port};", self.process, self.name, READY_TIMEOUT_S)
+        listening = f"neve listening on 127.0.0.1:{self.port};"
+        wait_log_line(self.log_path, offset, listening, self.process, self.name, READY_TIMEOUT_S)
+        if self.more_listeners:
+            self._read_listener_ports(offset, listening)
         # the broker serves metrics before Kafka; a scrape right after start must see its counters
         wait_listening(self.metrics_port, self.process, self.log_path, f"{self.name} metrics", READY_TIMEOUT_S)
+
+    def _read_listener_ports(self, offset: int, listening: str) -> None:
+        """The ports the other listeners were bound to, from the listening line: "...; SASL_SSL
+        listener SASL_SSL on 127.0.0.1:40123"."""
+        with open(self.log_path, "rb") as f:
+            f.seek(offset)
+            line = next(line for line in f.read().decode(errors="replace").splitlines() if line.startswith(listening))
+        bound = {name: int(port) for _protocol, name, port in re.findall(r"; (\w+) listener (\S+) on [^;]*?:(\d+)", line)}
+        for protocol in self.more_listeners:
+            if protocol not in bound:
+                raise RuntimeError(f"{self.name} did not say where its {protocol} listener is: {line!r}")
+            self.more_listeners[protocol] = bound[protocol]
 
     def _new_ports(self) -> None:
         self.port = free_port()

@@ -48,6 +48,9 @@ class WorkerPlan:
     keyless: bool = False  # producer: no partition given, librdkafka's sticky partitioner picks (KIP-480)
     client: str = "c"  # producer: "c", librdkafka driven from C (bench/loadgen/produce.c); "python", from confluent-kafka
     transaction_ms: int = 0  # producer (python client): a transactional producer committing a transaction this often; 0: none
+    # consumer (assign() only): ready once connected, assigned its partitions only when the step
+    # runs, so that reading a backlog (librdkafka's prefetch included) starts inside the window
+    hold: bool = False
 
 
 def _publish(counters, base: int, values: dict[int, float]) -> None:
@@ -199,6 +202,10 @@ def consumer_main(plan: WorkerPlan, control, counters, results) -> None:
             # ready once the group has given it every partition (the consume loop runs the protocol)
             consumer.subscribe([plan.topic], on_assign=lambda _consumer, partitions: assigned.extend(partitions))
         else:
+            if plan.hold:
+                counters[base + READY] = 1
+                while control[PHASE] == PREPARE:
+                    time.sleep(0.002)
             consumer.assign([confluent_kafka.TopicPartition(plan.topic, p, confluent_kafka.OFFSET_BEGINNING) for p in range(plan.partitions)])
             counters[base + READY] = 1
         ready = not plan.group
@@ -274,7 +281,8 @@ def _c_producer(plan: WorkerPlan, control, counters, results) -> None:
         try:
             import confluent_kafka
 
-            probe = confluent_kafka.Producer({"bootstrap.servers": plan.bootstrap, "log_level": 3})
+            # the producer's own settings: on a TLS or SASL listener it connects as the producer will
+            probe = confluent_kafka.Producer({"bootstrap.servers": plan.bootstrap, **plan.config})
             _wait_for_topic(probe, plan)
             del probe
             out = f"{tmp}/samples"

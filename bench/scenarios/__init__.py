@@ -16,10 +16,11 @@ from . import (
     partitions,
     produce,
     put_ceiling,
+    security,
     stored_bytes,
     transactions,
     upsert,
     zones,
 )
 
-SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness, catchup_table, stored_bytes, maintenance, zones, transactions, upsert)}
+SCENARIOS = {m.NAME: m for m in (produce, e2e, fanout, catchup, partitions, cost, put_ceiling, compaction, freshness, catchup_table, stored_bytes, maintenance, zones, transactions, upsert, security)}
