@@ -41,7 +41,7 @@ deploy-tools: $(TOOLS)/helm
 # $(CERTS) (gitignored; files already there are kept). Needs only the base install (cryptography).
 CERTS ?= deploy/certs
 certs:
-	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) deploy/dev_certs.py $(CERTS)
+	$(if $(wildcard $(PY)),$(PY),$(PYTHON)) -m neve.dev_certs $(CERTS)
 
 $(KAFKAJS)/node_modules/.installed: $(KAFKAJS)/package.json $(KAFKAJS)/package-lock.json
 	npm ci --prefix $(KAFKAJS) --no-audit --no-fund

@@ -26,7 +26,6 @@ from tests.fixtures import READY_TIMEOUT, _bin, free_port
 
 COMPOSE_FILE = DEPLOY / "compose" / "compose.yaml"
 SECURE_FILE = DEPLOY / "compose" / "compose.secure.yaml"
-DEV_CERTS = DEPLOY / "dev_certs.py"  # `make certs`
 NEVE_DOCKERFILE = "deploy/Dockerfile"
 LOOPBACK = "127.0.0.1"
 HOST_PORT = re.compile(r"(?P<host>[A-Za-z0-9_.-]+):(?P<port>\d+)\b")
@@ -53,7 +52,7 @@ def resolved(*files: Path, variables: dict[str, str] | None = None) -> dict:
 
 def dev_certs(directory: Path) -> dict[str, str]:
     """`make certs` into `directory`; the variables that point compose.secure.yaml at it."""
-    done = run([sys.executable, str(DEV_CERTS), str(directory)])
+    done = run([sys.executable, "-m", "neve.dev_certs", str(directory)])
     assert done.returncode == 0, done.stderr
     return {"DEV_CERTS_DIR": str(directory)}
 

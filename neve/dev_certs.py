@@ -5,7 +5,7 @@ schema registry's users, with random passwords. Written into one directory (depl
 committed or meant for production, where certificates come from cert-manager or the
 organisation's CA and secrets from a secret store.
 
-    python deploy/dev_certs.py [DIR]
+    python -m neve.dev_certs [DIR]    (`make certs`: DIR deploy/certs)
 
 Files already there are kept, so running it again does not change the passwords a running
 cluster already stored; delete the directory to start over. Every file is readable by other
@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-DEFAULT_DIR = Path(__file__).resolve().parent / "certs"
+DEFAULT_DIR = Path("deploy") / "certs"
 # every name a neve service is reached by in compose, and on the host
 SERVER_NAMES = ("broker-a1", "broker-a2", "broker-b1", "registry", "compactor", "localhost")
 SERVER_ADDRESSES = ("127.0.0.1", "::1")
@@ -42,11 +42,11 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "neve development"), x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+def pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
-def _pem_cert(cert: x509.Certificate) -> bytes:
+def pem_cert(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
@@ -117,8 +117,8 @@ def generate(directory: Path) -> list[str]:
         renew = False
     else:
         ca_key, ca_cert = make_ca()
-        put("ca.key", _pem_key(ca_key))
-        put("ca.crt", _pem_cert(ca_cert))
+        put("ca.key", pem_key(ca_key))
+        put("ca.crt", pem_cert(ca_cert))
         renew = True  # certificates of another CA are of no use any more
     for stem, common_name, names, addresses, server in (
         ("server", "neve", SERVER_NAMES, SERVER_ADDRESSES, True),
@@ -126,8 +126,8 @@ def generate(directory: Path) -> list[str]:
     ):
         if renew or not (directory / f"{stem}.crt").exists() or not (directory / f"{stem}.key").exists():
             key, cert = make_leaf(ca_key, ca_cert, common_name, names, addresses, server)
-            put(f"{stem}.key", _pem_key(key))
-            put(f"{stem}.crt", _pem_cert(cert))
+            put(f"{stem}.key", pem_key(key))
+            put(f"{stem}.crt", pem_cert(cert))
 
     def secret(name: str, value: str) -> str:
         path = directory / name
