@@ -8,7 +8,9 @@ the authorizer on with `admin` and `broker` as super users.
   authorized; an ACL removed is enforced by every broker, each asked directly, soon after the
   removal is acknowledged;
 - SCRAM users created and removed with AlterUserScramCredentials (Java AdminClient) authenticate,
-  then fail to, against each of the three brokers."""
+  then fail to, against each of the three brokers;
+- a group spanning zones works: the relaying broker reaches the coordinator on the inter-broker
+  listener, and the coordinator authorizes the relayed requests as their members."""
 
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ from scramp import ScramClient
 
 from auth.acls import Operation, PatternType, Permission
 from auth.acls import ResourceType as KafkaResourceType
+from bench.servers import scrape
 from tests.batches import make_batch
 from tests.clients.java_client import Acl, AdminSession, JavaClientError
-from tests.fixtures import Certificates
+from tests.fixtures import Certificates, NeveNode, free_port
 from tests.raw import Raw, produce_v9
 
 WAIT_S = 120  # events awaited (a JVM, a transaction, a rebalance) on a slow machine
@@ -46,7 +49,7 @@ WAIT_S = 120  # events awaited (a JVM, a transaction, a rebalance) on a slow mac
 # first, then a refusal from each broker.
 REVOKE_TARGET_S = 1.0
 REVOKE_BOUND_S = REVOKE_TARGET_S + 4.0
-PASSWORDS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret"}
+PASSWORDS = {"admin": "admin-secret", "broker": "broker-secret", "alice": "alice-secret", "bob": "bob-secret"}
 MECHANISM = "SCRAM-SHA-512"
 
 
@@ -56,6 +59,16 @@ class SecureCluster:
     certs: Certificates
     ports: list[int]  # each broker's SASL_SSL client listener, by node id
     log_dir: Path
+    metrics_ports: list[int]
+
+    def metric(self, broker: int, name: str, **labels: str) -> float:
+        """The sum of broker `broker`'s samples of `name` whose labels include `labels`."""
+        total = 0.0
+        for key, value in scrape(f"http://127.0.0.1:{self.metrics_ports[broker]}/metrics").items():
+            metric, _, text = key.partition("{")
+            if metric == name and labels.items() <= dict(re.findall(r'(\w+)="([^"]*)"', text)).items():
+                total += value
+        return total
 
     @property
     def bootstrap(self) -> str:
@@ -94,12 +107,17 @@ def listener_port(log_path: Path, name: str) -> int:
     return int(found[-1])
 
 
+ZONES = ("a", "b", "c")
+
+
 @pytest.fixture
 def secure_cluster(cluster_factory, artifacts_dir) -> SecureCluster:
+    """Three brokers (zones a, b, c) started here rather than by `cluster_factory`, each with its own
+    metrics port; `cluster_factory` gives the servers and the metadata root, and stops them."""
     certs = Certificates(artifacts_dir / "certs")
     users = artifacts_dir / "scram-users"
     users.write_text("".join(f"{user}:{password}\n" for user, password in PASSWORDS.items()))
-    env = {
+    security = {
         # PLAINTEXT on loopback first: the fixture sees the cluster formed through it (its clients
         # are anonymous: with the authorizer on they may list brokers and nothing else)
         "NEVE_BROKER_LISTENERS": "PLAINTEXT://127.0.0.1:{port},CLIENTS://127.0.0.1:0,INTERNAL://127.0.0.1:0",
@@ -115,9 +133,28 @@ def secure_cluster(cluster_factory, artifacts_dir) -> SecureCluster:
         "NEVE_BROKER_INTER_BROKER_SASL_USERNAME": "broker",
         "NEVE_BROKER_INTER_BROKER_SASL_PASSWORD": PASSWORDS["broker"],
     }
-    cluster = cluster_factory(zones=("a", "b", "c"), env=env)
+    cluster = cluster_factory(zones=())
+    metrics_ports = []
+    for i, zone in enumerate(ZONES):
+        metrics_ports.append(free_port())
+        data_dir = artifacts_dir / f"broker{i}-data"
+        env = {
+            **cluster.s3.env,
+            "NEVE_METADATA_URL": cluster.metadata_url,
+            "NEVE_WAL_OBJECT_STORE": cluster.object_store_url,
+            "NEVE_BROKER_NODE_ID": str(i),
+            "NEVE_BROKER_ZONE": zone,
+            "NEVE_BROKER_METRICS_PORT": str(metrics_ports[-1]),
+            "NEVE_WAL_LINGER_MS": "20",
+            "NEVE_DATA_DIR": str(data_dir),
+            **security,
+        }
+        node = NeveNode(data_dir=data_dir, log_path=artifacts_dir / f"broker{i}.log", env=env, command="broker")
+        cluster.nodes.append(node)  # stopped by cluster_factory's teardown
+        node.start()
+    cluster.wait_formed()
     ports = [listener_port(node.log_path, "CLIENTS") for node in cluster.nodes]
-    return SecureCluster(cluster, certs, ports, artifacts_dir)
+    return SecureCluster(cluster, certs, ports, artifacts_dir, metrics_ports)
 
 
 # -- a raw SASL_SSL connection to one broker ---------------------------------------------------------
@@ -289,9 +326,9 @@ def topic_values(config: dict, topic: str) -> list[tuple[int, bytes]]:
         consumer.close()
 
 
-def group_poll(config: dict, topic: str, group: str, count: int) -> list[bytes] | int:
-    """Subscribe in `group` and read `count` values; the error code instead if the consumer is
-    refused first."""
+def group_poll(config: dict, topic: str, group: str, count: int, commit: bool = False) -> list[bytes] | int:
+    """Subscribe in `group` and read `count` values (then commit the position after them when
+    `commit`); the error code instead if the consumer is refused first."""
     consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest", "enable.auto.commit": False})
     consumer.subscribe([topic])
     got: list[bytes] = []
@@ -307,6 +344,9 @@ def group_poll(config: dict, topic: str, group: str, count: int) -> list[bytes] 
                     continue
                 return msg.error().code()
             got.append(msg.value())
+            last = msg.offset()
+        if commit:
+            consumer.commit(offsets=[TopicPartition(topic, 0, last + 1)], asynchronous=False)
         return got
     finally:
         consumer.close()
@@ -452,7 +492,7 @@ def test_users_made_and_removed_with_alter_user_scram_credentials_authenticate_o
     admin = secure.java_admin("admin")
     try:
         bootstrapped = [("SCRAM_SHA_256", 8192), ("SCRAM_SHA_512", 8192)]
-        assert admin.describe_scram() == {"admin": bootstrapped, "alice": bootstrapped, "broker": bootstrapped}
+        assert admin.describe_scram() == {"admin": bootstrapped, "alice": bootstrapped, "bob": bootstrapped, "broker": bootstrapped}
         for port in secure.ports:
             assert authentication_answer(port, certs, "carol", "carol-secret") == ErrorCode.sasl_authentication_failed
 
@@ -485,3 +525,46 @@ def test_users_made_and_removed_with_alter_user_scram_credentials_authenticate_o
             assert authentication_answer(port, certs, "alice", PASSWORDS["alice"]) == ErrorCode.none
     finally:
         admin.close()
+
+
+# -- the inter-broker listener ---------------------------------------------------------------------
+
+
+def test_a_group_spanning_zones_reaches_its_coordinator_over_the_inter_broker_listener(secure_cluster):
+    """A zoned member's group requests go to its zone's broker, which relays them to the group's
+    coordinator over the SASL_SSL inter-broker listener as the broker's own user; the coordinator
+    authorizes each as the member's principal."""
+    secure = secure_cluster
+    admin_config = secure.config("admin")
+    topic, group = "orders-zoned", "zoned-readers"
+    creator = AdminClient(admin_config)
+    creator.create_topics([NewTopic(topic, 1, 1)], operation_timeout=WAIT_S)[topic].result(timeout=WAIT_S)
+    values = [f"z-{i}".encode() for i in range(20)]
+    assert produce(admin_config, topic, values) == [(0, i) for i in range(20)]
+    acls = LibrdkafkaAcls(secure)
+    granted = [
+        Acl("TOPIC", topic, "LITERAL", ALICE, "*", "READ", "ALLOW"),
+        Acl("GROUP", group, "LITERAL", ALICE, "*", "READ", "ALLOW"),
+        Acl("TOPIC", topic, "LITERAL", "User:bob", "*", "READ", "ALLOW"),
+        Acl("GROUP", group, "LITERAL", "User:bob", "*", "DESCRIBE", "ALLOW"),  # he finds the group, may not join it
+    ]
+    acls.create(*granted)
+    until_every_broker_holds(secure, granted)
+
+    def member(user: str, zone: int) -> dict:
+        return {**secure.config(user, port=secure.ports[zone]), "client.id": f"{user}-member,zone_id={ZONES[zone]}"}
+
+    # zone a looks the group up first: its coordinator is zone a's broker (0)
+    assert group_poll(member("alice", 0), topic, group, 10, commit=True) == values[:10]
+    relayed = secure.metric(1, "neve_group_forwarded_requests_total")
+    # zone b's member resumes where zone a's committed, its group requests relayed by broker 1
+    assert group_poll(member("alice", 1), topic, group, 10) == values[10:]
+    assert secure.metric(1, "neve_group_forwarded_requests_total", api="JoinGroup") >= 1
+    assert secure.metric(1, "neve_group_forwarded_requests_total") > relayed
+    # bob's JoinGroup is relayed too, and refused by the coordinator as bob
+    joins = secure.metric(1, "neve_group_forwarded_requests_total", api="JoinGroup")
+    assert group_poll(member("bob", 1), topic, group, 1) == KafkaError.GROUP_AUTHORIZATION_FAILED
+    assert secure.metric(1, "neve_group_forwarded_requests_total", api="JoinGroup") > joins
+    assert sum(secure.metric(n, "neve_group_forward_failures_total") for n in range(3)) == 0
+    del creator
+    acls.close()
