@@ -16,6 +16,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from tests.clients.member import Board, ProcessMember
 
@@ -214,14 +215,28 @@ def _unhex(text: str) -> bytes | None:
     return None if text == "-" else bytes.fromhex(text[1:])
 
 
+class Acl(NamedTuple):
+    """An ACL binding as the Java client names its parts (its enums' names: TOPIC, PREFIXED, WRITE,
+    ALLOW, ...)."""
+
+    resource_type: str
+    name: str
+    pattern_type: str
+    principal: str
+    host: str
+    operation: str
+    permission: str
+
+
 class AdminSession:
     """One JVM serving many admin operations (a JVM start costs seconds on a busy machine): the
     driver's `admin` session mode, one operation per line. Close it when done."""
 
-    def __init__(self, bootstrap: str, log_path: Path, timeout: float = 60.0) -> None:
+    def __init__(self, bootstrap: str, log_path: Path, timeout: float = 60.0, config: dict[str, str] | None = None) -> None:
+        """`config`: the admin client's own settings (security.protocol, sasl.*, ssl.*)."""
         self.timeout = timeout
         self._log = open(log_path, "ab")  # noqa: SIM115 - closed by close()
-        cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", "admin", "--bootstrap", bootstrap]
+        cmd = [_tool("java"), "-cp", f"{compiled()}{os.pathsep}{classpath()}", "NeveClient", "admin", "--bootstrap", bootstrap, *_config_args(config)]
         self.process = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True, bufsize=1)
         self._answers: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, name="java-admin", daemon=True)
@@ -246,6 +261,31 @@ class AdminSession:
         if "error" in answer:
             raise JavaClientError(f"java admin {op} {topic}: {answer['error']}")
         return answer
+
+    # -- ACLs and SCRAM users (KIP-11 and KIP-554 through the Java AdminClient) --------------------
+
+    def create_acl(self, acl: Acl) -> None:
+        self("acl-create", configs=acl._asdict())
+
+    def describe_acls(self, **filter_fields: str) -> list[Acl]:
+        """The bindings matching a filter of Acl's fields (each absent one: any), sorted."""
+        return [Acl(**binding) for binding in self("acl-describe", configs=filter_fields)["acls"]]
+
+    def delete_acls(self, **filter_fields: str) -> list[Acl]:
+        """Delete the bindings matching a filter (as describe_acls); the ones deleted, sorted."""
+        return [Acl(**binding) for binding in self("acl-delete", configs=filter_fields)["acls"]]
+
+    def upsert_scram(self, user: str, password: str, mechanism: str = "SCRAM_SHA_512", iterations: int = 4096) -> None:
+        self("scram-upsert", user, configs={"mechanism": mechanism, "iterations": str(iterations), "password": password})
+
+    def delete_scram(self, user: str, mechanism: str = "SCRAM_SHA_512") -> None:
+        self("scram-delete", user, configs={"mechanism": mechanism})
+
+    def describe_scram(self, *users: str) -> dict[str, list[tuple[str, int]] | None]:
+        """Each user's credentials as (mechanism, iterations), sorted; None for a named user the
+        broker answered RESOURCE_NOT_FOUND. No users named: every user with a credential."""
+        described = self("scram-describe", ",".join(users))["users"]
+        return {user: None if infos is None else [(mechanism, iterations) for mechanism, iterations in infos] for user, infos in described.items()}
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -23,7 +23,19 @@
 //       N partitions with the --config topic configs), describe ({"partitions": [...]}, or
 //       {"partitions": null} when the topic does not exist), configs ({"configs": {k: v}}), alter
 //       (incremental SET of each --config), partitions (increase to N), delete, list
-//       ({"topics": [...]}).
+//       ({"topics": [...]}). In a session the --config pairs are the admin client's own settings
+//       (security.protocol, sasl.*, ssl.*), and a line's key=value fields name the security
+//       operations' arguments:
+//         acl-create: one binding, fields resource_type name pattern_type principal host operation
+//           permission (the Java enums' names: TOPIC, PREFIXED, WRITE, ALLOW, ...) -> {}
+//         acl-describe / acl-delete: a filter, the same fields, each absent one ANY (host, name,
+//           principal: any) -> {"acls": [binding, ...]} (described, or deleted), bindings as JSON
+//           objects of those fields, sorted
+//         scram-upsert: user (topic field), mechanism (SCRAM_SHA_256|SCRAM_SHA_512), iterations,
+//           password -> {}
+//         scram-delete: user (topic field), mechanism -> {}
+//         scram-describe: the users named in the topic field (comma-separated; empty: every user)
+//           -> {"users": {user: [[mechanism, iterations], ...] or null (RESOURCE_NOT_FOUND)}}
 //   member --bootstrap B --topic T --group G --batch N [--quota Q] [--timeout-ms MS] [--config k=v]...
 //       a consumer-group member (subscribe, auto-commit off). Reads lines on stdin: "quota Q" (the
 //       total number of records it may process), "quota none" (no limit), "stop" (close, which
@@ -67,6 +79,22 @@ import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewPartitions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.admin.ScramCredentialInfo;
+import org.apache.kafka.clients.admin.ScramMechanism;
+import org.apache.kafka.clients.admin.UserScramCredentialAlteration;
+import org.apache.kafka.clients.admin.UserScramCredentialDeletion;
+import org.apache.kafka.clients.admin.UserScramCredentialUpsertion;
+import org.apache.kafka.clients.admin.UserScramCredentialsDescription;
+import org.apache.kafka.common.acl.AccessControlEntry;
+import org.apache.kafka.common.acl.AccessControlEntryFilter;
+import org.apache.kafka.common.acl.AclBinding;
+import org.apache.kafka.common.acl.AclBindingFilter;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.acl.AclPermissionType;
+import org.apache.kafka.common.resource.PatternType;
+import org.apache.kafka.common.resource.ResourcePattern;
+import org.apache.kafka.common.resource.ResourcePatternFilter;
+import org.apache.kafka.common.resource.ResourceType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -558,6 +586,9 @@ public final class NeveClient {
         Properties props = new Properties();
         props.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
         props.put(AdminClientConfig.CLIENT_ID_CONFIG, "neve-java-admin");
+        if (!opts.containsKey("op")) {
+            props.putAll(extra);  // a session's --config pairs are client settings (one op's are topic configs)
+        }
         try (Admin admin = Admin.create(props)) {
             if (opts.containsKey("op")) {
                 Map<String, String> configs = new LinkedHashMap<>();
@@ -638,8 +669,87 @@ public final class NeveClient {
                 admin.deleteTopics(List.of(topic)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
                 return "{}";
             }
+            case "acl-create" -> {
+                AclBinding binding = new AclBinding(
+                        new ResourcePattern(ResourceType.valueOf(configs.get("resource_type")), configs.get("name"), PatternType.valueOf(configs.get("pattern_type"))),
+                        new AccessControlEntry(configs.get("principal"), configs.get("host"), AclOperation.valueOf(configs.get("operation")), AclPermissionType.valueOf(configs.get("permission"))));
+                admin.createAcls(List.of(binding)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            case "acl-describe" -> {
+                return "{\"acls\": " + jsonAcls(admin.describeAcls(aclFilter(configs)).values().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS)) + "}";
+            }
+            case "acl-delete" -> {
+                return "{\"acls\": " + jsonAcls(admin.deleteAcls(List.of(aclFilter(configs))).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS)) + "}";
+            }
+            case "scram-upsert" -> {
+                ScramCredentialInfo info = new ScramCredentialInfo(ScramMechanism.valueOf(configs.get("mechanism")), Integer.parseInt(configs.get("iterations")));
+                UserScramCredentialAlteration upsert = new UserScramCredentialUpsertion(topic, info, configs.get("password"));
+                admin.alterUserScramCredentials(List.of(upsert)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            case "scram-delete" -> {
+                UserScramCredentialAlteration deletion = new UserScramCredentialDeletion(topic, ScramMechanism.valueOf(configs.get("mechanism")));
+                admin.alterUserScramCredentials(List.of(deletion)).all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS);
+                return "{}";
+            }
+            case "scram-describe" -> {
+                Map<String, UserScramCredentialsDescription> users = new java.util.TreeMap<>();
+                if (topic.isEmpty()) {
+                    users.putAll(admin.describeUserScramCredentials().all().get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS));
+                } else {
+                    // each named user on its own: all() leaves out the ones the broker answered
+                    // RESOURCE_NOT_FOUND, which are reported here as null
+                    var described = admin.describeUserScramCredentials(List.of(topic.split(",")));
+                    for (String user : topic.split(",")) {
+                        try {
+                            users.put(user, described.description(user).get(ADMIN_TIMEOUT_S, TimeUnit.SECONDS));
+                        } catch (ExecutionException e) {
+                            if (!(e.getCause() instanceof org.apache.kafka.common.errors.ResourceNotFoundException)) {
+                                throw e;
+                            }
+                            users.put(user, null);
+                        }
+                    }
+                }
+                StringBuilder sb = new StringBuilder("{\"users\": {");
+                String sep = "";
+                for (Map.Entry<String, UserScramCredentialsDescription> e : users.entrySet()) {
+                    String infos = "null";
+                    if (e.getValue() != null) {
+                        List<String> items = new ArrayList<>();
+                        for (ScramCredentialInfo info : e.getValue().credentialInfos()) {
+                            items.add("[" + json(info.mechanism().name()) + ", " + info.iterations() + "]");
+                        }
+                        items.sort(null);
+                        infos = items.toString();
+                    }
+                    sb.append(sep).append(json(e.getKey())).append(": ").append(infos);
+                    sep = ", ";
+                }
+                return sb.append("}}").toString();
+            }
             default -> throw new IllegalArgumentException("unknown admin op " + op);
         }
+    }
+
+    /** An ACL filter from a line's fields: each field not given matches anything. */
+    private static AclBindingFilter aclFilter(Map<String, String> f) {
+        return new AclBindingFilter(
+                new ResourcePatternFilter(ResourceType.valueOf(f.getOrDefault("resource_type", "ANY")), f.get("name"), PatternType.valueOf(f.getOrDefault("pattern_type", "ANY"))),
+                new AccessControlEntryFilter(f.get("principal"), f.get("host"), AclOperation.valueOf(f.getOrDefault("operation", "ANY")), AclPermissionType.valueOf(f.getOrDefault("permission", "ANY"))));
+    }
+
+    private static String jsonAcls(Collection<AclBinding> bindings) {
+        List<String> items = new ArrayList<>();
+        for (AclBinding b : bindings) {
+            items.add("{\"resource_type\": " + json(b.pattern().resourceType().name()) + ", \"name\": " + json(b.pattern().name())
+                    + ", \"pattern_type\": " + json(b.pattern().patternType().name()) + ", \"principal\": " + json(b.entry().principal())
+                    + ", \"host\": " + json(b.entry().host()) + ", \"operation\": " + json(b.entry().operation().name())
+                    + ", \"permission\": " + json(b.entry().permissionType().name()) + "}");
+        }
+        items.sort(null);
+        return "[" + String.join(", ", items) + "]";
     }
 
     private static int member(Map<String, String> opts, Properties extra, PrintStream out) throws Exception {
