@@ -199,7 +199,9 @@ class Connection:
         relayed_host, relayed_principal = None, ""
         if api_key in GROUP_APIS:
             client_id, relayed_host, relayed_principal = relayed_for(client_id)
-        if self._open is None:
+        if self._open is None and not (session.uses_sasl and api_key in BEFORE_AUTHENTICATION):
+            # placed by its first request past authentication: a relay link's first marked request
+            # comes after its SASL exchange, whose client id names no client
             self._place(client_id, relayed=relayed_host is not None)
         ctx = self._contexts.get((api_key, version, client_id))
         if relayed_host is not None:  # the member's own host and principal, not the relaying broker's

@@ -22,7 +22,7 @@ from broker.listeners import Listener
 from broker.peer_dial import PeerDialer
 from broker.server import KafkaServer
 from metadata.embedded import EmbeddedMetadataStore
-from tests.broker.test_group_forwarding import NONE, Client, Cluster, forwarded, join, join_request
+from tests.broker.test_group_forwarding import NONE, Client, Cluster, forwarded, join, join_request, links_accepted
 
 PASSWORDS = {"broker": "broker-secret", "alice": "alice-pw", "bob": "bob-pw"}
 GROUP_AUTHORIZATION_FAILED = int(ErrorCode.group_authorization_failed)
@@ -74,11 +74,12 @@ async def test_a_relayed_request_is_authorized_as_its_client_on_the_coordinator(
     cluster, authorizer = secured
     group, coordinator, relay = await zone_a_group_as(cluster, "broker")
     await authorizer.create([AclBinding(ResourceType.GROUP, group, PatternType.LITERAL, "User:alice", "*", Operation.READ, Permission.ALLOW)])
-    relayed_before = forwarded("JoinGroup")
+    relayed_before, links_before = forwarded("JoinGroup"), links_accepted("a")
     async with SaslClient(cluster.ports[relay], "member-b,zone_id=b", "alice") as alice:
         joined = await join(alice, group)
         assert joined.generation_id == 1 and joined.leader == joined.member_id
     assert forwarded("JoinGroup") > relayed_before  # through the relay, authenticated as the broker
+    assert links_accepted("a") == links_before + 1  # the link counted as a broker's, after its SASL exchange
     async with SaslClient(cluster.ports[relay], "member-b2,zone_id=b", "bob") as bob:
         refused = await bob.ask(join_request(group))
         assert refused.error_code == GROUP_AUTHORIZATION_FAILED  # bob's own principal, checked by the coordinator
