@@ -52,7 +52,6 @@ from .store import (
     UnknownTopic,
     check_replacement,
     checked_security_writes,
-    security_matching,
 )
 from .view import IndexReads, PartitionView
 
@@ -537,12 +536,6 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         return True
 
     # -- the security family ------------------------------------------------------------------
-
-    def security_items(self, prefix: str) -> dict[str, bytes]:
-        return security_matching(self._security, prefix)
-
-    def security_version(self) -> int:
-        return self._security_version
 
     async def security_write(self, writes: Mapping[str, bytes | None]) -> None:
         checked = checked_security_writes(writes)

@@ -255,6 +255,8 @@ class MetadataStore(abc.ABC):
         self._brokers: dict[int, BrokerRegistration] = {}
         self._campaigns: dict[str, list[Leadership]] = {}  # by name, the first leads (`campaign`, one process)
         self._epochs = 0  # the last lead's epoch, of any name (`campaign`, one process)
+        self._security: dict[str, bytes] = {}  # the security family in the view (the backends keep it)
+        self._security_version = 0
 
     async def start(self) -> None:  # noqa: B027 - optional hook
         """Connect / load state. Called once before use."""
@@ -445,10 +447,12 @@ class MetadataStore(abc.ABC):
     # under "acls/". Reads are served from the view; a broker derives its caches (an ACL table,
     # credentials) from the items and rebuilds them when `security_version` moves.
 
-    @abc.abstractmethod
+    # Both stores keep the family in their view as `_security` (key -> value) and
+    # `_security_version`: reads are the view's.
     def security_items(self, prefix: str) -> dict[str, bytes]:
         """The family's items whose key starts with `prefix`, from this store's view (a write by
         any broker is seen here within the watch's delay, well under a second)."""
+        return security_matching(self._security, prefix)
 
     @abc.abstractmethod
     async def security_write(self, writes: Mapping[str, bytes | None]) -> None:
@@ -456,10 +460,10 @@ class MetadataStore(abc.ABC):
         once it returns. Raises ValueError for a write over the family's bounds
         (`checked_security_writes`), MetadataUnavailable."""
 
-    @abc.abstractmethod
     def security_version(self) -> int:
         """Grows whenever the family changes in this store's view (and when the view is loaded):
         a cache derived from the items is rebuilt when it moved."""
+        return self._security_version
 
     # -- brokers ------------------------------------------------------------------------------
 

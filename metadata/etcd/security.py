@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
-from ..store import checked_security_writes, security_matching
+from ..store import checked_security_writes
 
 log = logging.getLogger("neve.metadata.etcd")
 
@@ -16,12 +16,6 @@ class _Security:
     """The security family, mixed into EtcdMetadataStore. Uses the store's `keys`, `_client`,
     `_txn`, `_view_reaches`, `settings`, and the view's `_security` and `_security_version` (which
     the follower keeps)."""
-
-    def security_items(self, prefix: str) -> dict[str, bytes]:
-        return security_matching(self._security, prefix)
-
-    def security_version(self) -> int:
-        return self._security_version
 
     async def security_write(self, writes: Mapping[str, bytes | None]) -> None:
         checked = checked_security_writes(writes)

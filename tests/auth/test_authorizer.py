@@ -10,7 +10,6 @@ import pytest
 
 from auth.acls import PREFIX, AclBinding, AclFilter, InvalidAcl, Operation, PatternType, Permission, ResourceType
 from auth.authorizer import Authorizer
-from metadata.store import load_metadata_store
 
 TOPIC, GROUP, CLUSTER, TXN = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER, ResourceType.TRANSACTIONAL_ID
 LITERAL, PREFIXED = PatternType.LITERAL, PatternType.PREFIXED
@@ -22,14 +21,6 @@ HOST = "10.1.2.3"
 
 def acl(resource_type, name, operation, permission=ALLOW, principal=ALICE, host="*", pattern=LITERAL) -> AclBinding:
     return AclBinding(resource_type, name, pattern, principal, host, operation, permission)
-
-
-@pytest.fixture
-async def store():
-    s = load_metadata_store("memory://")
-    await s.start()
-    yield s
-    await s.close()
 
 
 async def authorizer(store, *bindings, **kwargs) -> Authorizer:
