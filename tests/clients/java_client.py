@@ -20,7 +20,8 @@ from typing import NamedTuple
 
 from tests.clients.member import Board, ProcessMember
 
-JARS = ("kafka-clients.jar", "slf4j-api.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar")
+# Jackson: Kafka's OAUTHBEARER login (OAuthBearerLoginCallbackHandler) reads token endpoint answers with it
+JARS = ("kafka-clients.jar", "slf4j-api.jar", "lz4-java.jar", "snappy-java.jar", "zstd-jni.jar", "jackson-core.jar", "jackson-databind.jar", "jackson-annotations.jar")
 SOURCE = Path(__file__).parent / "java" / "NeveClient.java"
 CLASSES_ROOT = Path(__file__).parents[1] / ".artifacts" / "java-classes"
 COMPILE_TIMEOUT = 120.0

@@ -71,9 +71,19 @@ def admin(bootstrap: str, op: str, timeout: float = 60.0, log_path: Path | None 
     return run({"op": op, "bootstrap": bootstrap, **fields}, timeout, log_path)
 
 
-def produce(bootstrap: str, topic: str, count: int, partitions: int, chunk: int = 1000, timeout: float = 120.0, log_path: Path | None = None) -> list[Ack]:
-    """Idempotent producer, acks=all: records 0..count-1 to partition seq % partitions."""
-    command = {"op": "produce", "bootstrap": bootstrap, "topic": topic, "count": count, "partitions": partitions, "chunk": chunk}
+def produce(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    partitions: int,
+    chunk: int = 1000,
+    timeout: float = 120.0,
+    log_path: Path | None = None,
+    security: dict | None = None,
+) -> list[Ack]:
+    """Idempotent producer, acks=all: records 0..count-1 to partition seq % partitions. `security`:
+    TLS and SASL settings (driver.js), none for PLAINTEXT."""
+    command = {"op": "produce", "bootstrap": bootstrap, "topic": topic, "count": count, "partitions": partitions, "chunk": chunk, "security": security}
     return [Ack(*a) for a in run(command, timeout, log_path)["acks"]]
 
 
@@ -111,10 +121,11 @@ class ReadAll:
     """Partitions the reader could not bring to their end offset: the offset it stayed at."""
 
 
-def consume_all(bootstrap: str, topic: str, timeout: float = 90.0, log_path: Path | None = None) -> ReadAll:
+def consume_all(bootstrap: str, topic: str, timeout: float = 90.0, log_path: Path | None = None, security: dict | None = None) -> ReadAll:
     """A kafkajs consumer (a new group, no commits) from offset 0 to each partition's end offset,
-    queried first (see driver.js `consume_all` for the partitions it reports short)."""
-    command = {"op": "consume_all", "bootstrap": bootstrap, "topic": topic, "timeout_ms": int(timeout * 1000 * 0.8)}
+    queried first (see driver.js `consume_all` for the partitions it reports short). `security`:
+    as for `produce`."""
+    command = {"op": "consume_all", "bootstrap": bootstrap, "topic": topic, "timeout_ms": int(timeout * 1000 * 0.8), "security": security}
     answer = run(command, timeout, log_path)
 
     def unhex(text: str | None) -> bytes | None:

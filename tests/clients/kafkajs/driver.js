@@ -36,17 +36,36 @@
 //     {"type": "started"}                             connected, about to subscribe
 //   Auto-commit is off; past the quota every partition is paused until the quota is raised.
 //
+// Every command may carry "security" (absent: PLAINTEXT):
+//   {"ssl": {"ca": file, "cert": file, "key": file}, "sasl": {"mechanism", "username", "password"}}
+//   ssl: TLS to the broker, trusting the authority in `ca`, presenting `cert`/`key` when given
+//   (mutual TLS); sasl: SASL with kafkajs's mechanism names (plain, scram-sha-256, scram-sha-512).
+//
 // kafkajs logs go to stderr (the wrapper keeps them in a file); stdout carries only JSON.
 
 'use strict'
 
+const fs = require('fs')
 const readline = require('readline')
 const { Kafka, logLevel, ConfigResourceTypes } = require('kafkajs')
+
+function security(cmd) {
+  const { ssl, sasl } = cmd.security || {}
+  const out = {}
+  if (ssl) {
+    out.ssl = { ca: [fs.readFileSync(ssl.ca, 'utf-8')], rejectUnauthorized: true }
+    if (ssl.cert) out.ssl.cert = fs.readFileSync(ssl.cert, 'utf-8')
+    if (ssl.key) out.ssl.key = fs.readFileSync(ssl.key, 'utf-8')
+  }
+  if (sasl) out.sasl = { mechanism: sasl.mechanism, username: sasl.username, password: sasl.password }
+  return out
+}
 
 function client(cmd, clientId) {
   return new Kafka({
     clientId,
     brokers: [cmd.bootstrap],
+    ...security(cmd),
     logLevel: logLevel.INFO,
     logCreator: () => ({ namespace, level, label, log }) => {
       process.stderr.write(`${label} ${namespace} ${JSON.stringify(log)}\n`)
