@@ -1,11 +1,13 @@
 """The Kafka listeners: each accepts connections and serves each until it closes; stops cleanly.
 A broker has one listener or several (broker/listeners.py), each PLAINTEXT, SSL, SASL_PLAINTEXT
-or SASL_SSL; the SSL ones share the broker's certificate (reloaded on change, auth/tls.py)."""
+or SASL_SSL; the TLS ones share the broker's certificate (reloaded on change, auth/tls.py), and
+only SSL listeners ask for client certificates (a SASL_SSL client is who it authenticates as)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 
 from auth.tls import MappingRule, ReloadingServerContext
 
@@ -22,20 +24,20 @@ log = logging.getLogger("neve.broker.server")
 
 class KafkaServer:
     """`listeners` default to one PLAINTEXT listener on the settings' host and port; `tls` serves
-    the SSL and SASL_SSL listeners, `principal_rules` name the users of client certificates."""
+    the SSL and SASL_SSL listeners, a context by protocol, `principal_rules` name the users of client certificates."""
 
     def __init__(
         self,
         services: Services,
         listeners: list[Listener] | None = None,
-        tls: ReloadingServerContext | None = None,
+        tls: Mapping[str, ReloadingServerContext] | None = None,
         principal_rules: list[MappingRule] | None = None,
         dialer: PeerDialer | None = None,
     ) -> None:
         self.services = services
         s = services.settings
         self.listeners = listeners or [Listener("PLAINTEXT", "PLAINTEXT", s.host, s.port, s.advertised())]
-        self.tls = tls
+        self.tls = dict(tls or {})
         self.principal_rules = principal_rules or [MappingRule(None)]
         self._servers: dict[str, asyncio.Server] = {}
         self._tasks: set[asyncio.Task] = set()
@@ -47,9 +49,9 @@ class KafkaServer:
         loop = asyncio.get_running_loop()
         pause, seal_at = s.produce_read_pause_ms / 1000, self.services.wal.seal_at
         for listener in self.listeners:
-            if listener.uses_tls and self.tls is None:
+            if listener.uses_tls and listener.protocol not in self.tls:
                 raise ValueError(f"listener {listener.name} is {listener.protocol} and no TLS certificate is configured")
-            ssl = self.tls.context if listener.uses_tls and self.tls is not None else None
+            ssl = self.tls[listener.protocol].context if listener.uses_tls else None
 
             def protocol(listener=listener) -> FrameStream:
                 return FrameStream(s.max_frame_bytes, lambda stream: self._accept(stream, listener), pause, seal_at)

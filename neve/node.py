@@ -236,7 +236,10 @@ class Node:
         try:
             listeners = listeners_of(b)
             check_listeners(listeners, b, cluster=not self.dev)
-            tls = ReloadingServerContext(TlsFiles(b.ssl_certfile, b.ssl_keyfile, b.ssl_cafile, b.ssl_client_auth, b.ssl_key_password)) if any(item.uses_tls for item in listeners) else None
+            files = TlsFiles(b.ssl_certfile, b.ssl_keyfile, b.ssl_cafile, b.ssl_client_auth, b.ssl_key_password)
+            # client certificates are asked on SSL listeners only, as Kafka's ssl.client.auth
+            per_protocol = {"SSL": files, "SASL_SSL": replace(files, client_auth="none")}
+            tls = {p: ReloadingServerContext(per_protocol[p]) for p in {item.protocol for item in listeners if item.uses_tls}}
             return listeners, tls, parse_mapping_rules(b.ssl_principal_mapping_rules)
         except (ListenerError, TlsError) as e:
             raise StartupError(str(e)) from None

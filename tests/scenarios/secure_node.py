@@ -27,11 +27,6 @@ WAIT_S = 120
 ISSUER = "https://issuer.neve.test"
 AUDIENCE = "neve-tests"
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
-# The broker serves its SSL and SASL_SSL listeners from one TLS context, so ssl_client_auth=required
-# asks SASL_SSL clients for a certificate too, where Kafka applies ssl.client.auth to SSL listeners
-# only: until they differ, the SASL_SSL clients here present one as well
-# (test_a_sasl_ssl_client_needs_no_client_certificate says which way the broker is).
-SASL_SSL_PRESENTS_CERTIFICATE = True
 
 
 class TokenIssuer:
@@ -123,14 +118,9 @@ class SecureNode:
         return out
 
     # -- librdkafka (confluent-kafka) --------------------------------------------------------
-    def sasl_certificate(self) -> tuple[str, str] | None:
-        """The client certificate a SASL_SSL client presents (see SASL_SSL_PRESENTS_CERTIFICATE)."""
-        return self.certs.client("sasl-client") if SASL_SSL_PRESENTS_CERTIFICATE else None
-
+    # SASL_SSL clients present no certificate: ssl_client_auth applies to SSL listeners only
     def rdkafka_sasl_tls(self) -> dict:
-        config = {"bootstrap.servers": self.sasl_bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": self.certs.ca_file}
-        cert = self.sasl_certificate()
-        return config if cert is None else config | {"ssl.certificate.location": cert[0], "ssl.key.location": cert[1]}
+        return {"bootstrap.servers": self.sasl_bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": self.certs.ca_file}
 
     def rdkafka_sasl(self, mechanism: str = "SCRAM-SHA-512", user: str = "alice", password: str | None = None) -> dict:
         return {**self.rdkafka_sasl_tls(), "sasl.mechanisms": mechanism, "sasl.username": user, "sasl.password": USERS[user] if password is None else password}
@@ -148,8 +138,7 @@ class SecureNode:
         return {"ssl.truststore.type": "PEM", "ssl.truststore.location": self.certs.ca_file}
 
     def java_sasl_tls(self) -> dict[str, str]:
-        cert = self.sasl_certificate()
-        return self.java_trust() if cert is None else self.java_keystore(cert) | self.java_trust()
+        return self.java_trust()
 
     def java_scram(self, user: str = "alice", password: str | None = None, mechanism: str = "SCRAM-SHA-512") -> dict[str, str]:
         password = USERS[user] if password is None else password
@@ -184,13 +173,10 @@ class SecureNode:
 
     # -- kafkajs -----------------------------------------------------------------------------
     def kafkajs_scram(self, user: str = "alice") -> dict:
-        cert = self.sasl_certificate()
-        tls = {"ca": self.certs.ca_file} | ({} if cert is None else {"cert": cert[0], "key": cert[1]})
-        return {"ssl": tls, "sasl": {"mechanism": "scram-sha-512", "username": user, "password": USERS[user]}}
+        return {"ssl": {"ca": self.certs.ca_file}, "sasl": {"mechanism": "scram-sha-512", "username": user, "password": USERS[user]}}
 
     def aiokafka_sasl_tls(self) -> ssl.SSLContext:
-        cert = self.sasl_certificate()
-        return create_ssl_context(cafile=self.certs.ca_file, **({} if cert is None else {"certfile": cert[0], "keyfile": cert[1]}))
+        return create_ssl_context(cafile=self.certs.ca_file)
 
     def kafkajs_mtls(self, cert: tuple[str, str]) -> dict:
         return {"ssl": {"ca": self.certs.ca_file, "cert": cert[0], "key": cert[1]}}
