@@ -15,13 +15,15 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, AdminClient, NewTopic, ResourcePatternType, ResourceType
 
 from auth.tls import MappingRule, map_subject, parse_mapping_rules
 from broker.config import BrokerConfig
 from broker.listeners import ListenerError, check_listeners, listeners_of
 from tests.fixtures import Certificates, free_port
+from tests.scenarios.secure_node import rdkafka_consume as consume
+from tests.scenarios.secure_node import rdkafka_produce as produce
 
 WAIT_S = 120
 
@@ -112,35 +114,6 @@ def ssl_config(certs: Certificates, port: int, client: tuple[str, str] | None, *
     if client is not None:
         config |= {"ssl.certificate.location": client[0], "ssl.key.location": client[1]}
     return config
-
-
-def produce(config: dict, topic: str, values: list[bytes]) -> list[tuple[int, int]]:
-    acked: list[tuple[int, int]] = []
-    producer = Producer({**config, "acks": "all", "message.timeout.ms": 60_000})
-
-    def on_delivery(err, msg) -> None:
-        assert err is None, err
-        acked.append((msg.partition(), msg.offset()))
-
-    for value in values:
-        producer.produce(topic, value, on_delivery=on_delivery)
-    assert producer.flush(WAIT_S) == 0
-    return acked
-
-
-def consume(config: dict, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({**config, "group.id": f"g-{topic}", "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    consumer.subscribe([topic])
-    got: list[bytes] = []
-    deadline = time.monotonic() + WAIT_S
-    try:
-        while len(got) < count and time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is not None and msg.error() is None:
-                got.append(msg.value())
-    finally:
-        consumer.close()
-    return got
 
 
 def refused(config: dict) -> str:
