@@ -37,11 +37,12 @@ class BrokerConfig:
     waits for the WAL linger anyway, and a pause ends before the WAL object being filled is sealed,
     so what it held back still joins that object; the pause is at most a tenth of
     `wal.linger_ms`. 0: never."""
-    produce_timeout_ms: int = 0
+    produce_timeout_ms: int = 25_000
     """Longest a produce request waits for its WAL object to be stored and committed before it is
-    answered REQUEST_TIMED_OUT (and how long a closing connection waits for its answers); 0 (the
-    default): `wal.upload_timeout_ms` + 15 s, the writer's own deadline and then a commit bounded
-    by the metadata store's timeouts."""
+    answered REQUEST_TIMED_OUT (and how long a closing connection waits for its answers). A node
+    raises it to `wal.upload_timeout_ms` + 15 s when that is longer (the writer's own deadline,
+    then a commit bounded by the metadata store's timeouts): a produce never gives up before its
+    upload does."""
     auto_create_topics: bool = False
     """Create unknown topics on Metadata requests that allow it (Kafka's auto.create.topics.enable).
     `neve dev`: true, as Kafka's own default (quick starts and librdkafka's tests rely on it)."""

@@ -53,7 +53,7 @@ def broker_settings(config: Config) -> BrokerConfig:
     return replace(
         b,
         produce_read_pause_ms=max(0.0, min(b.produce_read_pause_ms, config.wal.linger_ms / 10)),
-        produce_timeout_ms=b.produce_timeout_ms or config.wal.upload_timeout_ms + 15_000,
+        produce_timeout_ms=max(b.produce_timeout_ms, config.wal.upload_timeout_ms + 15_000),
     )
 
 

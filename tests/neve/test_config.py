@@ -75,3 +75,12 @@ def test_neve_dev_lingers_briefly_and_creates_topics_and_every_layer_still_overr
     assert load_config(str(path), env={}, dev=True).wal.linger_ms == 50
     assert load_config(env={"NEVE_BROKER_AUTO_CREATE_TOPICS": "false"}, dev=True).broker.auto_create_topics is False
     assert (load_config(env={}).wal.linger_ms, load_config(env={}).broker.auto_create_topics) == (200, False)
+
+
+def test_the_produce_deadline_never_ends_before_the_wal_upload_does():
+    from neve.node import broker_settings
+
+    assert broker_settings(load_config(env={})).produce_timeout_ms == 25_000  # 10 s upload + 15 s commit
+    assert broker_settings(load_config(env={"NEVE_WAL_UPLOAD_TIMEOUT_MS": "30000"})).produce_timeout_ms == 45_000
+    assert broker_settings(load_config(env={"NEVE_BROKER_PRODUCE_TIMEOUT_MS": "60000"})).produce_timeout_ms == 60_000
+    assert broker_settings(load_config(env={"NEVE_BROKER_PRODUCE_TIMEOUT_MS": "1000"})).produce_timeout_ms == 25_000
