@@ -524,7 +524,9 @@ class MetadataStore(abc.ABC):
 
 def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 5, compact_interval_s: int = 300, producer_expiry_ms: int = PRODUCER_EXPIRY_MS) -> MetadataStore:
     """Pick the backend from the URL scheme: `sqlite:///path/meta.db` (embedded, durable),
-    `memory://` (embedded, for unit tests), `etcd://host:port[/root][?query]` (production).
+    `memory://` (embedded, for unit tests), `etcd://host:port[/root][?query]` (production), or
+    `etcd://h1:p1,h2:p2,h3:p3[/root][?query]` for several members of one etcd cluster (IPv4
+    addresses; the client uses one and moves to another when its connection fails).
 
     An etcd URL's query secures the connection: `ca=<file>` (the authority etcd's certificate is
     checked with; `tls=true` alone uses the system's), `cert=<file>&key=<file>` (the client
@@ -552,5 +554,11 @@ def load_metadata_store(url: str, *, timeout_ms: int = 5000, lease_ttl_s: int = 
         query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
         security = EtcdSecurity.from_query(query)
         settings = EtcdSettings(timeout=timeout_ms / 1000, lease_ttl=lease_ttl_s, compact_interval_s=compact_interval_s, producer_expiry_ms=producer_expiry_ms)
-        return EtcdMetadataStore(parsed.hostname or "127.0.0.1", parsed.port or 2379, root=parsed.path.strip("/") or "neve", settings=settings, security=security)
+        root = parsed.path.strip("/") or "neve"
+        if "," in parsed.netloc:  # several members: etcd://h1:p1,h2:p2,h3:p3/root, each an IPv4 address and port
+            from .etcd.client import split_endpoints
+
+            members = ",".join(f"{h}:{p}" for h, p in split_endpoints(parsed.netloc))
+            return EtcdMetadataStore(members, 0, root=root, settings=settings, security=security)
+        return EtcdMetadataStore(parsed.hostname or "127.0.0.1", parsed.port or 2379, root=root, settings=settings, security=security)
     raise ValueError(f"unsupported metadata URL {url!r} (use sqlite:///path, memory:// or etcd://host:port)")

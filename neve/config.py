@@ -70,7 +70,9 @@ class WalConfig:
 class MetadataConfig:
     url: str = ""
     """Metadata store URL (etcd://host:port/root, sqlite:///path/meta.db, memory://); empty in
-    `neve dev`: <data-dir>/metadata.db. An etcd URL's query secures the connection: `ca=<file>`
+    `neve dev`: <data-dir>/metadata.db. Several members of one etcd cluster:
+    etcd://10.0.0.1:2379,10.0.0.2:2379,10.0.0.3:2379/root (IPv4 addresses; the broker moves to
+    another member when its connection to one fails). An etcd URL's query secures the connection: `ca=<file>`
     (the authority etcd's certificate is checked with; `tls=true` alone: the system's),
     `cert=<file>&key=<file>` (a client certificate, for etcd's --client-cert-auth), and
     `user=<name>&password_file=<file>` (etcd's authentication; the password is read from the

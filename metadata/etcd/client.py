@@ -61,6 +61,36 @@ class EtcdSecurity:
         return self.tls or any((self.ca_file, self.cert_file, self.key_file))
 
 
+def split_endpoints(netloc: str) -> list[tuple[str, int]]:
+    """The members an etcd:// URL names: `h1:p1,h2:p2,...` (each port required, each host an
+    IPv4 address: gRPC balances over a list of addresses, not of names)."""
+    endpoints = []
+    for item in netloc.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not port.isdigit() or not _is_ipv4(host):
+            raise ValueError(f"etcd endpoint {item!r} in {netloc!r}: several members are each ipv4-address:port")
+        endpoints.append((host, int(port)))
+    return endpoints
+
+
+def _is_ipv4(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return isinstance(ipaddress.ip_address(host), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
+def grpc_target(host: str, port: int) -> str:
+    """gRPC's target for `host` (one member, `port` its port) or for several members
+    (`host` is `h1:p1,h2:p2,...`, `port` unused): gRPC's `ipv4:` list, over which its channel
+    picks one reachable member and moves to another when that one's connection fails."""
+    if "," not in host:
+        return f"{host}:{port}"
+    return "ipv4:" + ",".join(f"{h}:{p}" for h, p in split_endpoints(host))
+
+
 def _read(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -108,7 +138,7 @@ class EtcdClient(aetcd.Client):
             self._is_connecting = False
 
     async def _open_channel(self):
-        target, options = f"{self._host}:{self._port}", list(self._options.items())
+        target, options = grpc_target(self._host, self._port), list(self._options.items())
         interceptors = [_LoginAgain(self)] if self.security.user is not None else None
         if not self.security.uses_tls:
             return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
