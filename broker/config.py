@@ -184,3 +184,22 @@ class FaultsConfig:
     """A transactional id: the broker that decides its first producer's (epoch 0) transaction
     kills itself (SIGKILL) once the decision is durable and the marker of the transaction's first
     partition is stored, before the others (a coordinator dying in the middle of EndTxn). Empty: off."""
+    # Planted bugs (chaos/plants.py): each breaks a guarantee on purpose, so that a short chaos run
+    # shows its checker catches the anomaly. Test only: never set them where the data matters.
+    marker_lost_every: int = 0
+    """Planted bug, test only: every Nth transaction this broker aborts (1: every one) has its
+    first partition's abort marker replaced by a commit marker while the transaction still
+    completes as aborted, so that partition's aborted records become visible to read_committed
+    readers and the table (G1a, a torn transaction). 0: off."""
+    fetch_past_lso: bool = False
+    """Planted bug, test only: a read_committed Fetch reads up to the high watermark instead of
+    the last stable offset and lists no aborted transactions, as if read_uncommitted: open and
+    aborted transactions' records are served as committed (G1b, G1a). false: off."""
+    batch_twice_every: int = 0
+    """Planted bug, test only: every Nth batch of a non-transactional idempotent producer is
+    stored twice, the second copy past the idempotence check (at offsets of its own), while the
+    producer is acknowledged once: a consumer reads the record twice. 0: off."""
+    offset_commit_dropped_every: int = 0
+    """Planted bug, test only: every Nth OffsetCommit this broker's group coordinator accepts
+    (classic and KIP-848 groups) is answered with no error but not stored: the group keeps its
+    previous offsets, and reads them back behind the acknowledged commit. 0: off."""

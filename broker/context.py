@@ -52,6 +52,7 @@ class Services:
                 lambda: self.settings.node_id,
                 consumer_session_timeout_ms=self.settings.group_consumer_session_timeout_ms,
                 consumer_heartbeat_interval_ms=self.settings.group_consumer_heartbeat_interval_ms,
+                drop_commit_every=self.faults.offset_commit_dropped_every,
             )
         if self.transactions is None:
             from .transactions.coordinator import TransactionCoordinator
@@ -62,6 +63,7 @@ class Services:
                 max_timeout_ms=self.settings.transaction_max_timeout_ms,
                 id_expiration_ms=self.settings.transactional_id_expiration_ms,
                 kill_during_end=self.faults.kill_during_end_txn,
+                lose_abort_marker_every=self.faults.marker_lost_every,
                 marker_linger_ms=self.settings.transaction_marker_linger_ms,
             )
 

@@ -128,3 +128,8 @@ class CompactorConfig:
     fault_raise_at: str = ""
     """Test-only fault injection: the steps (as in `fault_kill_after`, comma-separated) at which
     the compactor raises an error, once each. Empty: off."""
+    fault_drop_row_every: int = 0
+    """Planted bug, test only (chaos/plants.py's table-row-dropped): every Nth task this
+    compactor plans (1: every one) leaves its first record out of the Parquet file it writes,
+    while the cycle's index swap still replaces the WAL entries holding it: the table, and the
+    Kafka reads served from the table, miss that record. 0: off."""

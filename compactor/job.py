@@ -73,11 +73,12 @@ class TaskContext:
     # the driver before the cycle. Empty: the topic has no schema, values stay raw.
     schemas: dict[int, tuple[str, str | None]] = field(default_factory=dict)
     subject: str = ""  # the subject `schemas` are the versions of; "" means `<topic>-value`
+    # The table-row-dropped plant (a deliberate bug, test only: CompactorConfig.fault_drop_row_every):
+    # the indexes of this cycle's tasks whose writer leaves out its first row. Empty: none.
+    drop_row_tasks: frozenset[int] = frozenset()
 
     @classmethod
-    def for_table(
-        cls, table: Any, *, cycle_id: str, topic: str, objects_url: str, schemas: Mapping[int, tuple[str, str | None]], subject: str = ""
-    ) -> TaskContext:
+    def for_table(cls, table: Any, *, cycle_id: str, topic: str, objects_url: str, schemas: Mapping[int, tuple[str, str | None]], subject: str = "", drop_row_tasks: frozenset[int] = frozenset()) -> TaskContext:
         """The context of a cycle writing to `table` (a pyiceberg Table, as loaded by the driver)."""
         return cls(
             cycle_id=cycle_id,
@@ -90,6 +91,7 @@ class TaskContext:
             table_properties=dict(table.properties),
             schemas=dict(schemas),
             subject=subject,
+            drop_row_tasks=drop_row_tasks,
         )
 
     @property
@@ -147,6 +149,7 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
         io,
         file_prefix=f"{context.cycle_id}-{index:05d}-{attempt}",
         table_properties=context.table_properties,
+        drop_first_row=index in context.drop_row_tasks,
     )
     outcomes: dict[int, dict[str, int]] = {}
     malformed: list[tuple[int, int, str]] = []

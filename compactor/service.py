@@ -173,6 +173,7 @@ class CompactionService:
         self._tables: OrderedDict[str, tuple[_TableKey, Any]] = OrderedDict()  # the KEPT_TABLES last committed to
         self._maintenance_failing: dict[str, Failing] = {}
         self._faults_to_raise = set(filter(None, config.fault_raise_at.split(",")))
+        self._tasks_planned = 0  # counted for the table-row-dropped plant alone (`_drop_row_tasks`)
         self.maintenance = TableMaintenance(config, metadata, objects, spark=self._maintenance_spark, fault=self._fault, clock=clock)
         self.drops = TopicDrops(metadata, config.namespace, lambda info: tables.table_identifier(config.namespace, info.name, info.configs))
 
@@ -461,6 +462,7 @@ class CompactionService:
             objects_url=self.objects_url,
             schemas={sid: (r.text, r.raw_reason) for sid, r in resolved.items()},
             subject=tables.value_subject(info.name),
+            drop_row_tasks=self._drop_row_tasks(len(plan.tasks)) if self.config.fault_drop_row_every else frozenset(),
         )
         return _Due(info, cycle, table, context, plan, started)
 
@@ -748,6 +750,14 @@ class CompactionService:
             lag = (self.metadata.high_watermark(info.topic_id, p) - wal[0].base_offset) if wal else 0
             oldest = min((e.max_timestamp for e in wal), default=None)
             metrics.set_lag(info.name, p, lag, 0.0 if oldest is None else max(0.0, (now_ms - oldest) / 1000))
+
+    def _drop_row_tasks(self, tasks: int) -> frozenset[int]:
+        """The table-row-dropped plant (a deliberate bug, test only: config.fault_drop_row_every):
+        of a cycle's `tasks`, the indexes of those that are every Nth task this compactor planned,
+        whose writers leave their first row out."""
+        every, first = self.config.fault_drop_row_every, self._tasks_planned
+        self._tasks_planned += tasks
+        return frozenset(i for i in range(tasks) if (first + i + 1) % every == 0)
 
     def _fault(self, point: str) -> None:
         """Test-only (config.fault_kill_after, fault_raise_at): kill this process, or raise once."""

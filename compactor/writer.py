@@ -132,6 +132,7 @@ class TableWriter:
         filesystem: Any,
         file_prefix: str | None = None,
         table_properties: dict[str, str] | None = None,
+        drop_first_row: bool = False,
     ) -> None:
         self.schema = schema
         self.spec = spec
@@ -147,10 +148,16 @@ class TableWriter:
         self._raw_partition = _raw_partitioner(schema, spec)
         self._files: dict[tuple, _OpenFile] = {}
         self._written: list[WrittenFile] = []
+        # The table-row-dropped plant (a deliberate bug, test only: job.TaskContext.drop_row_tasks):
+        # the first row given is never written, though the task's offsets still name it.
+        self._drop_first_row = drop_first_row
 
     def add(self, row: dict[str, Any], outcome: str) -> None:
         """One row from the translator. A partition's rows come in offset order and together (all
         of one partition's rows, then the next's), so that they are one run of rows in each file."""
+        if self._drop_first_row:  # the plant: this row never reaches a file
+            self._drop_first_row = False
+            return
         spec_value = self._partition_of(row)
         key = (row[VALUE_SCHEMA_ID], spec_value)
         open_file = self._files.get(key)
@@ -224,6 +231,11 @@ class TableWriter:
         return True
 
     def _add_raw_group(self, partition: int, spec_value: tuple, rows: RawRows) -> None:
+        if self._drop_first_row:  # the plant: the group's first row never reaches a file
+            self._drop_first_row = False
+            if len(rows) == 1:
+                return
+            rows = rows.slice(1, len(rows))
         key = (rows.schema_id, spec_value)
         open_file = self._files.get(key)
         if open_file is None:

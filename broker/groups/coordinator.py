@@ -77,6 +77,7 @@ class GroupCoordinator:
         max_session_timeout_ms: int = MAX_SESSION_TIMEOUT_MS,
         consumer_session_timeout_ms: int = consumer_group.SESSION_TIMEOUT_MS,
         consumer_heartbeat_interval_ms: int = consumer_group.HEARTBEAT_INTERVAL_MS,
+        drop_commit_every: int = 0,
     ) -> None:
         self.metadata = metadata
         self.live_brokers = live_brokers
@@ -91,6 +92,8 @@ class GroupCoordinator:
         self._saves: set[asyncio.Task] = set()
         self._live_seen: tuple[int, ...] = ()
         self._homes: dict[str, str] = {}  # group id -> home zone ("": none), as stored (never changes)
+        self._drop_commit_every = drop_commit_every  # a planted bug ([faults] offset_commit_dropped_every)
+        self._commits_accepted = 0  # counted for that plant alone
 
     # -- ownership ----------------------------------------------------------------------------------
 
@@ -290,6 +293,8 @@ class GroupCoordinator:
                 log.info("offset_commit_refused", extra={"group": group_id, "member": member_id, "partitions": len(refused), "reason": "not held by the member"})
             codes.update(dict.fromkeys(refused, ErrorCode.stale_member_epoch))
         accepted = {tp: offset for tp, offset in offsets.items() if codes[tp] == ErrorCode.none}
+        if accepted and self._drop_commit_every and self._commit_dropped(group_id, accepted):
+            return codes
         if accepted:
             try:
                 await self.metadata.commit_offsets(group_id, accepted)
@@ -297,6 +302,16 @@ class GroupCoordinator:
                 log.warning("offset_commit_failed", extra={"group": group_id, "error": str(e)})
                 codes.update(dict.fromkeys(accepted, ErrorCode.coordinator_not_available))
         return codes
+
+    def _commit_dropped(self, group_id: str, accepted: Mapping[TopicPartition, CommittedOffset]) -> bool:
+        """The offset_commit_dropped plant (a deliberate bug, test only): every Nth commit this
+        coordinator accepts is not stored, yet answered with no error (the caller returns the
+        codes as they are): the group keeps its previous offsets, behind the acknowledged ones."""
+        self._commits_accepted += 1
+        if self._commits_accepted % self._drop_commit_every:
+            return False
+        log.warning("planted_bug_offset_commit_dropped", extra={"group": group_id, "partitions": len(accepted)})
+        return True
 
     async def _commit_check(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> tuple[Group | ConsumerGroup | None, int]:
         """The group and the answer for a commit by this member at this generation (or epoch)."""

@@ -24,6 +24,8 @@ connection's requests enter the WAL buffer in the order they arrived.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import logging
 
 from kio.schema.errors import ErrorCode
@@ -48,6 +50,8 @@ log = logging.getLogger("neve.broker.produce")
 # resolves once the last of them is submitted. The connection's next requests are submitted after
 # it, so a connection's requests still enter the WAL buffer in arrival order.
 _ordered: dict = {}
+# Idempotent batches submitted, counted for the batch_twice plant alone (`_store_twice`).
+_idempotent_batches = 0
 
 
 @handles(0, "Produce", 3, 11)
@@ -103,7 +107,7 @@ def produce(ctx, request) -> asyncio.Future:
     key = ctx.peer if ctx.peer is not None else id(ctx)
     previous = _ordered.get(key) if _ordered else None
     if not checks and previous is None:
-        _submit(s.wal, submits, {})
+        _submit(s.wal, submits, {}, s.faults.batch_twice_every)
         return _answer(ctx, request, plan)
     return _checked(ctx, request, plan, submits, checks, key, previous)
 
@@ -117,9 +121,9 @@ def _refused_topics(ctx, request) -> dict:
     return {n: ErrorCode.topic_authorization_failed for n in names if n not in writable}
 
 
-def _submit(wal, submits: list, refused: dict) -> None:
+def _submit(wal, submits: list, refused: dict, twice_every: int = 0) -> None:
     """Hand the planned partitions to the WAL buffer, in plan order, but those `refused` (topic id,
-    partition) -> (error code, message)."""
+    partition) -> (error code, message). `twice_every`: the batch_twice plant's N (0: off)."""
     for parts, i, chunk, summary in submits:
         index = parts[i][0]
         refusal = refused.get((chunk.topic_id, chunk.partition)) if refused else None
@@ -130,6 +134,24 @@ def _submit(wal, submits: list, refused: dict) -> None:
             parts[i] = (index, wal.submit(chunk, summary), ErrorCode.none, None, len(chunk.data), ())
         except WalUnavailable as e:
             parts[i] = (index, None, ErrorCode.kafka_storage_error, str(e), 0, ())
+            continue
+        if twice_every and summary.producer_id >= 0 and not summary.transactional:
+            _store_twice(wal, chunk, summary, twice_every)
+
+
+def _store_twice(wal, chunk: Chunk, summary, every: int) -> None:
+    """The batch_twice plant (a deliberate bug, test only: [faults] batch_twice_every): every Nth
+    idempotent batch is submitted a second time right after the first, summarised as from no
+    producer, so the sequencer's duplicate check (by producer id and sequence) never sees the
+    copy: it takes offsets of its own, and a consumer reads its records twice. The producer gets
+    the one answer of the first copy; the second's outcome is dropped."""
+    global _idempotent_batches
+    _idempotent_batches += 1
+    if _idempotent_batches % every:
+        return
+    unsequenced = dataclasses.replace(summary, producer_id=-1, producer_epoch=-1, base_sequence=-1)
+    with contextlib.suppress(WalUnavailable):
+        wal.submit(chunk, unsequenced).add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 def _answer(ctx, request, plan: list) -> asyncio.Future:
@@ -171,7 +193,7 @@ def _checked(ctx, request, plan: list, submits: list, checks: list, key, previou
             if previous is not None:
                 await asyncio.wait([previous])
             refused = await _verify(ctx.services, request, checks, submits) if checks else {}
-            _submit(ctx.services.wal, submits, refused)
+            _submit(ctx.services.wal, submits, refused, ctx.services.faults.batch_twice_every)
         finally:
             submitted.set_result(None)
             if _ordered.get(key) is submitted:

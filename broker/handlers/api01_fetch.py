@@ -139,6 +139,11 @@ async def fetch(ctx, request):
             watched.append((info.topic_id, frozenset(p.partition for p in topic.partitions)))
 
     read_committed = request.isolation_level == 1
+    # The fetch_past_lso plant (a deliberate bug, test only: [faults] fetch_past_lso): a
+    # read_committed fetch read to the high watermark, which its answer names as the last stable
+    # offset too, with no aborted transactions listed (answered as read_committed all the same).
+    past_lso = read_committed and s.faults.fetch_past_lso
+    bounded = read_committed and not past_lso  # stopped at the last stable offset, aborted ones listed
     while True:
         current = store.is_current()
         resolved = []
@@ -147,7 +152,7 @@ async def fetch(ctx, request):
             resolved.append((topic, info, store.topic_views(info.topic_id) if info is not None else ()))
         # Every range the loop below will read, read at once: concurrently, and one GET for the
         # close ranges of one object (many partitions' slices of one WAL object).
-        planned, ranges = _plan_reads(resolved, max_bytes, compacted=s.compacted, read_committed=read_committed)
+        planned, ranges = _plan_reads(resolved, max_bytes, compacted=s.compacted, read_committed=bounded)
         if not planned and watched and request.min_bytes > 0:
             # Nothing to read yet: sleep before building an answer (10,000 partitions of a
             # tailing consumer take milliseconds to answer, and this one would be thrown away).
@@ -181,7 +186,7 @@ async def fetch(ctx, request):
                     # transaction (most never do; the view makes its transaction state then):
                     # testing for that state costs a sixth of the property's call, per partition
                     # of every fetch.
-                    stable = hw if view is None or view.txn_starts is None else view.last_stable_offset
+                    stable = hw if view is None or view.txn_starts is None or past_lso else view.last_stable_offset
                     end = stable if read_committed else hw  # where this fetch's records stop
                     records = None
                     if fetch_offset < log_start:
@@ -202,7 +207,7 @@ async def fetch(ctx, request):
                                 # Beyond the plan (it counts whole entries, so it may stop short of
                                 # the byte budget), or readable only since it was made: plan and
                                 # read the rest of the request the same way, not entry by entry.
-                                more, more_ranges = _plan_reads(resolved, max_bytes - total, start=(ti, pi), compacted=s.compacted, read_committed=read_committed)
+                                more, more_ranges = _plan_reads(resolved, max_bytes - total, start=(ti, pi), compacted=s.compacted, read_committed=bounded)
                                 planned.update(more)
                                 if more_ranges:
                                     prefetched.update(await s.reader.read_many(more_ranges, unread))
@@ -210,7 +215,7 @@ async def fetch(ctx, request):
                                 if entries is None:
                                     entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
                             budget = min(p.partition_max_bytes, max_bytes - total)
-                            records, cut, failed = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched, unread, (info, index), end if read_committed else NO_END)
+                            records, cut, failed = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched, unread, (info, index), end if bounded else NO_END)
                             if failed is not None:
                                 failures.append((info.name, index, fetch_offset, *failed))
                                 if records is None:
@@ -220,7 +225,7 @@ async def fetch(ctx, request):
                             # Another partition's first batch might fit the bytes left, but finding
                             # out costs a read (a GET, for a backlog) per partition.
                             full = total >= max_bytes or (cut and budget < p.partition_max_bytes)
-                            if read_committed and records:
+                            if bounded and records:
                                 marks = _aborted_in(view, fetch_offset, stable, records)
                                 if marks:
                                     aborted.setdefault(len(topics_out), {})[index] = marks

@@ -75,7 +75,16 @@ def error_code(e: TransactionError, api_version: int, fenced_since: int) -> Erro
 
 class TransactionCoordinator:
     def __init__(
-        self, metadata: MetadataStore, wal, *, max_timeout_ms: int = 900_000, id_expiration_ms: int = 604_800_000, kill_during_end: str = "", marker_linger_ms: int = 20, clock: Callable[[], float] = time.time
+        self,
+        metadata: MetadataStore,
+        wal,
+        *,
+        max_timeout_ms: int = 900_000,
+        id_expiration_ms: int = 604_800_000,
+        kill_during_end: str = "",
+        lose_abort_marker_every: int = 0,
+        marker_linger_ms: int = 20,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.metadata = metadata
         self.wal = wal
@@ -83,6 +92,8 @@ class TransactionCoordinator:
         self.id_expiration_ms = id_expiration_ms
         self._clock = clock
         self._kill_during_end = kill_during_end  # a test fault (neve/config.py [faults] kill_during_end_txn)
+        self._lose_abort_marker_every = lose_abort_marker_every  # a planted bug ([faults] marker_lost_every)
+        self._aborts_completed = 0  # the aborts _complete carried out, for that plant alone
         self._marker_linger_s = marker_linger_ms / 1000
         self._locks: dict[str, list] = {}  # transactional id -> [lock, users]
         # open transactions on partitions that no stored transaction accounts for, by when the
@@ -282,6 +293,24 @@ class TransactionCoordinator:
             handler.flush()
         os.kill(os.getpid(), signal.SIGKILL)
 
+    async def _lose_abort_marker(self, prepared: Transaction, partitions: list[tuple[uuid.UUID, int]]) -> list[tuple[uuid.UUID, int]]:
+        """The marker_lost plant (a deliberate bug, test only): every Nth abort, its first
+        partition's abort marker is not written, and a commit marker is in its place. The
+        sequencer closes the producer's transaction there without recording it aborted, so its
+        records sit below the last stable offset in no aborted range: read_committed readers and
+        the table take them as committed, while the transaction completes as aborted and the
+        other partitions' markers abort their records (a torn transaction). A commit marker, not
+        none: a partition left without one would only hold its last stable offset back until the
+        sweep ended the hanging transaction, which no reader sees as wrong data. The partitions
+        whose abort markers are still to be written are returned."""
+        self._aborts_completed += 1
+        if self._aborts_completed % self._lose_abort_marker_every:
+            return partitions
+        lost, rest = partitions[0], partitions[1:]
+        log.warning("planted_bug_marker_lost", extra={"producer_id": prepared.producer_id, "topic_id": lost[0].hex, "partition": lost[1]})
+        await write_markers(self.wal, [lost], prepared.producer_id, prepared.producer_epoch, True, self._marker_linger_s)
+        return rest
+
     async def _abort_fencing(self, transactional_id: str, txn: Transaction, revision: int, cause: str) -> bool:
         """Abort an open transaction at the next epoch, so its producer can write no more; `cause`:
         fenced (a new producer of its id) or timeout (the sweep)."""
@@ -308,8 +337,11 @@ class TransactionCoordinator:
                     await self.metadata.commit_offsets(group, offsets)
             except MetadataError as e:
                 raise TransactionError(ErrorCode.coordinator_not_available, f"offsets not committed: {e}") from e
+        partitions = [(uuid.UUID(hex=t), p) for t, p in prepared.partitions]
         try:
-            await write_markers(self.wal, [(uuid.UUID(hex=t), p) for t, p in prepared.partitions], prepared.producer_id, prepared.producer_epoch, commit, self._marker_linger_s)
+            if not commit and self._lose_abort_marker_every and partitions:
+                partitions = await self._lose_abort_marker(prepared, partitions)
+            await write_markers(self.wal, partitions, prepared.producer_id, prepared.producer_epoch, commit, self._marker_linger_s)
         except MarkersNotWritten as e:
             log.warning("transaction_markers_not_written", extra={"transactional_id": transactional_id, "error": str(e)})
             raise TransactionError(ErrorCode.concurrent_transactions, str(e)) from e

@@ -17,7 +17,7 @@ from kio.schema.produce.v9 import request as produce_v9
 from kio.serial import entity_reader
 
 from broker.codec import OnePartitionProduce, encode_response, response_module
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, FaultsConfig
 from broker.handlers.api00_produce import produce
 from broker.waiting import SLOT_S
 from metadata.model import AppendResult, TopicInfo
@@ -44,6 +44,7 @@ def context(wal: Wal):
         settings=BrokerConfig(max_message_bytes=1 << 20, produce_timeout_ms=30_000),  # the others as a broker's
         wal=wal,
         authorizer=None,  # no ACLs
+        faults=FaultsConfig(),  # none
     )
     return SimpleNamespace(services=services, response=response_module(0, 9), api_version=9, peer=None)
 
