@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 # kafkajs for the client tests (tests/clients/kafkajs_client.py), pinned by its package-lock.json
 KAFKAJS := tests/clients/kafkajs
 
-.PHONY: dev test test-slow lint bench clean deploy-tools certs
+.PHONY: dev test test-slow test-plants lint bench chaos clean deploy-tools certs
 
 # Debian packages of the table half (apt-get needs root; installed if missing): PostgreSQL 15, the
 # JDBC catalog's server in the tests, and the JDBC drivers Spark's Iceberg JdbcCatalog loads
@@ -56,7 +56,7 @@ lint: $(VENV)/.installed
 
 # pytest exit code 5 means no test was collected: for this project that is a failure, said loudly.
 test: $(VENV)/.installed $(KAFKAJS)/node_modules/.installed $(TOOLS)/helm lint
-	@set +e; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider -q -rfE --durations=10 $(PYTEST_ARGS); rc=$$?; \
+	@set +e; $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -p no:cacheprovider -q -rfE --durations=10 -m "not plants" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests; treating as failure"; exit 1; fi; exit $$rc
 
 # The suite as a slower or busier machine runs it: beside a CPU and fsync load from Debian's
@@ -67,10 +67,20 @@ test-slow:
 	@command -v stress-ng >/dev/null || { apt-get update -qq && apt-get install -y -qq stress-ng; }
 	@mkdir -p .stress; stress-ng $(SLOW_LOAD) --temp-path .stress --quiet & load=$$!; \
 	echo "make test-slow: stress-ng $(SLOW_LOAD) running beside the suite"; \
-	$(MAKE) --no-print-directory test; rc=$$?; kill $$load; wait $$load 2>/dev/null; rm -rf .stress; exit $$rc
+	$(MAKE) --no-print-directory test && $(MAKE) --no-print-directory test-plants; rc=$$?; kill $$load; wait $$load 2>/dev/null; rm -rf .stress; exit $$rc
+
+# Every planted bug of the fault harness (python -m chaos plants) caught by a short run, as its class.
+test-plants: $(VENV)/.installed
+	$(PY) -m pytest -p no:cacheprovider -q -rfE -m plants tests/chaos/test_harness.py $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed
 	$(PY) -m bench $(ARGS)
 
+# The fault harness (chaos/): every workload against every nemesis mix on the real cluster (3 brokers,
+# 3 etcd members, SeaweedFS, PostgreSQL, 2 compactors; network namespaces when root), a report per
+# run under chaos-results/; exits non-zero on any anomaly. One run: `python -m chaos run --help`.
+chaos: $(VENV)/.installed
+	$(PY) -m chaos all $(ARGS)
+
 clean:
-	rm -rf $(VENV) tests/.artifacts bench/results $(KAFKAJS)/node_modules .stress $(TOOLS)
+	rm -rf $(VENV) tests/.artifacts bench/results chaos-results $(KAFKAJS)/node_modules .stress $(TOOLS)

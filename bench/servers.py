@@ -209,20 +209,30 @@ class EtcdTls:
 
 class Etcd:
     """One etcd member on loopback. Plain HTTP unless `tls` is given; `auth_token_ttl_s` is
-    etcd's --auth-token-ttl (how long a simple auth token lives unused; etcd's default is 300)."""
+    etcd's --auth-token-ttl (how long a simple auth token lives unused; etcd's default is 300).
+    As a member of an `EtcdCluster`: its `name`, the `host` it listens on, the cluster's
+    `initial_cluster`, and a command `prefix` (["ip", "netns", "exec", NS] runs it in a network
+    namespace)."""
 
-    def __init__(self, work_dir: Path, log_path: Path, *, tls: EtcdTls | None = None, auth_token_ttl_s: int | None = None) -> None:
+    def __init__(self, work_dir: Path, log_path: Path, *, tls: EtcdTls | None = None, auth_token_ttl_s: int | None = None,
+                 name: str = "neve-bench", host: str = "127.0.0.1", prefix: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.work_dir = work_dir
         self.log_path = log_path
         self.tls = tls
         self.auth_token_ttl_s = auth_token_ttl_s
+        self.name, self.host, self.prefix = name, host, tuple(prefix)
+        self.initial_cluster: str | None = None  # name=peer URL,...; None: this member alone
         self.root_password: str | None = None  # set by enable_auth: etcdctl logs in as root from then on
         self.process: subprocess.Popen | None = None
         self._new_ports()
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.client_port}"
+        return f"{self.host}:{self.client_port}"
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://{self.host}:{self.peer_port}"
 
     @property
     def client_url(self) -> str:
@@ -237,26 +247,37 @@ class Etcd:
         self.metrics_port = free_port() if self.tls else None
 
     def _start(self) -> None:
-        client, peer = self.client_url, f"http://127.0.0.1:{self.peer_port}"
+        self.spawn()
+        self.wait_ready()
+
+    @property
+    def health_url(self) -> str:
+        # over TLS, /health is asked on a plain metrics listener: the client one may want a certificate
+        return f"http://{self.host}:{self.metrics_port}/health" if self.tls else f"{self.client_url}/health"
+
+    def spawn(self) -> None:
+        """Start the process, not waiting: a member of a new cluster is healthy only once a quorum
+        of its members runs, so a cluster spawns them all before it waits for any."""
+        client, peer = self.client_url, self.peer_url
         # etcd's defaults otherwise (fsync per commit, 128 ops per txn, 1.5 MiB requests): the
         # figures are those of a stock etcd on this machine's disk.
         args = [
-            binary("etcd"), "--name", "neve-bench", "--data-dir", str(self.work_dir / "data"),
+            *self.prefix, binary("etcd"), "--name", self.name, "--data-dir", str(self.work_dir / "data"),
             "--listen-client-urls", client, "--advertise-client-urls", client,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"neve-bench={peer}", "--log-level", "warn",
+            "--initial-cluster", self.initial_cluster or f"{self.name}={peer}", "--log-level", "warn",
         ]  # fmt: skip
-        health = f"{client}/health"
         if self.tls:
             args += ["--cert-file", self.tls.cert_file, "--key-file", self.tls.key_file]
             if self.tls.client_cert_auth:
                 args += ["--client-cert-auth", "--trusted-ca-file", self.tls.ca_file]
-            health = f"http://127.0.0.1:{self.metrics_port}/health"
-            args += ["--listen-metrics-urls", health.removesuffix("/health")]
+            args += ["--listen-metrics-urls", self.health_url.removesuffix("/health")]
         if self.auth_token_ttl_s is not None:
             args += ["--auth-token-ttl", str(self.auth_token_ttl_s)]
         self.process = spawn(args, self.log_path)
-        wait_ready(health, self.process, self.log_path)
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        wait_ready(self.health_url, self.process, self.log_path, timeout)
 
     def etcdctl(self, *args: str) -> str:
         """Run etcdctl against this member (over its TLS, as root once auth is on); its output."""
@@ -291,6 +312,9 @@ class Etcd:
     def stop(self) -> None:
         terminate(self.process)
 
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
     def footprint(self) -> tuple[float, float]:
         """(live keys, bytes of the database in use) once etcd's revision history is compacted
         away: what the keys themselves take, as they would after the brokers' own compaction.
@@ -303,15 +327,74 @@ class Etcd:
         return samples["etcd_debugging_mvcc_keys_total"], samples["etcd_mvcc_db_total_size_in_use_in_bytes"]
 
 
+class EtcdCluster:
+    """Several etcd members forming one cluster (plain HTTP), member i named etcd<i>, on
+    `hosts[i]` (loopback by default, each on free ports), run behind `prefixes[i]` (a network
+    namespace's `ip netns exec`), data under work_dir/etcd<i>, logs in log_dir/etcd<i>.log.
+    A member stopped or killed starts again with `members[i].start()` on its ports and data."""
+
+    def __init__(self, work_dir: Path, log_dir: Path, members: int = 3, *, hosts: list[str] | None = None, prefixes: list[tuple[str, ...]] | None = None) -> None:
+        hosts = hosts or ["127.0.0.1"] * members
+        prefixes = prefixes or [()] * members
+        self.members = [Etcd(work_dir / f"etcd{i}", log_dir / f"etcd{i}.log", name=f"etcd{i}", host=hosts[i], prefix=prefixes[i]) for i in range(members)]
+        self._join()
+
+    def _join(self) -> None:
+        initial = ",".join(f"{m.name}={m.peer_url}" for m in self.members)
+        for m in self.members:
+            m.initial_cluster = initial
+
+    def _new_ports(self) -> None:
+        for m in self.members:
+            m._new_ports()
+        self._join()
+
+    def _start(self) -> None:
+        for m in self.members:
+            m.spawn()
+        for m in self.members:
+            m.wait_ready()
+
+    def start(self) -> None:
+        start_on_free_ports(self._start, self.stop, self._new_ports)
+
+    @property
+    def endpoints(self) -> list[str]:
+        """host:port of each member's client URL."""
+        return [m.endpoint for m in self.members]
+
+    def status(self) -> list[dict]:
+        """etcdctl endpoint status of each member that answers: {"endpoint", "leader": bool, "member_id", "raft_term"}."""
+        done = subprocess.run([binary("etcdctl"), f"--endpoints={','.join(m.client_url for m in self.members)}", "--command-timeout=3s", "endpoint", "status", "-w", "json"],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        try:
+            rows = json.loads(done.stdout or "[]")
+        except json.JSONDecodeError:
+            return []
+        return [{"endpoint": r["Endpoint"], "member_id": r["Status"]["header"]["member_id"], "leader": r["Status"]["leader"] == r["Status"]["header"]["member_id"],
+                 "raft_term": r["Status"].get("raft_term")} for r in rows]  # fmt: skip
+
+    def leader(self) -> Etcd | None:
+        """The member that leads now, as its members say (None if none answers as leader)."""
+        for row in self.status():
+            if row["leader"]:
+                return next((m for m in self.members if m.client_url == row["endpoint"]), None)
+        return None
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
+
+
 # `weed mini` puts a unix socket per server in /tmp (a path fixed in weed, named by the server's port)
 # and leaves the S3 one behind when stopped; glog files go to the temporary directory unless -logdir.
 WEED_SOCKETS = Path("/tmp")
 
 
-def weed_mini_args(data_dir: Path, log_dir: Path, ports: dict[str, int], buckets: tuple[str, ...], *extra: str) -> list[str]:
-    """The command line of a loopback `weed mini` storing under `data_dir`, logging under
+def weed_mini_args(data_dir: Path, log_dir: Path, ports: dict[str, int], buckets: tuple[str, ...], *extra: str, ip: str = "127.0.0.1") -> list[str]:
+    """The command line of a loopback (or `ip`) `weed mini` storing under `data_dir`, logging under
     `log_dir`, on the given ports (flag name -> port), with `buckets` created."""
-    args = [binary("weed"), f"-logdir={log_dir}", "mini", f"-dir={data_dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-bucket={','.join(buckets)}"]
+    args = [binary("weed"), f"-logdir={log_dir}", "mini", f"-dir={data_dir}", f"-ip={ip}", f"-ip.bind={ip}", f"-bucket={','.join(buckets)}"]
     args += ["-webdav=false", "-admin.ui=false", "-master.telemetry=false"]  # no telemetry off-box
     args.append("-s3.port.lance=0")  # its default port (9101) is fixed: two SeaweedFS on one machine would collide
     args += [*extra, *(f"-{flag}={port}" for flag, port in ports.items())]
@@ -333,15 +416,18 @@ class SeaweedFS:
                   "s3.port", "s3.port.grpc", "s3.port.iceberg", "admin.port", "admin.port.grpc", "metricsPort")  # fmt: skip
     buckets = (NEVE_BUCKET, TANSU_BUCKET)
 
-    def __init__(self, work_dir: Path, log_path: Path) -> None:
+    def __init__(self, work_dir: Path, log_path: Path, *, host: str = "127.0.0.1", prefix: tuple[str, ...] = (), buckets: tuple[str, ...] | None = None) -> None:
         self.work_dir = work_dir
         self.log_path = log_path
+        self.host, self.prefix = host, tuple(prefix)  # prefix: ["ip", "netns", "exec", NS] runs it in a network namespace
+        if buckets is not None:
+            self.buckets = buckets
         self.ports = {flag: free_port() for flag in self.PORT_FLAGS}
         self.process: subprocess.Popen | None = None
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.ports['s3.port']}"
+        return f"http://{self.host}:{self.ports['s3.port']}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -357,7 +443,7 @@ class SeaweedFS:
     def _start(self) -> None:
         data = self.work_dir / "data"
         data.mkdir(parents=True, exist_ok=True)
-        args = weed_mini_args(data, self.work_dir, self.ports, self.buckets)
+        args = [*self.prefix, *weed_mini_args(data, self.work_dir, self.ports, self.buckets, ip=self.host)]
         self.process = spawn(args, self.log_path, env=self.env, cwd=self.work_dir)
         for bucket in self.buckets:
             wait_ready(f"{self.endpoint}/{bucket}", self.process, self.log_path)
@@ -373,7 +459,7 @@ class SeaweedFS:
     def request_counts(self) -> dict[tuple[str, str], float]:
         """SeaweedFS's own S3 request counters, summed per (bucket, action), e.g.
         ("neve", "PUT") -> 812.0; empty if its metrics are unreachable."""
-        samples = scrape(f"http://127.0.0.1:{self.ports['metricsPort']}/metrics")
+        samples = scrape(f"http://{self.host}:{self.ports['metricsPort']}/metrics")
         counts: dict[tuple[str, str], float] = {}
         for key, value in samples.items():
             if not key.startswith("SeaweedFS_s3_request_total{"):
@@ -397,17 +483,23 @@ class Postgres:
 
     READY_LINE = "database system is ready to accept connections"
 
-    def __init__(self, work_dir: Path, log_path: Path, durable: bool = True) -> None:
+    def __init__(self, work_dir: Path, log_path: Path, durable: bool = True, *, host: str = "127.0.0.1", prefix: tuple[str, ...] = (), trusted_network: str | None = None) -> None:
         self.work_dir = work_dir
         self.log_path = log_path
         self.durable = durable
+        # host: the address it listens on; prefix: ["ip", "netns", "exec", NS] runs it in a network
+        # namespace; trusted_network: a CIDR whose clients are trusted too (the namespaces' subnet)
+        self.host, self.prefix, self.trusted_network = host, tuple(prefix), trusted_network
         self.port = free_port()
         self.user = POSTGRES_USER if os.geteuid() == 0 else None
         self.data_dir: Path | None = None
         self.process: subprocess.Popen | None = None
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://{POSTGRES_USER}@127.0.0.1:{self.port}/{database}"
+        return f"postgresql://{POSTGRES_USER}@{self.host}:{self.port}/{database}"
+
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
     def start(self) -> None:
         start_on_free_ports(self._start, self.stop, self._new_ports)
@@ -418,12 +510,19 @@ class Postgres:
     def _start(self) -> None:
         if self.data_dir is None:
             self.data_dir = self._init_data_dir()
-        settings = {"listen_addresses": "127.0.0.1", "port": self.port, "unix_socket_directories": self.data_dir}
+        settings = {"listen_addresses": self.host, "port": self.port, "unix_socket_directories": self.data_dir}
         if not self.durable:
             settings |= {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
         args = [_postgres_binary("postgres"), "-D", str(self.data_dir), *(a for k, v in settings.items() for a in ("-c", f"{k}={v}"))]
         offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self.process = spawn(args, self.log_path, user=self.user, cwd=self.data_dir)
+        user = self.user
+        if self.prefix and user is not None:
+            # `ip netns exec` needs root: the switch to the server's user comes after it, by exec (setpriv), so the pid is the server's
+            args = [*self.prefix, "setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", *args]
+            user = None
+        else:
+            args = [*self.prefix, *args]
+        self.process = spawn(args, self.log_path, user=user, cwd=self.data_dir)
         wait_log_line(self.log_path, offset, self.READY_LINE, self.process, f"postgres on {self.port}")
 
     def _init_data_dir(self) -> Path:
@@ -441,11 +540,14 @@ class Postgres:
         done = subprocess.run(args, capture_output=True, text=True, user=self.user, cwd=data, timeout=READY_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed ({done.returncode}): {done.stdout[-2000:]}{done.stderr[-2000:]}")
+        if self.trusted_network:
+            with open(data / "pg_hba.conf", "a") as hba:
+                hba.write(f"host all all {self.trusted_network} trust\n")
         return data
 
     def create_database(self, name: str) -> str:
         """Create database `name` and return its URL."""
-        done = subprocess.run([_postgres_binary("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", POSTGRES_USER, name],
+        done = subprocess.run([_postgres_binary("createdb"), "-h", self.host, "-p", str(self.port), "-U", POSTGRES_USER, name],
                               capture_output=True, text=True, timeout=READY_TIMEOUT_S)  # fmt: skip
         if done.returncode != 0:
             raise RuntimeError(f"createdb {name} failed ({done.returncode}): {done.stderr.strip()}")

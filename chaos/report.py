@@ -16,14 +16,17 @@ EXCERPT_CONTEXT = 2  # ops of the same processes around each named op
 MAX_SHOWN = 20  # anomalies of one class written out in full; the rest are counted
 
 
+HEAL = "heal"  # the run's heal: not a fault, the moment after which the cluster owes every answer
+
+
 def fault_windows(ops: list[Op]) -> list[tuple[str, float, float, Any]]:
     """(fault, start, stop, what it hit) for every fault the nemesis recorded; one still open at the
-    end of the history closes there."""
+    end of the history closes there. The heal is not one of them."""
     end = ops[-1]["time"] if ops else 0.0
     open_faults: dict[str, list[Op]] = defaultdict(list)
     windows = []
     for op in ops:
-        if op["process"] != NEMESIS:
+        if op["process"] != NEMESIS or op["f"] == HEAL:
             continue
         phase = op.get("phase")
         if phase == "start":
@@ -82,6 +85,11 @@ def plot(ops: list[Op], path: Path, title: str) -> None:
         for ax in (rate_ax, lat_ax):
             ax.axvspan(start, max(stop, start + 0.2), color=colour, alpha=0.15, linewidth=0)
         rate_ax.text(start, rate_ax.get_ylim()[1] * 0.95, f, fontsize=7, rotation=90, va="top", color=colour)
+    for op in ops:
+        if op["process"] == NEMESIS and op["f"] == HEAL and op.get("phase") == "start":
+            for ax in (rate_ax, lat_ax):
+                ax.axvline(op["time"], color="black", linestyle="--", linewidth=1)
+            rate_ax.text(op["time"], rate_ax.get_ylim()[1] * 0.95, " healed", fontsize=7, va="top")
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)

@@ -26,20 +26,27 @@ def free_port() -> int:
 
 @dataclass
 class NeveNode:
-    """A `neve dev` (or `neve broker`) process. `restart()` reuses the same data dir and port."""
+    """A `neve dev` (or `neve broker`, or `neve compactor`) process. `restart()` reuses the same
+    data dir and port. `host` is the address it listens on and advertises (a network namespace's,
+    for the chaos harness), `prefix` a command it runs under (["ip", "netns", "exec", NS])."""
 
     data_dir: Path
     log_path: Path
     port: int = field(default_factory=free_port)
     env: dict[str, str] = field(default_factory=dict)
     extra_args: list[str] = field(default_factory=list)
-    command: str = "dev"  # "broker": one broker of a cluster, configured through env (etcd, S3)
+    command: str = "dev"  # "broker": one broker of a cluster, configured through env (etcd, S3); "compactor": `neve compactor`, no Kafka port
     process: subprocess.Popen | None = None
+    host: str = "127.0.0.1"
+    prefix: list[str] = field(default_factory=list)
     _starts: int = 0
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
+
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
     def start(self) -> NeveNode:
         """Start the node; the first start takes another free port if another process took the
@@ -63,16 +70,20 @@ class NeveNode:
         # "{port}" in a value is the node's port (a test's listeners name it before it is known)
         own = {name: value.replace("{port}", str(self.port)) for name, value in self.env.items()}
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "NEVE_REGISTRY_PORT": "0", "NEVE_COMPACTOR_IN_NODE": "false", **own}
+        if self.host != "127.0.0.1":
+            env.setdefault("NEVE_BROKER_HOST", self.host)
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the process
         log.write(f"--- start #{self._starts}\n".encode())
         log.flush()
         started_at = log.tell()
         if self.command == "dev":
             args = ["dev", "--data-dir", str(self.data_dir), "--port", str(self.port)]
+        elif self.command == "compactor":
+            args = ["compactor"]
         else:
             args = ["broker", "--port", str(self.port)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "neve", *args, *self.extra_args],
+            [*self.prefix, sys.executable, "-m", "neve", *args, *self.extra_args],
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
@@ -83,7 +94,7 @@ class NeveNode:
     def _wait_ready(self, started_at: int) -> None:
         """Until this start's output says the node listens on its port: a connection alone could
         reach another process holding the port, while this node failed to bind it and exited."""
-        listening = f"neve listening on 127.0.0.1:{self.port};".encode()
+        listening = b"compactor_started" if self.command == "compactor" else f"neve listening on {self.host}:{self.port};".encode()
         deadline = time.monotonic() + READY_TIMEOUT
         while time.monotonic() < deadline:
             with open(self.log_path, "rb") as log:

@@ -52,25 +52,45 @@ def inconsistent_offsets(model: Model) -> Iterator[Anomaly]:
 
 
 def lost_write(model: Model) -> Iterator[Anomaly]:
-    """An acknowledged send (an ok send, or a send of an ok txn) at (key, offset) whose value no poll
-    or final read ever returned, though a read of that key returned a higher offset. Compacted
-    topics are left out: compaction removes records legitimately (compacted-stale judges them)."""
+    """An acknowledged send (an ok send, or a send of an ok txn) at (key, offset) that is lost:
+    - no poll or final read ever returned its value, though a read of that key returned a higher
+      offset (Jepsen's rule); or
+    - a complete final read, which reads the key from offset 0 after the heal, lacks it although it
+      reached past its offset: read once, gone since (the copy that served it is not the one kept).
+    Compacted topics are left out: compaction removes records legitimately (compacted-stale judges them)."""
     read_values = {r.value for r in model.reads if r.source != "table-read"}
     highest: dict[str, tuple[int, Event]] = {}
+    final: dict[str, list[tuple[Event, set[int], int]]] = {}  # key -> (final read, its values, highest offset) of each
     for r in model.reads:
         if r.source != "table-read" and (r.key not in highest or r.offset > highest[r.key][0]):
             highest[r.key] = (r.offset, r.event)
+    for event in model.events:
+        if event.f == "final-read" and event.ok and event.polls:
+            for key, reads in event.polls[0].items():
+                if reads:
+                    final.setdefault(key, []).append((event, {r.value for r in reads}, max(r.offset for r in reads)))
     for s in model.sends:
-        if s.value is None or s.offset is None or not model.acked(s) or s.value in read_values or model.compacted(s.key) or model.writer[s.value] is not s:
+        if s.value is None or s.offset is None or not model.acked(s) or model.compacted(s.key) or model.writer[s.value] is not s:
             continue
-        top = highest.get(s.key)
-        if top is not None and top[0] > s.offset:
-            yield Anomaly(
-                "lost-write",
-                f"{s.value} acknowledged at {s.key}@{s.offset} by op {s.event.index} was never read, though op {top[1].index} read {s.key} up to {top[0]}",
-                [s.event.index, top[1].index],
-                {"key": s.key, "offset": s.offset, "value": s.value, "highest_read": top[0]},
-            )
+        if s.value not in read_values:
+            top = highest.get(s.key)
+            if top is not None and top[0] > s.offset:
+                yield Anomaly(
+                    "lost-write",
+                    f"{s.value} acknowledged at {s.key}@{s.offset} by op {s.event.index} was never read, though op {top[1].index} read {s.key} up to {top[0]}",
+                    [s.event.index, top[1].index],
+                    {"key": s.key, "offset": s.offset, "value": s.value, "highest_read": top[0]},
+                )
+            continue
+        for event, values, top in final.get(s.key, ()):
+            if s.value not in values and top > s.offset:
+                yield Anomaly(
+                    "lost-write",
+                    f"{s.value} acknowledged at {s.key}@{s.offset} by op {s.event.index} and read since is missing from final read {event.index}, which read {s.key} from 0 to {top}",
+                    [s.event.index, event.index],
+                    {"key": s.key, "offset": s.offset, "value": s.value, "final_read": event.index, "highest_read": top},
+                )
+                break
 
 
 def _show(value: Any) -> Any:

@@ -181,6 +181,28 @@ def test_lost_write():
     assert anomaly.ops == [lost, reader] and anomaly.details == {"key": K0, "offset": 0, "value": 1, "highest_read": 1}
 
 
+def test_a_write_read_once_and_missing_from_the_final_read_from_zero_is_lost():
+    h = H()
+    lost = h.send(0, K0, 1, 0)
+    h.send(0, K0, 2, 1)
+    h.open(1, "read_uncommitted")
+    h.poll(1, {K0: [(0, 1), (1, 2)]})  # served once (from the WAL, say)
+    final = h.final({K0: [(1, 2)]})  # the copy kept lacks it
+    (anomaly,) = only(h, "lost-write")
+    assert anomaly.ops == [lost, final] and anomaly.details["final_read"] == final
+
+
+def test_a_final_read_that_holds_every_write_loses_none():
+    h = H()
+    h.send(0, K0, 1, 0)
+    h.send(0, K0, 2, 1)
+    h.open(1, "read_uncommitted")
+    h.poll(1, {K0: [(0, 1), (1, 2)]})
+    h.final({K0: [(0, 1), (1, 2)]})
+    h.final({K0: [(0, 1), (1, 2)]}, isolation="read_uncommitted")
+    clean(h)
+
+
 def test_a_send_of_a_committed_txn_can_be_lost_and_a_compacted_topics_cannot():
     h = H()
     lost = h.txn(2, [("send", K0, 1, 0), ("send", K0, 2, 1)])
