@@ -82,9 +82,10 @@ class Recorder:
     that is killed keeps what happened up to then). Indexes and times are assigned here, so the
     file's order is the order the recorder saw."""
 
-    def __init__(self, path: Path, start: float | None = None) -> None:
+    def __init__(self, path: Path, start: float | None = None, id_base: int = 0) -> None:
         self.path = Path(path)
         self.start = time.monotonic() if start is None else start
+        self.id_base = id_base  # where the process numbers and values of the clients recording here begin
         self._lock = threading.Lock()
         self._index = 0
         self.counts: dict[tuple[str, str], int] = {}  # (f, type) -> ops so far, for progress lines

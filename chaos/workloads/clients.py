@@ -53,8 +53,9 @@ class Shared:
     _lock = threading.Lock()
 
     def __init__(self, recorder: Recorder) -> None:
-        self._processes = itertools.count()
-        self._values = itertools.count(1)
+        # a worker process records on a range of its own (chaos/workloads/worker.py)
+        self._processes = itertools.count(recorder.id_base)
+        self._values = itertools.count(recorder.id_base + 1)
         self._lock = threading.Lock()
         self.log = logging.getLogger(f"chaos.clients.{id(recorder):x}")
         self.log.propagate = False
