@@ -242,6 +242,7 @@ class SeaweedFS(ServerProcess):
 
     bucket = "neve"
     table_bucket = "warehouse"
+    host = "127.0.0.1"  # what bench.servers.SeaweedFS's methods, borrowed by tests, address it by
     PORT_FLAGS = ("master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
                   "s3.port", "s3.port.grpc", "s3.port.iceberg", "admin.port", "admin.port.grpc")
 

@@ -80,7 +80,11 @@ def proxy(echo):
 
 def connect(port: int, timeout: float = 10.0) -> socket.socket:
     sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:  # reset already (a refusing proxy): closed here, not left to the garbage collector
+        sock.close()
+        raise
     return sock
 
 
