@@ -114,15 +114,8 @@ class ChaosCluster:
         self.s3 = SeaweedFS(self.work_dir / "s3", self.logs / "s3.log", host=self._host("s3"), prefix=tuple(self._prefix("s3")), buckets=(BUCKET,))
         trusted = str(self.network.subnet) if self.network else None
         self.postgres = Postgres(self.work_dir / "postgres", self.logs / "postgres.log", durable=False, host=self._host("postgres"), prefix=tuple(self._prefix("postgres")), trusted_network=trusted)
-        # etcd and SeaweedFS start side by side: each takes seconds, mostly waiting
-        errors: list[BaseException] = []
-        threads = [threading.Thread(target=_collect(errors, server.start)) for server in (self.etcd, self.s3, self.postgres)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        if errors:
-            raise errors[0]
+        # etcd, SeaweedFS and PostgreSQL start side by side: each takes seconds, mostly waiting
+        self._start_all([self.etcd.start, self.s3.start, self.postgres.start])
         self.catalog_url = self.postgres.create_database("iceberg_catalog")
         self._add_server_nodes()
 
