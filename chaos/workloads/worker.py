@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             stopping.wait()
             workload.stop()
         code = 0
+    except BaseException:  # os._exit below would swallow it: the worker's log keeps what ended it
+        traceback.print_exc()
     finally:
         recorder.close()
         sys.stdout.flush()
