@@ -10,12 +10,13 @@ import time
 import uuid
 from collections.abc import Collection
 
+import orjson
+
 from ..model import AppendResult, ObjectCommit
 from ..rules import clamped_log_start
-from ..sequencer import ProducerState, involved, sequence
+from ..sequencer import Head, PartitionHead, ProducerState, involved, sequence
 from ..store import MetadataUnavailable, ObjectFenced, UnknownTopic
-from .follower import _PartitionState
-from .keys import MAX_OPS, MAX_TXN_BYTES, PARTITIONS_PER_TXN, PRODUCERS_PER_TXN, _Keys, decode_producer, encode_producer, encode_wal_index
+from .keys import MAX_OPS, MAX_TXN_BYTES, PARTITIONS_PER_TXN, PRODUCERS_PER_TXN, decode_producer, encode_producer, encode_wal_index
 
 log = logging.getLogger("neve.metadata.etcd")
 
@@ -25,7 +26,7 @@ class _Commits:
     follower's `_own_revisions` and `_commits_in_flight`. Uses the store's `keys`, `settings`,
     `_client`, `ops`, `notifier`, `_txn`, the view (`_partitions`, `_topics_by_id`,
     `_topic_created`, `_revision`, IndexReads' `referenced_objects`) and the follower's
-    `_apply_head`, `_topic_gone` and `_view_reaches`."""
+    `_topic_gone` and `_view_reaches`."""
 
     # -- the sequencer ------------------------------------------------------------------------
 
@@ -157,13 +158,39 @@ class _Commits:
         partitions, producer_keys = involved(sub)
         fence_key = self.keys.swept(commit.object_key)
         record_key = self.keys.wal_index(commit.object_key, group)
+        # What a conflict's failure branch read, newer than the view: the heads and producer states
+        # the next attempt sequences on and compares. They are not put into the view, which serves
+        # reads: a head learned this way runs ahead of the index entries the view holds (the other
+        # writer's come with its watch events), and a Fetch would skip the offsets in between.
+        learned_heads: dict[tuple[uuid.UUID, int], tuple[Head, int]] = {}
+        learned_producers: dict[tuple[int, uuid.UUID, int], tuple[ProducerState | None, int]] = {}
         for attempt in range(self.settings.commit_attempts):
-            heads = {tp: self._partitions[tp] for tp in partitions if tp in self._partitions}
+            parts = {tp: self._partitions[tp] for tp in partitions if tp in self._partitions}
+            heads: dict[tuple[uuid.UUID, int], object] = {}
+            head_revisions: dict[tuple[uuid.UUID, int], int] = {}
+            ahead = False  # sequenced on something the view has not reached
+            for tp, part in parts.items():
+                learned = learned_heads.get(tp)
+                if learned is not None and learned[1] > part.mod_revision:
+                    heads[tp], head_revisions[tp], ahead = learned[0], learned[1], True
+                else:
+                    heads[tp], head_revisions[tp] = part, part.mod_revision
             producers = {}
-            for pid, tid, p in producer_keys:
-                part = heads.get((tid, p))
-                if part is not None and pid in part.producers:
-                    producers[(pid, tid, p)] = part.producers[pid]
+            producer_revisions: dict[tuple[int, uuid.UUID, int], int | None] = {}
+            for pkey in producer_keys:
+                pid, tid, p = pkey
+                part = parts.get((tid, p))
+                if part is None:
+                    continue
+                known = part.producer_revisions.get(pid)
+                learned = learned_producers.get(pkey)
+                if learned is not None and learned[1] > (known or 0) and (learned[0] is not None or known is not None):
+                    state, known, ahead = learned[0], (learned[1] if learned[0] is not None else None), True
+                else:
+                    state = part.producers.get(pid)
+                if state is not None:
+                    producers[pkey] = state
+                producer_revisions[pkey] = known
             seq = sequence(sub, heads, producers)
             if not heads:
                 return seq.results
@@ -171,8 +198,8 @@ class _Commits:
             # Compare every touched head, changed or not: answers computed from a stale cache
             # (a duplicate, a sequence error) must be confirmed too.
             compare = request.compare.add
-            for part in heads.values():
-                compare(result=EQUAL, target=MOD, key=part.head_key, mod_revision=part.mod_revision)
+            for tp, part in parts.items():
+                compare(result=EQUAL, target=MOD, key=part.head_key, mod_revision=head_revisions[tp])
             # Each topic still exists, as the view knows it: a head compared at revision 0 (never
             # written) also matches once the topic is deleted, and would be put again for a dead topic.
             topic_keys = [(tid, self.keys.topic(self._topics_by_id[tid].name), self._topic_created[tid]) for tid in {tid for tid, _ in heads}]
@@ -183,13 +210,10 @@ class _Commits:
             # Each producer's state as the sequencer read it: at the revision the view has, or
             # absent (a state the view lacks, or one whose key expired, is read back on failure).
             producer_keys_compared = []
-            for pid, tid, p in producer_keys:
-                part = heads.get((tid, p))
-                if part is None:
-                    continue
+            for pkey, known in producer_revisions.items():
+                pid, tid, p = pkey
                 key = self.keys.producer(tid, p, pid)
-                producer_keys_compared.append(((tid, p), pid, key))
-                known = part.producer_revisions.get(pid)
+                producer_keys_compared.append((pkey, key))
                 if known is not None:
                     compare(result=EQUAL, target=MOD, key=key, mod_revision=known)
                 else:
@@ -197,13 +221,13 @@ class _Commits:
             now_ms = int(time.time() * 1000)
             new_heads = {}
             success = request.success.add
-            for tp, part in heads.items():
+            for tp, part in parts.items():
                 next_offset = seq.heads.get(tp)
                 if next_offset is None:
                     continue
                 new_heads[tp] = next_offset
                 put = success().request_put
-                put.key, put.value = part.head_key, self._encode_head(part, next_offset)
+                put.key, put.value = part.head_key, self._encode_head(heads[tp], next_offset)
             if seq.producers:
                 lease = (await self._expiring_lease()).id  # the state expires with producer_expiry_ms of disuse
                 for (pid, tid, p), state in seq.producers.items():
@@ -213,13 +237,13 @@ class _Commits:
                 put = success().request_put
                 put.key, put.value = record_key, encode_wal_index(sub.object_key, seq.entries, seq.aborted)
             failure = request.failure.add
-            for part in heads.values():
+            for part in parts.values():
                 failure().request_range.key = part.head_key
             failure().request_range.key = fence_key
             failure().request_range.key = record_key
             for _tid, key, _created in topic_keys:
                 failure().request_range.key = key
-            for _tp, _pid, key in producer_keys_compared:
+            for _pkey, key in producer_keys_compared:
                 failure().request_range.key = key
             in_flight = asyncio.get_running_loop().create_future()  # the watch waits for it (`_follow`)
             self._commits_in_flight.add(in_flight)
@@ -229,24 +253,29 @@ class _Commits:
                 # revision: its header's is the latest one, another writer's, whose events the
                 # watch must still apply.
                 revision = response.header.revision if response.succeeded and request.success else 0
-                if revision:
+                if revision and not ahead:
                     self._own_revisions.add(revision)  # the transaction put only heads and a wal-index record
             finally:
                 self._commits_in_flight.discard(in_flight)
                 in_flight.set_result(None)
             if response.succeeded:
-                touched += self._apply_commit(seq, new_heads, revision, now_ms)
+                if not ahead:
+                    touched += self._apply_commit(seq, new_heads, revision, now_ms)
+                elif revision and not await self._view_reaches(revision, self.settings.timeout):
+                    # Its watch events apply it, in order after the other writer's; waited for
+                    # (bounded) so that this broker's readers see what it has just acknowledged.
+                    log.warning("etcd_commit_view_behind", extra={"revision": revision, "view_revision": self._revision})
                 return seq.results
             responses = response.responses
-            n, t = len(heads), len(topic_keys)
+            n, t = len(parts), len(topic_keys)
             head_responses, (fence, record), topic_responses, producer_responses = responses[:n], responses[n : n + 2], responses[n + 2 : n + 2 + t], responses[n + 2 + t :]
-            for (tp, pid, _key), got in zip(producer_keys_compared, producer_responses, strict=True):
+            for (pkey, _key), got in zip(producer_keys_compared, producer_responses, strict=True):
                 kvs = got.response_range.kvs
                 if kvs:
-                    state, used = decode_producer(kvs[0].value)
-                    heads[tp].take_producer(pid, state, used, kvs[0].mod_revision)
-                else:  # expired (or never there): the view forgets it too
-                    heads[tp].drop_producer(pid, response.header.revision)
+                    state, _used = decode_producer(kvs[0].value)
+                    learned_producers[pkey] = (state, kvs[0].mod_revision)
+                else:  # expired (or never there): compared as absent next time
+                    learned_producers[pkey] = (None, response.header.revision)
             for (tid, _key, created), got in zip(topic_keys, topic_responses, strict=True):
                 if not any(kv.create_revision == created for kv in got.response_range.kvs):
                     self._topic_gone(tid)  # its appends are answered UNKNOWN_TOPIC_OR_PARTITION next attempt
@@ -254,10 +283,11 @@ class _Commits:
                 raise ObjectFenced(f"{commit.object_key} was fenced off by the orphan sweeper")
             if record.response_range.kvs:  # one object is committed once: this is a bug, not a race
                 raise MetadataUnavailable(f"{commit.object_key} already has index entries of commit transaction {group}")
-            # Conflict: refresh the heads from the failure branch's reads and sequence again.
-            for tp, got in zip(heads, head_responses, strict=True):
+            # Conflict: sequence again on the heads the failure branch read.
+            for tp, got in zip(parts, head_responses, strict=True):
                 for kv in got.response_range.kvs:
-                    self._apply_head(_Keys.partition_path(*tp), kv.value, kv.mod_revision)
+                    d = orjson.loads(kv.value)
+                    learned_heads[tp] = (Head(d["n"], d["s"]), kv.mod_revision)
             if attempt >= 2:
                 await asyncio.sleep(random.uniform(0, min(0.002 * 2**attempt, 0.1)))
         raise MetadataUnavailable(f"commit of {commit.object_key} kept conflicting")
@@ -282,7 +312,7 @@ class _Commits:
             raise MetadataUnavailable(f"etcd transaction failed: {e!r}") from e
 
     @staticmethod
-    def _encode_head(part: _PartitionState, next_offset: int, log_start: int | None = None) -> bytes:
+    def _encode_head(part: PartitionHead, next_offset: int, log_start: int | None = None) -> bytes:
         """A head's value `{"n": next offset, "s": log start}`: the same size whatever producers
         write the partition (their states are keys of their own)."""
         start = part.log_start_offset if log_start is None else log_start
@@ -325,22 +355,25 @@ class _Commits:
     async def advance_log_start(self, topic_id: uuid.UUID, partition: int, offset: int) -> int:
         tp = (topic_id, partition)
         tx = self._client.transactions
+        learned: tuple[Head, int] | None = None  # a conflict's read, not put into the view (see _commit_group)
         for _ in range(self.settings.commit_attempts):
             part = self._partitions.get(tp)
             if part is None:
                 raise UnknownTopic(f"{topic_id}/{partition}")
             key = part.head_key
-            target = clamped_log_start(offset, part.log_start_offset, part.next_offset)
-            if target == part.log_start_offset:
+            head, head_revision = (part, part.mod_revision) if learned is None or learned[1] <= part.mod_revision else learned
+            target = clamped_log_start(offset, head.log_start_offset, head.next_offset)
+            if target == head.log_start_offset:
                 return target
-            value = self._encode_head(part, part.next_offset, log_start=target)
-            ok, responses = await self._txn([tx.mod(key) == part.mod_revision], [tx.put(key, value)], [tx.get(key)])
+            value = self._encode_head(head, head.next_offset, log_start=target)
+            ok, responses = await self._txn([tx.mod(key) == head_revision], [tx.put(key, value)], [tx.get(key)])
             if ok:
                 revision = responses[0].response_put.header.revision
-                if revision > part.mod_revision:
+                if head is part and revision > part.mod_revision:
                     part.log_start_offset, part.mod_revision = target, revision
                 return target
             if responses and responses[0]:
                 fresh, meta = responses[0][0]
-                self._apply_head(_Keys.partition_path(topic_id, partition), fresh, meta.mod_revision)
+                d = orjson.loads(fresh)
+                learned = (Head(d["n"], d["s"]), meta.mod_revision)
         raise MetadataUnavailable(f"log start of {topic_id}/{partition} kept conflicting")

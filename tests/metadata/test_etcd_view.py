@@ -204,30 +204,61 @@ async def test_a_topic_change_is_answered_once_the_watch_has_applied_it(etcd_ser
 
 @pytest.mark.integration
 async def test_a_commit_from_a_stale_view_is_sequenced_again_on_the_heads_etcd_returns(etcd_server):
-    """Two brokers append to the same partitions. One's view has stopped following etcd, so its
-    commit's compare fails; the transaction's failure branch returns the current heads in the same
-    round trip, and the commit is sequenced again on them: it takes the next offsets, and a
-    producer's retry of a batch the other broker stored is answered as that batch's duplicate."""
+    """Two brokers append to the same partitions. One's watch is held, so its view is behind and
+    its commit's compare fails; the transaction's failure branch returns the current heads in the
+    same round trip, and the commit is sequenced again on them: it takes the next offsets, and a
+    producer's retry of a batch the other broker stored is answered as that batch's duplicate.
+    The heads it learned run ahead of the index entries its view holds, so neither they nor its
+    own commit enter the view before the watch brings the other broker's entries: a Fetch there
+    would otherwise find offset 5's entry at offset 0 and skip 0-4 (the fault harness's poll-skip
+    under a partition). The commit is answered once its view has caught up."""
     writer = await open_etcd_store(etcd_server, "stale")
-    stale = await open_etcd_store(etcd_server, "stale")
+    stale = EtcdMetadataStore("127.0.0.1", etcd_server.ports["client"], root="stale")
+    flowing, txns, txn_done = asyncio.Event(), [0], asyncio.Event()
+    flowing.set()
+    real_watch, real_txn = stale._watch, stale._commit_txn
+
+    async def held_watch(start_revision):
+        async for response in real_watch(start_revision):
+            await flowing.wait()
+            yield response
+
+    async def counted_txn(request):
+        try:
+            return await real_txn(request)
+        finally:
+            txns[0] += 1
+            txn_done.set()
+
+    stale._watch, stale._commit_txn = held_watch, counted_txn
+    await stale.start()
     try:
         t = (await writer.create_topic("t", 2)).topic_id
         while stale.topic_by_id(t) is None:
             await asyncio.sleep(0.01)
-        watch = stale._tasks[0]  # stop its watch: its view keeps the heads as they are now
-        watch.cancel()
-        await asyncio.gather(watch, return_exceptions=True)
+        flowing.clear()  # its view keeps the heads as they are now
 
         assert await writer.commit(commit(append(t, 0, 0, 10, 5))) == [AppendResult(0, 0, 0)]
         assert await writer.commit(commit(append(t, 1, 0, 10, 3, pid=7, epoch=0, seq=0))) == [AppendResult(0, 0, 0)]
         await stale._expiring_lease()  # granted once an hour for producer keys: not counted below
         ops = stale.ops
 
-        results = await stale.commit(commit(append(t, 0, 0, 10, 2), append(t, 1, 0, 10, 3, pid=7, epoch=0, seq=0), key="wal/late"))
+        late = asyncio.create_task(stale.commit(commit(append(t, 0, 0, 10, 2), append(t, 1, 0, 10, 3, pid=7, epoch=0, seq=0), key="wal/late")))
+        while txns[0] < 2:  # the conflict, then the commit on the returned heads
+            txn_done.clear()
+            await asyncio.wait_for(txn_done.wait(), 30)
+        assert stale.ops - ops == 2
+        # committed in etcd, not yet in the view: it shows nothing past what its entries hold
+        assert (stale.high_watermark(t, 0), stale.high_watermark(t, 1)) == (0, 0)
+        assert stale.entries(t, 0, 0) == []
+        assert not late.done()
+
+        flowing.set()
+        results = await asyncio.wait_for(late, 30)
         assert results == [AppendResult(0, 5, 0), AppendResult(0, 0, 0, duplicate=True)]
-        assert stale.ops - ops == 2  # the conflict, then the commit on the returned heads
         assert (stale.high_watermark(t, 0), stale.high_watermark(t, 1)) == (7, 3)
-        assert [(e.base_offset, e.last_offset, e.object_key) for e in stale.entries(t, 0, 0)] == [(5, 6, "wal/late")]
+        assert [(e.base_offset, e.last_offset) for e in stale.entries(t, 0, 0)] == [(0, 4), (5, 6)]
+        assert stale.entries(t, 0, 5)[0].object_key == "wal/late"
         while writer.high_watermark(t, 0) < 7:
             assert await writer.wait_for_commit([(t, 0)], timeout=30), "the writer never saw the stale store's commit"
         assert [(e.base_offset, e.last_offset) for e in writer.entries(t, 0, 0)] == [(0, 4), (5, 6)]
