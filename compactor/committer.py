@@ -56,6 +56,18 @@ class DeletedFilesGone(Exception):
         super().__init__(f"{len(self.paths)} data file(s) the position deletes name are not in the table any more: {shown}")
 
 
+class TableChanged(Exception):
+    """The table's current snapshot is no longer the one the cycle's position deletes were
+    computed against: another writer committed meanwhile (another compactor's cycle, the other
+    owner in a sharing handover, `neve compactor --once`, a rewrite). Its rows may hold keys the
+    cycle also wrote, which the deletes do not name, and a key would keep two live rows. Nothing is
+    committed: the caller computes its deletes again from the table as it is now."""
+
+    def __init__(self, computed_on: int | None, current: int | None) -> None:
+        self.computed_on, self.current = computed_on, current
+        super().__init__(f"the deletes were computed on snapshot {computed_on}; the table is at {current}")
+
+
 @dataclass(frozen=True, slots=True)
 class CommittedCycle:
     cycle_id: str
@@ -231,8 +243,9 @@ def commit_cycle(table, manifest: CycleManifest, data_files: Sequence, *, attemp
 
     With `delete_files` (position-delete DataFiles, position_deletes.py) the same snapshot adds
     them too, as an "overwrite" (Java's RowDelta): the rows they name are gone from the table in
-    the snapshot that adds their replacements. Every data file they name must still be live at
-    each attempt, or DeletedFilesGone is raised and nothing is committed."""
+    the snapshot that adds their replacements. They must have been computed on `table` as it is:
+    if another writer's snapshot is current at an attempt, TableChanged is raised, and if a data
+    file they name is no longer live, DeletedFilesGone; either way nothing is committed."""
     return commit_cycle_table(table, manifest, data_files, attempts=attempts, delete_files=delete_files)[0]
 
 
@@ -245,6 +258,7 @@ def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, 
     if delete_files and table.metadata.format_version < 2:
         raise ValueError(f"table {table.name()} is format v{table.metadata.format_version}: position deletes need v2")
     named = _named_data_files(table.io, delete_files, data_files)
+    computed_on = _snapshot_id(table)  # the snapshot the deletes were computed against
 
     props = summary_properties(manifest)
     error: Exception | None = None
@@ -263,6 +277,8 @@ def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, 
                 raise CycleOverlap(f"offsets of cycle {manifest.cycle_id} are in the table already: {held}")
         if named and (gone := _not_live(table, named)):
             raise DeletedFilesGone(gone)
+        if delete_files and _snapshot_id(table) != computed_on:
+            raise TableChanged(computed_on, _snapshot_id(table))
         try:
             with _transaction(table) as txn:
                 txn.set_properties({**commit_properties(table, manifest), **{k: v for k, v in (properties or {}).items() if v is not None}})
@@ -284,6 +300,11 @@ def commit_cycle_table(table, manifest: CycleManifest, data_files: Sequence, *, 
             continue
         return done, _with_stored_retries(table, stored)
     raise error if error is not None else RuntimeError(f"cycle {manifest.cycle_id} not found in the table after {attempts} commits")
+
+
+def _snapshot_id(table) -> int | None:
+    snapshot = table.current_snapshot()
+    return snapshot.snapshot_id if snapshot is not None else None
 
 
 def _named_data_files(io, delete_files: Sequence, data_files: Sequence) -> dict[int, dict[str, object]]:

@@ -53,7 +53,7 @@ from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, Removal,
 from wal.store import ObjectStore, ObjectStoreError
 
 from . import compacted_index, metrics, planner, tables, upsert, wal_expiry
-from .committer import CycleOverlap, DeletedFilesGone, commit_cycle_table
+from .committer import CycleOverlap, DeletedFilesGone, TableChanged, commit_cycle_table
 from .config import CompactorConfig
 from .maintenance import TableMaintenance
 from .reindex import finish_last_cycle, swap
@@ -555,8 +555,8 @@ class CompactionService:
     async def _commit_table(self, d: _Due, manifest: CycleManifest, data_files: list, deletes: upsert.Deletes | None):
         """The cycle's one Iceberg commit. A compacted topic's (`deletes` computed) also deletes,
         in the same snapshot, the rows the cycle's records supersede (upsert.py); computed again
-        against the table as the commit finds it when a rewrite removed a file they named
-        meanwhile (the offsets they remove stay those the manifest names: they follow from the
+        against the table as the commit finds it when another writer committed meanwhile (a
+        cycle of another compactor, a rewrite of a file they named) (the offsets they remove stay those the manifest names: they follow from the
         keys, not from the files)."""
         if deletes is None:  # and no longer an upsert table, if it was one
             properties = {upsert.UPSERT: None} if upsert.UPSERT in d.table.properties else None
@@ -570,11 +570,11 @@ class CompactionService:
             self._fault("deletes-written")
             try:
                 done = await asyncio.to_thread(commit_cycle_table, table, manifest, data_files, delete_files=delete_files, properties={upsert.UPSERT: "true"})
-            except (DeletedFilesGone, CycleOverlap) as e:  # refused before committing: its delete files are nobody's
+            except (DeletedFilesGone, TableChanged, CycleOverlap) as e:  # refused before committing: its delete files are nobody's
                 await asyncio.to_thread(_delete_files, table.io, [f.file_path for f in delete_files])
                 if isinstance(e, CycleOverlap) or attempt == UPSERT_ATTEMPTS:
                     raise
-                log.info("rows to delete were rewritten meanwhile; the upsert is computed again", extra={"topic": d.info.name, "cycle": d.cycle.cycle_id, "files": len(e.paths)})
+                log.info("the table changed since the upsert's deletes were computed; computed again", extra={"topic": d.info.name, "cycle": d.cycle.cycle_id, "reason": str(e)})
                 table = await asyncio.to_thread(table.refresh)
                 continue
             d.cycle.rows_superseded = sum(len(p) for _, p in deletes.superseded)

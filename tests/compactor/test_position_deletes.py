@@ -4,7 +4,8 @@ as the compactor makes it (SQLite catalog, the topic's layout, each partition sp
 DuckDB and Spark read exactly the rows not deleted, whether the deleted rows are in files of
 earlier snapshots or of the same one, in one Iceberg partition or several, a file's every row or
 some. A commit whose deletes name a data file another writer has removed meanwhile commits
-nothing (DeletedFilesGone). The broker's reader of the deleted positions (table/position_deletes.py)
+nothing (DeletedFilesGone), and so does one whose deletes were computed before another writer's
+cycle (TableChanged): that cycle's rows of the same keys would stay live beside the new ones. The broker's reader of the deleted positions (table/position_deletes.py)
 finds exactly the positions written."""
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
-from compactor.committer import DeletedFilesGone, commit_cycle
+from compactor.committer import DeletedFilesGone, TableChanged, commit_cycle
 from compactor.position_deletes import FILE_PATH_ID, POS_ID, write_position_deletes
 from compactor.records import Batch, Record
 from compactor.spark import register_catalog
 from compactor.tables import load_or_create
 from compactor.translator import kafka_columns, translate
 from compactor.writer import TableWriter
+from table import layout as table_layout
 from table.files import TableFiles
 from table.position_deletes import read_positions
 from tests.readers import rows_duckdb, rows_spark
@@ -211,6 +213,34 @@ def test_deletes_naming_a_file_another_writer_rewrote_commit_nothing(catalog, ca
     superseded = topic.write({0: range(7, 9)})
     topic.commit({0: range(7, 9)}, superseded, topic.deletes([(0, 7), (0, 8)]))
     assert kafka_rows(topic.table.scan().to_arrow().to_pylist()) == kafka_rows(rows_duckdb(topic.table)) == [(0, 0), (0, 1), (0, 3), (0, 4), (0, 5)]
+
+
+def test_deletes_computed_before_another_writers_cycle_commit_nothing(catalog, caplog):
+    """Finding 5 of issue 42: two compactors commit cycles of one compacted topic (a sharing
+    handover, `neve compactor --once`). Ours computed its deletes on the table before the other's
+    cycle, which wrote the same keys: committed as they are, those rows would stay live beside
+    ours (the fault harness's compacted-duplicate-key). The commit refuses them, and deletes
+    computed again on the table as it is leave one row per key."""
+    topic = Topic(catalog, "none")
+    topic.cycle({0: range(0, 4)})  # keys k0..k3 (offset % 4)
+    stale = catalog.catalog.load_table(topic.identifier)  # as our cycle read it
+    ours = topic.write({0: range(8, 10)})  # k0, k1
+    deletes = topic.deletes([(0, 0), (0, 1)])  # computed on `stale`: its rows of k0 and k1
+    topic.commit({0: range(4, 8)}, topic.write({0: range(4, 8)}), topic.deletes([(0, 0), (0, 1), (0, 2), (0, 3)]))  # the other writer's cycle
+    table = topic.table.refresh()
+    location = table.metadata_location
+
+    with pytest.raises(TableChanged) as changed:
+        topic.commit({0: range(8, 10)}, ours, deletes, table=stale)  # the first attempt conflicts, the second finds another snapshot
+    assert changed.value.current == table.current_snapshot().snapshot_id != changed.value.computed_on
+    assert [r.message for r in caplog.records if r.name == "neve.compactor.committer"] == ["iceberg commit failed; reading the table back before retrying"]
+    assert table.refresh().metadata_location == location
+    assert kafka_rows(table.scan().to_arrow().to_pylist()) == [(0, o) for o in range(4, 8)]
+
+    topic.commit({0: range(8, 10)}, ours, topic.deletes([(0, 4), (0, 5)]))  # computed again: the other cycle's k0 and k1
+    rows = topic.table.scan().to_arrow().to_pylist()
+    assert kafka_rows(rows) == [(0, 6), (0, 7), (0, 8), (0, 9)]
+    assert sorted(r[table_layout.KEY_RAW] for r in rows) == [b"k0", b"k1", b"k2", b"k3"]
 
 
 @pytest.mark.xdist_group("spark")
