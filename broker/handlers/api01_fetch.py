@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -202,8 +203,8 @@ async def fetch(ctx, request):
                         # has nothing yet, and no error (the long poll waits for more)
                         code = NONE
                         if fetch_offset < end and not full:
-                            entries = planned.get((info.topic_id, index))
-                            if entries is None:
+                            plan = planned.get((info.topic_id, index))
+                            if plan is None:
                                 # Beyond the plan (it counts whole entries, so it may stop short of
                                 # the byte budget), or readable only since it was made: plan and
                                 # read the rest of the request the same way, not entry by entry.
@@ -211,11 +212,12 @@ async def fetch(ctx, request):
                                 planned.update(more)
                                 if more_ranges:
                                     prefetched.update(await s.reader.read_many(more_ranges, unread))
-                                entries = planned.get((info.topic_id, index))
-                                if entries is None:
-                                    entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
+                                plan = planned.get((info.topic_id, index))
+                                if plan is None:
+                                    plan = _plan_partition(view, fetch_offset, bounded)
                             budget = min(p.partition_max_bytes, max_bytes - total)
-                            records, cut, failed = await _partition_records(s, entries, fetch_offset, budget, total == 0, prefetched, unread, (info, index), end if bounded else NO_END)
+                            # a read_committed fetch's records stop where they stopped when planned
+                            records, cut, failed = await _partition_records(s, plan.entries, fetch_offset, budget, total == 0, prefetched, unread, (info, index), plan.end if bounded else NO_END)
                             if failed is not None:
                                 failures.append((info.name, index, fetch_offset, *failed))
                                 if records is None:
@@ -226,7 +228,7 @@ async def fetch(ctx, request):
                             # out costs a read (a GET, for a backlog) per partition.
                             full = total >= max_bytes or (cut and budget < p.partition_max_bytes)
                             if bounded and records:
-                                marks = _aborted_in(view, fetch_offset, stable, records)
+                                marks = _aborted_in(plan.aborted, records)
                                 if marks:
                                     aborted.setdefault(len(topics_out), {})[index] = marks
                     # records empty, never null: some clients require bytes
@@ -259,6 +261,28 @@ def _unreadable(ctx, request) -> set[int]:
     return {i for i, n in enumerate(names) if n is not None and n not in readable}
 
 
+class _Plan(NamedTuple):
+    """What a fetch serves of one partition, all taken from its view at one moment (no await in
+    between): the index entries from the fetch offset, where the records stop, and for
+    read_committed the aborted transactions whose markers are in the WAL. A compactor's swap
+    between the entries and the aborted transactions would otherwise serve WAL bytes of an
+    aborted transaction with no aborted entry for it (the swap drops those its table entry
+    covers), and an abort between them would leave out the transaction whose records the later
+    last stable offset lets through."""
+
+    entries: list
+    end: int
+    aborted: tuple = ()
+
+
+def _plan_partition(view, fetch_offset: int, read_committed: bool) -> _Plan:
+    entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
+    if not read_committed:
+        return _Plan(entries, view.next_offset)
+    end = view.next_offset if view.txn_starts is None else view.last_stable_offset
+    return _Plan(entries, end, _aborted_candidates(view, fetch_offset, end))
+
+
 def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compacted=None, read_committed: bool = False):
     """For each readable partition of the fetch from `start` (topic and partition position in the
     request) on, the index entries from its fetch offset; and the (object key, start, size) of
@@ -286,11 +310,10 @@ def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compa
                 continue
             if total >= max_bytes:
                 return planned, ranges
-            entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
-            planned[(info.topic_id, index)] = entries
+            plan = planned[(info.topic_id, index)] = _plan_partition(view, fetch_offset, read_committed)
             budget = min(p.partition_max_bytes, max_bytes - total)
             used = 0
-            for entry in entries:
+            for entry in plan.entries:
                 if (used and used >= budget) or entry.base_offset >= end:
                     break
                 if entry.object_type != ObjectType.PARQUET or compacted is None:  # rebuilt from rows, not read as bytes
@@ -333,30 +356,36 @@ async def _partition_records(s, entries, fetch_offset: int, budget: int, first: 
     return _joined(pieces), False, None
 
 
-def _aborted_in(view, fetch_offset: int, stable: int, records) -> list[tuple[int, int]]:
-    """(producer id, first offset) of the aborted transactions a read_committed client must know
-    of to skip the aborted batches among `records` (served from `fetch_offset`, below `stable`):
-    as Kafka, those whose records meet the returned range and whose marker is at or after the
-    fetch offset. A partition without aborted transactions costs one call.
+def _aborted_candidates(view, fetch_offset: int, end: int) -> tuple:
+    """The aborted transactions whose records meet [fetch_offset, end) and whose marker is at or
+    after the fetch offset (as Kafka lists them), of those whose abort marker lies in a WAL entry.
+    A partition without aborted transactions costs one call.
 
-    Only those whose abort marker lies in a WAL entry are listed. The client skips a listed
-    producer's batches from the first offset until it reads that producer's abort marker; in a
-    range served from the table (compacted), aborted records and markers are gone, so a listed
-    transaction whose marker was compacted away would hide the producer's later committed batches
-    for good. A marker still in the WAL is served, at the latest by a later fetch."""
-    candidates = view.aborted_between(fetch_offset, stable - 1)
+    The client skips a listed producer's batches from the first offset until it reads that
+    producer's abort marker; in a range served from the table (compacted), aborted records and
+    markers are gone, so a listed transaction whose marker was compacted away would hide the
+    producer's later committed batches for good. A marker still in the WAL is served, at the
+    latest by a later fetch."""
+    candidates = view.aborted_between(fetch_offset, end - 1)
+    if not candidates:
+        return ()
+    listed = []
+    for a in candidates:
+        holder = view.from_offset(a.last_offset, 1)
+        if holder and holder[0].base_offset <= a.last_offset and holder[0].object_type == ObjectType.WAL:
+            listed.append(a)
+    return tuple(listed)
+
+
+def _aborted_in(candidates: tuple, records) -> list[tuple[int, int]]:
+    """(producer id, first offset) of the `candidates` (_aborted_candidates, planned with the
+    entries the records came from) that a read_committed client must know of to skip the aborted
+    batches among `records`: those whose records meet the returned range."""
     if not candidates:
         return []
     for h in iter_headers(records):
         last = h.base_offset + h.last_offset_delta  # offsets were injected: the real ones
-    marks = []
-    for a in candidates:
-        if a.first_offset > last:
-            continue
-        holder = view.from_offset(a.last_offset, 1)
-        if holder and holder[0].base_offset <= a.last_offset and holder[0].object_type == ObjectType.WAL:
-            marks.append((a.producer_id, a.first_offset))
-    return marks
+    return [(a.producer_id, a.first_offset) for a in candidates if a.first_offset <= last]
 
 
 async def _beyond_the_view(store, beyond: list, topics_out: list) -> None:

@@ -213,6 +213,37 @@ async def test_an_aborted_transaction_whose_marker_the_table_holds_is_not_listed
     assert outcome(await log.fetch("txn-compacted", 2, READ_COMMITTED, partition_max_bytes=budget)) == (0, 8, 8, [], served(aborted[0], 2))
 
 
+async def test_a_swap_while_the_records_are_read_does_not_drop_their_aborted_transaction(log):
+    """Issue 42 finding 2: a read_committed Fetch read the WAL bytes first and the aborted
+    transactions afterwards; a compactor's swap in between (its table entry now holding the abort
+    marker) took the transaction off the list, and the client was served the aborted batch with
+    no word that it was aborted. The answer is built from the view of one moment: the entries it
+    read and the aborted transactions they meet, listed with the marker the bytes still hold."""
+    t = (await log.store.create_topic("txn-swap-race", 1)).topic_id
+    assert await log.write(t, log.plain(2)) == [0]
+    aborted = log.txn(1, 3)
+    marker = log.marker(1, ABORT_MARKER)
+    later = log.plain(2)
+    assert await log.write(t, aborted, marker) == [2, 5]
+    assert await log.write(t, later) == [6]
+    (wal_entry,) = log.store.entries(t, 0, 2, max_entries=1)
+    assert (wal_entry.base_offset, wal_entry.last_offset) == (2, 5)
+    table_entry = IndexEntry(2, 5, "table/data/00000.parquet", ObjectType.PARQUET, 0, 1, wal_entry.max_timestamp)
+
+    real_read_many, swapped = log.services.reader.read_many, []
+
+    async def read_then_swap(ranges, unread):
+        got = await real_read_many(ranges, unread)
+        if not swapped:  # the compactor's swap lands while the fetch holds the WAL bytes
+            swapped.append(await log.store.replace_entries(t, 0, [wal_entry], table_entry))
+        return got
+
+    log.services.reader.read_many = read_then_swap
+    part = await log.fetch("txn-swap-race", 2, READ_COMMITTED)
+    assert swapped == [True]
+    assert outcome(part) == (0, 8, 8, [(1, 2)], served(aborted[0], 2) + served(marker[0], 5) + served(later[0], 6))
+
+
 async def test_a_long_poll_at_the_last_stable_offset_is_answered_when_the_transaction_commits(log):
     t = (await log.store.create_topic("txn-poll", 1)).topic_id
     opened = log.txn(4, 2)
