@@ -177,11 +177,21 @@ class TransactionCoordinator:
                 if txn.status == Status.ONGOING:
                     await self._abort_fencing(transactional_id, txn, revision, "fenced")
                     continue
+                if producer_id >= 0 and producer_epoch == txn.previous_epoch != txn.producer_epoch:
+                    # KIP-360, as Kafka's prepareIncrementProducerEpoch: the previous epoch asks again
+                    # (a retry of a bump whose answer was lost, or the producer of a transaction the
+                    # sweep aborted): the current epoch is its answer, not another bump
+                    if txn.timeout_ms != timeout_ms and not await self._store(transactional_id, txn.with_(timeout_ms=timeout_ms, updated_ms=now), revision):
+                        continue
+                    return txn.producer_id, txn.producer_epoch
                 if txn.producer_epoch + 1 >= MAX_EPOCH:
                     new_id, epoch = (await self._new_producer_id())[0], 0
                 else:
                     new_id, epoch = txn.producer_id, txn.producer_epoch + 1
-                fresh = Transaction(new_id, epoch, timeout_ms, updated_ms=now)
+                # the epoch a producer that asked with it may ask again with (above); a new
+                # producer (no epoch given) leaves none
+                previous = txn.producer_epoch if producer_id >= 0 and new_id == txn.producer_id else -1
+                fresh = Transaction(new_id, epoch, timeout_ms, updated_ms=now, previous_epoch=previous)
                 if await self._store(transactional_id, fresh, revision):
                     return new_id, epoch
         raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")

@@ -73,8 +73,30 @@ async def test_a_transaction_open_past_its_timeout_is_aborted_and_its_producer_f
     assert store.topic_views(t)[1].next_offset == 1  # a marker where it wrote nothing too
     with pytest.raises(Fenced):
         await c.end("late", pid, epoch, commit=True)
-    # KIP-360: the fenced producer may init again with its old epoch, and goes on at a new one
-    assert await c.init_producer_id("late", 5_000, pid, epoch) == (pid, epoch + 2)
+    # KIP-360: the fenced producer may init again with its old epoch, and goes on at the epoch
+    # the abort bumped to (as Kafka answers the previous epoch: a retry, not another bump)
+    assert await c.init_producer_id("late", 5_000, pid, epoch) == (pid, epoch + 1)
+    assert await c.init_producer_id("late", 5_000, pid, epoch + 1) == (pid, epoch + 2)
+
+
+async def test_a_retried_epoch_bump_is_answered_the_epoch_it_bumped_to(env):
+    """Issue 42 finding 8: a producer bumps its epoch (KIP-360 InitProducerId with its id and
+    epoch) and the answer is lost; its retry names the epoch before the bump. Kafka answers the
+    bumped epoch again; neve fenced it. A producer two epochs behind is still fenced."""
+    store, wal, clock, t = env
+    c = coordinator(store, wal, clock)
+    pid, epoch = await c.init_producer_id("bump", 30_000)
+    assert await c.init_producer_id("bump", 30_000, pid, epoch) == (pid, epoch + 1)
+    assert await c.init_producer_id("bump", 30_000, pid, epoch) == (pid, epoch + 1)  # the retry
+    await c.add_partitions("bump", pid, epoch + 1, [(t, 0)])  # the bumped epoch is the current one
+    await c.end("bump", pid, epoch + 1, commit=True)
+    assert await c.init_producer_id("bump", 30_000, pid, epoch + 1) == (pid, epoch + 2)
+    with pytest.raises(Fenced):
+        await c.init_producer_id("bump", 30_000, pid, epoch)
+    # a new producer of the id (no epoch given) bumps, and leaves no previous epoch to retry with
+    assert await c.init_producer_id("bump", 30_000) == (pid, epoch + 3)
+    with pytest.raises(Fenced):
+        await c.init_producer_id("bump", 30_000, pid, epoch + 2)
 
 
 async def test_a_decided_transaction_whose_coordinator_died_is_completed_by_the_sweep(env):
