@@ -318,7 +318,9 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         """Forget producers idle for the expiry (Kafka's producer.id.expiration.ms), checked at
         most once a minute (or once an expiry, if shorter) by the commit that comes then."""
         self._next_expiry_ms = now + min(60_000, self.producer_expiry_ms)
-        idle = [key for key, used in self._producer_used.items() if used < now - self.producer_expiry_ms]
+        # A producer with a transaction open here is never expired (as Kafka's ProducerStateManager
+        # keeps it): its state holds the transaction's first offset, which pins the last stable offset.
+        idle = [key for key, used in self._producer_used.items() if used < now - self.producer_expiry_ms and self._producers[key].txn_first_offset < 0]
         if not idle:
             return
         await self._write([("DELETE FROM producer_states WHERE producer_id = ? AND topic_id = ? AND partition = ?", [(pid, tid.hex, p) for pid, tid, p in idle], True)])
@@ -399,7 +401,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         # A scan over every producer state; DescribeProducers is rare and the commit path keeps its flat keys.
         # One idle past the expiry is not active, though the next commit's check forgets it only then.
         idle_before = self._now_ms() - self.producer_expiry_ms
-        return {pid: state for (pid, tid, p), state in self._producers.items() if tid == topic_id and p == partition and self._producer_used[(pid, tid, p)] >= idle_before}
+        return {pid: state for (pid, tid, p), state in self._producers.items() if tid == topic_id and p == partition and (self._producer_used[(pid, tid, p)] >= idle_before or state.txn_first_offset >= 0)}
 
     async def init_producer_id(self, producer_id: int = -1, producer_epoch: int = -1) -> tuple[int, int]:
         return await self._exclusive(self._init_producer_id, producer_id, producer_epoch)

@@ -229,10 +229,14 @@ class _Commits:
                 put = success().request_put
                 put.key, put.value = part.head_key, self._encode_head(heads[tp], next_offset)
             if seq.producers:
-                lease = (await self._expiring_lease()).id  # the state expires with producer_expiry_ms of disuse
+                # A state expires with producer_expiry_ms of disuse, but not while it holds an open
+                # transaction (as Kafka's ProducerStateManager): its first offset pins the last
+                # stable offset, which would otherwise jump past the transaction's records. Put
+                # with no lease then; the marker that ends the transaction puts it on the lease.
+                lease = (await self._expiring_lease()).id if any(state.txn_first_offset < 0 for state in seq.producers.values()) else 0
                 for (pid, tid, p), state in seq.producers.items():
                     put = success().request_put
-                    put.key, put.value, put.lease = self.keys.producer(tid, p, pid), encode_producer(state, now_ms), lease
+                    put.key, put.value, put.lease = self.keys.producer(tid, p, pid), encode_producer(state, now_ms), lease if state.txn_first_offset < 0 else 0
             if seq.entries:
                 put = success().request_put
                 put.key, put.value = record_key, encode_wal_index(sub.object_key, seq.entries, seq.aborted)
@@ -348,7 +352,7 @@ class _Commits:
             return {}
         # an expired producer's key lingers up to an hour past the expiry (its lease's bucket)
         expiry = int(time.time() * 1000) - self.settings.producer_expiry_ms
-        return {pid: state for pid, state in part.producers.items() if part.producer_used.get(pid, expiry) >= expiry}
+        return {pid: state for pid, state in part.producers.items() if part.producer_used.get(pid, expiry) >= expiry or state.txn_first_offset >= 0}
 
     # -- log start ------------------------------------------------------------------------------
 

@@ -16,6 +16,16 @@ def append(topic_id: uuid.UUID, partition: int, start: int, size: int, count: in
     return Append(topic_id, partition, start, size, count, max_ts, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
 
 
+def txn_append(topic_id: uuid.UUID, partition: int, count: int, pid: int, seq: int, epoch: int = 0) -> Append:
+    """A transactional batch of `count` records of producer `pid`."""
+    return Append(topic_id, partition, 0, 10, count, 0, producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+
+
+def marker_append(topic_id: uuid.UUID, partition: int, pid: int, kind: int, epoch: int = 0) -> Append:
+    """The control batch ending producer `pid`'s transaction (`kind`: ABORT_MARKER, COMMIT_MARKER)."""
+    return Append(topic_id, partition, 0, 10, 1, 0, producer_id=pid, producer_epoch=epoch, base_sequence=-1, transactional=True, control=kind)
+
+
 def commit(*appends: Append, key: str | None = None) -> ObjectCommit:
     size = max((a.start + a.size for a in appends), default=0)
     return ObjectCommit(key if key is not None else f"wal/{next(_keys):08d}", size, tuple(appends))

@@ -9,10 +9,10 @@ import sqlite3
 import pytest
 
 from metadata.embedded import EmbeddedMetadataStore
-from metadata.model import AppendResult, IndexEntry, ObjectType
+from metadata.model import ABORT_MARKER, AppendResult, IndexEntry, ObjectType
 from metadata.store import MetadataUnavailable, load_metadata_store
 
-from .helpers import append, commit
+from .helpers import append, commit, marker_append, txn_append
 
 
 @pytest.fixture(params=["memory", "sqlite"])
@@ -96,6 +96,31 @@ def test_urls_pick_the_embedded_store(tmp_path):
     assert isinstance(memory, EmbeddedMetadataStore) and memory.path is None
     durable = load_metadata_store(f"sqlite://{tmp_path}/meta.db")
     assert isinstance(durable, EmbeddedMetadataStore) and durable.path == f"{tmp_path}/meta.db"
+
+
+async def test_a_producer_with_an_open_transaction_is_never_expired():
+    """Issue 42 finding 7: a producer idle past the expiry with a transaction open here kept the
+    last stable offset only in its state; expiring it let read_committed readers past the
+    transaction's records. It is kept (as Kafka keeps it) until its marker, then expires."""
+    now = [1_000_000.0]
+    store = EmbeddedMetadataStore(None, producer_expiry_ms=60_000, clock=lambda: now[0])
+    await store.start()
+    try:
+        t = (await store.create_topic("t", 1)).topic_id
+        assert await store.commit(commit(txn_append(t, 0, 2, pid=9, seq=0), append(t, 0, 10, 10, 1, pid=7, epoch=0, seq=0))) == [AppendResult(0, 0, 0), AppendResult(0, 2, 0)]
+        view = store.topic_views(t)[0]
+        assert (view.last_stable_offset, view.next_offset) == (0, 3)
+        now[0] += 120  # both idle past the expiry; the next commit's check expires the idle ones
+        assert await store.commit(commit(append(t, 0, 0, 10, 1))) == [AppendResult(0, 3, 0)]
+        assert sorted(store.producer_states(t, 0)) == [9]
+        assert (view.last_stable_offset, view.next_offset) == (0, 4)
+        assert await store.commit(commit(marker_append(t, 0, pid=9, kind=ABORT_MARKER))) == [AppendResult(0, 4, 0)]
+        assert view.last_stable_offset == 5
+        now[0] += 120
+        assert await store.commit(commit(append(t, 0, 0, 10, 1))) == [AppendResult(0, 5, 0)]
+        assert store.producer_states(t, 0) == {}
+    finally:
+        await store.close()
 
 
 async def test_an_idle_producers_state_expires_and_stays_forgotten(tmp_path):

@@ -9,8 +9,8 @@ import asyncio
 import pytest
 
 from metadata.etcd import EtcdSettings
-from metadata.model import Append, AppendResult, ObjectCommit
-from tests.metadata.helpers import append, commit, open_etcd_store
+from metadata.model import ABORT_MARKER, Append, AppendResult, ObjectCommit
+from tests.metadata.helpers import append, commit, marker_append, open_etcd_store, txn_append
 
 pytestmark = pytest.mark.integration
 
@@ -107,5 +107,30 @@ async def test_an_idle_producers_state_expires(etcd_server):
         assert store.producer_states(t, 0) == {}
         # Forgotten, as Kafka forgets a producer after producer.id.expiration.ms: any sequence is taken.
         assert await store.commit(commit(append(t, 0, 0, 10, 1, pid=7, epoch=0, seq=9))) == [AppendResult(0, 3, 0)]
+    finally:
+        await store.close()
+
+
+async def test_a_producer_with_an_open_transaction_is_never_expired(etcd_server):
+    """Issue 42 finding 7: a producer's state with a transaction open here is put with no lease,
+    so it outlives producer_expiry_ms and keeps the last stable offset at the transaction's first
+    offset (as Kafka keeps such a producer); the marker that ends it puts it on the lease again."""
+    quick = EtcdSettings(producer_expiry_ms=2000)
+    store = await open_etcd_store(etcd_server, "open-txn-expiry", quick)
+    try:
+        t = (await store.create_topic("t", 1)).topic_id
+        assert await store.commit(commit(txn_append(t, 0, 2, pid=9, seq=0), append(t, 0, 10, 10, 1, pid=7, epoch=0, seq=0))) == [AppendResult(0, 0, 0), AppendResult(0, 2, 0)]
+        assert (await store._client.get(store.keys.producer(t, 0, 9))).lease == 0
+        assert (await store._client.get(store.keys.producer(t, 0, 7))).lease != 0
+        deadline = asyncio.get_running_loop().time() + 60
+        while await store._client.get(store.keys.producer(t, 0, 7)) is not None:  # the idle one's lease ends
+            assert asyncio.get_running_loop().time() < deadline, "the idle producer's state never expired"
+            await asyncio.sleep(0.1)
+        assert await store._client.get(store.keys.producer(t, 0, 9)) is not None
+        assert sorted(store.producer_states(t, 0)) == [9]  # idle past the expiry, its transaction open
+        assert store.topic_views(t)[0].last_stable_offset == 0
+        assert await store.commit(commit(marker_append(t, 0, pid=9, kind=ABORT_MARKER))) == [AppendResult(0, 3, 0)]
+        assert (await store._client.get(store.keys.producer(t, 0, 9))).lease != 0
+        assert store.topic_views(t)[0].last_stable_offset == 4
     finally:
         await store.close()
