@@ -20,6 +20,7 @@ releases the GIL). An object is never joined: it is stored from its parts (Objec
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -50,6 +51,11 @@ CommitFn = Callable[[str, EncodedObject, Sequence[Chunk], Sequence[Any]], Awaita
 
 class WalUnavailable(Exception):
     """The object could not be stored (or committed) in time; retriable for the client."""
+
+
+class Abandoned(WalUnavailable):
+    """The chunk's request was answered (timed out) or its connection closed before the commit of
+    its object began: it is left out of that commit, never sequenced later (WalWriter.abandon)."""
 
 
 class WalWriter:
@@ -93,6 +99,7 @@ class WalWriter:
         self._timer: asyncio.TimerHandle | None = None
         self._opened = 0.0  # loop time the object being filled got its first chunk
         self._last_commit: asyncio.Future | None = None
+        self._committing: set[asyncio.Future] = set()  # chunks whose object's commit has begun
         self._flushes: set[asyncio.Task] = set()
         self._closed = False
         # One thread of its own checksums every large object: 2-3% less broker CPU on the sink
@@ -136,6 +143,20 @@ class WalWriter:
             self._timer.cancel()
             self._timer = asyncio.get_running_loop().call_at(due, self._flush)
         return fut
+
+    def abandon(self, fut: asyncio.Future) -> bool:
+        """Whether the chunk of `fut` (a future `submit` returned) is settled for its caller's
+        answer: done, or now abandoned (failed with Abandoned, and left out of its object's
+        commit). False while its object's commit is in flight: then its outcome is the commit's,
+        and the caller waits for it. Whatever answer a request gets, its chunks are never
+        sequenced after it."""
+        if fut.done():
+            return True
+        if fut in self._committing:
+            return False
+        fut.set_exception(Abandoned("abandoned before its object's commit began"))
+        fut.exception()  # retrieved: nobody awaits it
+        return True
 
     def seal_at(self, now: float) -> float | None:
         """When (event loop time) the object being filled is expected to be sealed, seen at loop
@@ -197,7 +218,21 @@ class WalWriter:
                 raise WalUnavailable(
                     f"{key} was uploaded {commit_started - put_started:.1f}s ago, past the {self.commit_deadline:g}s commit deadline: left to the orphan sweeper"
                 )
-            results = await self._commit(key, encoded, chunks, metas)
+            # From here (no await since the check) a chunk is committed or abandoned, never both:
+            # one whose request was answered already is left out, the others can no longer be.
+            live = [i for i, fut in enumerate(futures) if not fut.done()]
+            if not live:
+                raise WalUnavailable(f"every chunk of {key} was abandoned before its commit: left to the orphan sweeper")
+            if len(live) < len(futures):
+                log.info("wal_chunks_abandoned", extra={"object_key": key, "abandoned": len(futures) - len(live), "chunks": len(futures)})
+                chunks, metas, futures = [chunks[i] for i in live], [metas[i] for i in live], [futures[i] for i in live]
+                encoded = dataclasses.replace(encoded, chunk_starts=[encoded.chunk_starts[i] for i in live])
+            committing = self._committing
+            committing.update(futures)
+            try:
+                results = await self._commit(key, encoded, chunks, metas)
+            finally:
+                committing.difference_update(futures)
             for fut, result in zip(futures, results, strict=True):
                 if not fut.done():
                     fut.set_result(result)

@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 from metadata.store import MetadataError
 from wal.batch import InvalidRecords, validate
 from wal.format import Chunk
-from wal.writer import WalUnavailable
+from wal.writer import Abandoned, WalUnavailable
 
 from ..authorization import TOPIC, TRANSACTIONAL_ID, WRITE, allowed, allowed_names
 from ..codec import NO_THROTTLE, OnePartitionProduce, build, error, has_field
@@ -50,6 +50,10 @@ log = logging.getLogger("neve.broker.produce")
 # resolves once the last of them is submitted. The connection's next requests are submitted after
 # it, so a connection's requests still enter the WAL buffer in arrival order.
 _ordered: dict = {}
+
+# How long an answer whose time is up waits for the commits in flight of its appends: more than
+# the metadata store's deadlines for one commit; past it, the answer is REQUEST_TIMED_OUT.
+COMMIT_IN_FLIGHT_S = 60.0
 # Idempotent batches submitted, counted for the batch_twice plant alone (`_store_twice`).
 _idempotent_batches = 0
 
@@ -163,15 +167,31 @@ def _answer(ctx, request, plan: list) -> asyncio.Future:
         answer.set_result(None)
         return answer
 
+    futures = [fut for _, parts in plan for _, fut, _, _, _, _ in parts if fut is not None]
+    waited = []
+
     def respond() -> None:
         if answer.done():  # cancelled: the connection closed
+            return
+        # Time is up for the appends not done: each is abandoned (never sequenced after this
+        # answer, which says REQUEST_TIMED_OUT) unless its commit is in flight, whose outcome
+        # the answer then waits for (bounded by the store's own deadlines).
+        committing = [fut for fut in futures if not s.wal.abandon(fut)]
+        if committing and not waited:
+            waited.append(True)
+            call_when_done(committing, COMMIT_IN_FLIGHT_S, respond)
             return
         try:
             answer.set_result(_response(ctx, plan))
         except Exception as e:  # a bug: the connection logs it and closes
             answer.set_exception(e)
 
-    futures = [fut for _, parts in plan for _, fut, _, _, _, _ in parts if fut is not None]
+    def closed(_answer) -> None:
+        if answer.cancelled():  # the connection closed: what is not committing is never sequenced
+            for fut in futures:
+                s.wal.abandon(fut)
+
+    answer.add_done_callback(closed)
     longest = s.settings.produce_timeout_ms / 1000
     asked = request.timeout.total_seconds()
     call_when_done(futures, max(min(asked, longest) if asked > 0 else longest, 0.001), respond)
@@ -285,7 +305,7 @@ def _outcome(fut, code: ErrorCode, message: str | None) -> tuple[ErrorCode, int,
     before submitting, or what became of its WAL append."""
     base_offset, log_start = -1, -1
     if fut is not None:
-        if not fut.done():
+        if not fut.done() or isinstance(fut.exception(), Abandoned):
             code, message = ErrorCode.request_timed_out, "not stored within the request timeout"
         elif fut.exception() is not None:
             exc = fut.exception()

@@ -16,12 +16,16 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9 import request as produce_v9
 from kio.serial import entity_reader
 
+from broker.appender import commit_fn
 from broker.codec import OnePartitionProduce, encode_response, response_module
 from broker.config import BrokerConfig, FaultsConfig
 from broker.handlers.api00_produce import produce
 from broker.waiting import SLOT_S
+from metadata.embedded import EmbeddedMetadataStore
 from metadata.model import AppendResult, TopicInfo
 from tests.batches import make_batch
+from wal.store import MemoryObjectStore
+from wal.writer import Abandoned, WalWriter
 
 TOPIC = TopicInfo("orders", uuid.uuid4(), 4)
 
@@ -32,10 +36,20 @@ class Wal:
     def __init__(self) -> None:
         self.submitted: list[tuple[int, bytes, asyncio.Future]] = []
 
+        self.committing: set[asyncio.Future] = set()  # as WalWriter's: the commit of these has begun
+
     def submit(self, chunk, summary) -> asyncio.Future:
         fut = asyncio.get_running_loop().create_future()
         self.submitted.append((chunk.partition, chunk.data, fut))
         return fut
+
+    def abandon(self, fut: asyncio.Future) -> bool:
+        if fut.done():
+            return True
+        if fut in self.committing:
+            return False
+        fut.set_exception(Abandoned("abandoned"))
+        return True
 
 
 def context(wal: Wal):
@@ -89,8 +103,63 @@ async def test_an_append_not_done_within_the_request_timeout_is_answered_timed_o
     assert loop.time() - started >= 0.05 - 0.01
     assert loop.time() - started <= 0.05 + SLOT_S + 1
     assert (got.error_code, got.base_offset) == (ErrorCode.request_timed_out, -1)
-    wal.submitted[0][2].set_result(AppendResult(0, 3, 0))  # committed later: nothing more happens
-    await asyncio.sleep(0)
+    fut = wal.submitted[0][2]  # abandoned: its object's commit leaves it out (WalWriter.abandon)
+    assert fut.done() and isinstance(fut.exception(), Abandoned)
+
+
+async def test_an_append_whose_commit_is_in_flight_at_the_timeout_is_answered_its_outcome():
+    """Issue 42 finding 1: an answer of REQUEST_TIMED_OUT must not be followed by the append's
+    commit. One whose commit has begun cannot be abandoned: the answer waits for its outcome."""
+    wal = Wal()
+    answer = produce(context(wal), request([1], timeout_s=0.05))
+    wal.committing.add(wal.submitted[0][2])
+    await asyncio.sleep(0.05 + SLOT_S + 0.2)  # past the request's timeout
+    assert not answer.done()
+    wal.submitted[0][2].set_result(AppendResult(0, 3, 0))
+    assert await asyncio.wait_for(answer, 5) == OnePartitionProduce(TOPIC.name, 1, ErrorCode.none, 3, 0, None)
+
+
+async def test_an_answered_append_is_never_committed_after_its_answer(tmp_path):
+    """Issue 42 finding 1, on a real WAL writer and store: a produce waits behind a slow PUT past
+    its request timeout and is answered REQUEST_TIMED_OUT; the PUT then succeeds, and the object
+    is committed without it (a transactional batch written so, long after its producer moved on,
+    could open a transaction its next one's marker commits). A batch of another request in the
+    same object, still waited for, is committed."""
+    objects = HeldPuts()
+    store = EmbeddedMetadataStore(None)
+    await store.start()
+    writer = WalWriter(objects, commit_fn(store), linger_ms=1)
+    try:
+        info = await store.create_topic(TOPIC.name, 4)
+        services = context(writer).services
+        services.metadata = store
+        ctx = SimpleNamespace(services=services, response=response_module(0, 9), api_version=9, peer=None)
+        late = produce(ctx, request([1], timeout_s=0.1))
+        patient = produce(ctx, request([2], timeout_s=30))
+        await asyncio.wait_for(objects.put_started.wait(), 5)
+        got = await asyncio.wait_for(late, 5)
+        assert (got.error_code, got.base_offset) == (ErrorCode.request_timed_out, -1)
+        objects.release.set()
+        got = await asyncio.wait_for(patient, 10)
+        assert (got.error_code, got.base_offset) == (ErrorCode.none, 0)
+        assert (store.high_watermark(info.topic_id, 1), store.high_watermark(info.topic_id, 2)) == (0, 1)
+    finally:
+        objects.release.set()
+        await writer.close()
+        await store.close()
+
+
+class HeldPuts(MemoryObjectStore):
+    """An object store whose PUTs wait until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.put_started, self.release = asyncio.Event(), asyncio.Event()
+
+    async def put_parts(self, key, parts, *args, **kwargs):
+        self.put_started.set()
+        await self.release.wait()
+        return await super().put_parts(key, parts, *args, **kwargs)
 
 
 async def test_acks_0_submits_and_answers_nothing():
