@@ -467,9 +467,30 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
 
     # -- consumer groups ------------------------------------------------------------------------
 
-    async def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
+    async def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset], if_unchanged: Mapping[str, int] | None = None) -> bool:
         rows = [(group, tid.hex, p, o.offset, o.leader_epoch, o.metadata, o.commit_timestamp) for (tid, p), o in offsets.items()]
-        await self._exclusive(self._write, [("INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?, ?, ?)", rows, True)])
+        statements = [("INSERT OR REPLACE INTO group_offsets VALUES (?, ?, ?, ?, ?, ?, ?)", rows, True)]
+        if not if_unchanged:
+            await self._exclusive(self._write, statements)
+            return True
+        return await self._exclusive(self._write_if_unchanged, statements, dict(if_unchanged))
+
+    async def _write_if_unchanged(self, statements: list[tuple[str, Any, bool]], expect: dict[str, int]) -> bool:
+        def compare_and_write() -> bool:
+            db = self._db
+            if db is None:
+                raise sqlite3.OperationalError("database is closed")
+            for key, revision in expect.items():
+                row = db.execute("SELECT revision FROM registry WHERE key = ?", (key,)).fetchone()
+                if (row[0] if row else 0) != revision:
+                    return False
+            self._transaction(statements)
+            return True
+
+        try:
+            return await self._run(compare_and_write)
+        except (sqlite3.Error, OSError) as e:
+            raise MetadataUnavailable(f"metadata write failed: {e}") from e
 
     async def fetch_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         rows = await self._run(self._query, "SELECT topic_id, partition, committed_offset, leader_epoch, metadata, commit_timestamp FROM group_offsets WHERE group_id = ?", (group,))

@@ -401,8 +401,11 @@ class MetadataStore(abc.ABC):
     # saves at each generation, so another broker can take a group over from the store.
 
     @abc.abstractmethod
-    async def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
-        """Durably record the group's positions (all or nothing)."""
+    async def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset], if_unchanged: Mapping[str, int] | None = None) -> bool:
+        """Durably record the group's positions (all or nothing); True once recorded. With
+        `if_unchanged` (registry key -> revision, as registry_write's `expect`), only while every
+        key there is at its revision, checked atomically with the write (a transaction's offsets,
+        written only while it is the one that decided them); False, and nothing written, if not."""
 
     @abc.abstractmethod
     async def fetch_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:

@@ -338,13 +338,20 @@ class TransactionCoordinator:
         it."""
         commit = prepared.status == Status.PREPARE_COMMIT
         if commit and prepared.offsets:
+            # Written only while the stored state is still this decision, checked with each write:
+            # a completer that was late (the sweep took over, a client's EndTxn retried through
+            # another broker) would otherwise write them again after the group moved past them.
+            current, revision = await self.load(transactional_id)
+            if current != prepared:
+                return  # completed (or moved on) by another meanwhile: the offsets were its to write
             by_group: dict[str, dict[tuple[uuid.UUID, int], CommittedOffset]] = {}
             now = self._now()
             for o in prepared.offsets:
                 by_group.setdefault(o.group, {})[(uuid.UUID(hex=o.topic_id), o.partition)] = CommittedOffset(o.offset, o.leader_epoch, o.metadata, now)
             try:
                 for group, offsets in by_group.items():
-                    await self.metadata.commit_offsets(group, offsets)
+                    if not await self.metadata.commit_offsets(group, offsets, if_unchanged={key_of(transactional_id): revision}):
+                        return  # completed by another meanwhile
             except MetadataError as e:
                 raise TransactionError(ErrorCode.coordinator_not_available, f"offsets not committed: {e}") from e
         partitions = [(uuid.UUID(hex=t), p) for t, p in prepared.partitions]

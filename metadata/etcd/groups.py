@@ -17,18 +17,24 @@ class _Groups:
     """Consumer groups, mixed into EtcdMetadataStore. Uses the store's `keys`, `_client`, `_txn`
     and `_read`."""
 
-    async def commit_offsets(self, group: str, offsets: Mapping[tuple[uuid.UUID, int], CommittedOffset]) -> None:
+    async def commit_offsets(self, group: str, offsets: Mapping[tuple[uuid.UUID, int], CommittedOffset], if_unchanged: Mapping[str, int] | None = None) -> bool:
         tx = self._client.transactions
         puts = [
             tx.put(self.keys.offset(group, tid, p), json.dumps([o.offset, o.leader_epoch, o.metadata, o.commit_timestamp]).encode())
             for (tid, p), o in offsets.items()
         ]
-        if len(puts) > MAX_OPS:
+        compare = [tx.mod(self.keys.registry(key)) == revision for key, revision in (if_unchanged or {}).items()]
+        if len(puts) + len(compare) > MAX_OPS:
             # More partitions than one transaction holds: each put is still atomic on its own key,
-            # and a group's commit names each partition once.
-            await asyncio.gather(*(self._txn([], puts[i : i + MAX_OPS]) for i in range(0, len(puts), MAX_OPS)))
-        elif puts:
-            await self._txn([], puts)
+            # and a group's commit names each partition once. Each part compares on its own: a
+            # condition that stops holding between them leaves the later parts unwritten.
+            step = MAX_OPS - len(compare)
+            done = await asyncio.gather(*(self._txn(compare, puts[i : i + step]) for i in range(0, len(puts), step)))
+            return all(ok for ok, _ in done)
+        if puts:
+            ok, _ = await self._txn(compare, puts)
+            return bool(ok)
+        return True
 
     async def fetch_offsets(self, group: str) -> dict[tuple[uuid.UUID, int], CommittedOffset]:
         prefix = self.keys.offsets(group)

@@ -120,6 +120,29 @@ async def test_a_decided_transaction_whose_coordinator_died_is_completed_by_the_
     assert (view.last_stable_offset, view.next_offset, view.aborted_between(0, 10)) == (3, 3, [])
 
 
+async def test_a_late_completer_does_not_write_the_transactions_offsets_again(env):
+    """Issue 42 finding 3 (its offsets): a coordinator decided a commit and was slow; the sweep of
+    another completed the transaction, and the group committed past its offsets. The late
+    completer then wrote the transaction's offsets again, moving the group back. They are written
+    only while the stored state is the decision they belong to."""
+    store, wal, clock, t = env
+    c = coordinator(store, wal, clock)
+    pid, epoch = await c.init_producer_id("slow", 30_000)
+    await c.add_partitions("slow", pid, epoch, [(t, 2)])
+    await c.add_offsets("slow", pid, epoch, "g")
+    await c.commit_offsets("slow", pid, epoch, "g", {(t, 0): CommittedOffset(41)})
+    await records(store, t, 2, pid, epoch, 0)
+    txn, revision = await c.load("slow")
+    prepared = txn.with_(status=Status.PREPARE_COMMIT)
+    assert await store.registry_write({key_of("slow"): prepared.encode()}, {key_of("slow"): revision})
+    clock.now += 11.0
+    assert await coordinator(store, wal, clock).sweep() == 1  # completed by another
+    assert (await store.fetch_offsets("g"))[(t, 0)].offset == 41
+    assert await store.commit_offsets("g", {(t, 0): CommittedOffset(57)})  # the group moves on
+    await c._complete("slow", prepared, "client")  # the first coordinator, late
+    assert (await store.fetch_offsets("g"))[(t, 0)].offset == 57
+
+
 async def test_idle_ids_are_forgotten(env):
     store, wal, clock, t = env
     c = coordinator(store, wal, clock)

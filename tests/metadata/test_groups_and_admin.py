@@ -34,6 +34,24 @@ async def test_many_partitions_commit_in_one_call(store):
     assert await store.fetch_offsets("wide-group") == offsets
 
 
+async def test_offsets_committed_only_while_a_registry_key_is_unchanged(store):
+    """A transaction's offsets are written only while its stored state is the decision they
+    belong to (the transaction coordinator's `_complete`): the compare and the write are one
+    step, in one call and in one spanning several etcd transactions."""
+    t = (await store.create_topic("cond", 300)).topic_id
+    assert await store.registry_write({"transactions/x": b"prepared"}, {})
+    revision = (await store.registry_get("transactions/x")).revision
+    assert await store.commit_offsets("g", {(t, 0): CommittedOffset(41)}, if_unchanged={"transactions/x": revision})
+    assert await store.registry_write({"transactions/x": b"complete"}, {"transactions/x": revision})
+    assert not await store.commit_offsets("g", {(t, 0): CommittedOffset(12)}, if_unchanged={"transactions/x": revision})
+    wide = {(t, p): CommittedOffset(p) for p in range(300)}
+    assert not await store.commit_offsets("g", wide, if_unchanged={"transactions/x": revision})
+    assert await store.fetch_offsets("g") == {(t, 0): CommittedOffset(41)}
+    now = (await store.registry_get("transactions/x")).revision
+    assert await store.commit_offsets("g", wide, if_unchanged={"transactions/x": now})
+    assert await store.fetch_offsets("g") == wide
+
+
 async def test_group_state_blob(store):
     assert await store.load_group("g") is None
     await store.save_group("g", b"\x00generation 1")
