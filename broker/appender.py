@@ -27,6 +27,7 @@ def commit_fn(metadata: MetadataStore):
                 base_sequence=summary.base_sequence,
                 transactional=summary.transactional,
                 control=summary.control,
+                txn_guard=summary.txn_guard,
             )
             for chunk, summary, start in zip(chunks, metas, encoded.chunk_starts, strict=True)
         )

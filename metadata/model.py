@@ -108,6 +108,10 @@ class Append:
     base_sequence: int = -1
     transactional: bool = False  # the batches belong to the producer's open transaction on the partition
     control: int = NOT_CONTROL  # a transaction marker ends that transaction: ABORT_MARKER or COMMIT_MARKER
+    # A transactional batch's guard (sequencer.ProducerState.last_marker): the producer's last
+    # marker offset on the partition as the broker saw it before verifying the batch; stored only
+    # if no marker came since. None: no guard (the broker's own writes, tests).
+    txn_guard: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,11 @@ from .model import (
 TopicPartition = tuple[uuid.UUID, int]
 ProducerKey = tuple[int, uuid.UUID, int]  # (producer_id, topic_id, partition)
 
+# A transactional batch whose guard no longer holds: retriable (as a verification that could not be
+# made, api00_produce): a late batch's producer has moved on, a current one sends it again and the
+# broker verifies it again.
+TXN_GUARD_FAILED = ErrorCode.not_enough_replicas
+
 REMEMBERED_BATCHES = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN; clients pipeline at most 5
 SEQUENCE_MODULUS = 2**31  # sequences wrap from Int.MaxValue to 0
 
@@ -70,6 +75,12 @@ class ProducerState(NamedTuple):
     epoch: int
     batches: tuple[BatchSequence, ...]  # oldest first, at most REMEMBERED_BATCHES
     txn_first_offset: int = -1  # the first offset of the producer's open transaction here; -1: none
+    # The offset of the last marker that ended a transaction of the producer here; -1: none. A
+    # transactional batch carries the value the broker saw when it accepted it (Append.txn_guard,
+    # as Kafka's VerificationGuard): a marker written since ended the transaction it was verified
+    # for, and the batch, late, is refused rather than opening a transaction the next one's marker
+    # would end.
+    last_marker: int = -1
 
     def find(self, epoch: int, first_seq: int, last_seq: int) -> BatchSequence | None:
         if epoch != self.epoch:
@@ -87,14 +98,14 @@ class ProducerState(NamedTuple):
         if transactional and txn_first < 0:
             txn_first = batch.base_offset
         if epoch != self.epoch:
-            return ProducerState(epoch, (batch,), txn_first)
-        return ProducerState(epoch, self.batches[1 - REMEMBERED_BATCHES :] + (batch,), txn_first)
+            return ProducerState(epoch, (batch,), txn_first, self.last_marker)
+        return ProducerState(epoch, self.batches[1 - REMEMBERED_BATCHES :] + (batch,), txn_first, self.last_marker)
 
-    def ended(self, epoch: int) -> ProducerState:
-        """The state once a marker at `epoch` (not older than this state's) ends the open
-        transaction. A marker at a newer epoch (Kafka's transactions v2 bump, or the abort that
-        fences a zombie) starts that epoch with no batches: its next batch is sequence 0."""
-        return ProducerState(epoch, self.batches if epoch == self.epoch else ())
+    def ended(self, epoch: int, marker_offset: int) -> ProducerState:
+        """The state once a marker at `epoch` (not older than this state's), at `marker_offset`,
+        ends the open transaction. A marker at a newer epoch (Kafka's transactions v2 bump, or the
+        abort that fences a zombie) starts that epoch with no batches: its next batch is sequence 0."""
+        return ProducerState(epoch, self.batches if epoch == self.epoch else (), -1, marker_offset)
 
 
 @dataclass(slots=True)
@@ -175,11 +186,11 @@ def sequence(
                     run_tp = None
                 continue
             if state is None:
-                new_producers[pkey] = ProducerState(a.producer_epoch, ())
+                new_producers[pkey] = ProducerState(a.producer_epoch, (), -1, next_offset)
             else:
                 if a.control == ABORT_MARKER and state.txn_first_offset >= 0:
                     new_aborted.setdefault(tp, []).append(AbortedTransaction(next_offset, state.txn_first_offset, a.producer_id))
-                new_producers[pkey] = state.ended(a.producer_epoch)
+                new_producers[pkey] = state.ended(a.producer_epoch, next_offset)
         elif a.producer_id >= 0:
             pkey = (a.producer_id, a.topic_id, a.partition)
             state = new_producers.get(pkey) or producers.get(pkey)
@@ -195,11 +206,15 @@ def sequence(
                     continue
                 if a.producer_epoch < state.epoch:
                     error = ErrorCode.invalid_producer_epoch
+                elif a.txn_guard is not None and a.txn_guard != state.last_marker:
+                    error = TXN_GUARD_FAILED
                 elif a.producer_epoch > state.epoch:
                     if a.base_sequence != 0:
                         error = ErrorCode.out_of_order_sequence_number
                 elif a.base_sequence != ((state.batches[-1].last_seq + 1) % SEQUENCE_MODULUS if state.batches else 0):
                     error = ErrorCode.out_of_order_sequence_number
+            elif a.txn_guard is not None and a.txn_guard != -1:
+                error = TXN_GUARD_FAILED  # verified against a state that has expired (or was never here)
             if error:
                 results.append(AppendResult(error, -1, log_start))
                 if run_tp is not None:

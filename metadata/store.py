@@ -302,6 +302,11 @@ class MetadataStore(abc.ABC):
         known (id, epoch) is given. Returns (producer_id, producer_epoch)."""
 
     @abc.abstractmethod
+    def producer_state(self, topic_id: uuid.UUID, partition: int, producer_id: int) -> ProducerState | None:
+        """The producer's state on the partition as the sequencer reads it (expired or not), from
+        the in-memory view: the produce handler takes a transactional batch's guard from it."""
+
+    @abc.abstractmethod
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
         """The idempotent producers the sequencer remembers on one partition, by producer id
         (DescribeProducers); empty for an unknown partition. Served from the in-memory view."""

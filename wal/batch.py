@@ -105,6 +105,7 @@ class RecordsSummary:
     transactional: bool  # attributes bit 4 of any batch
     compression: int  # attributes & 0x7 of the first batch
     control: int = -1  # a transaction marker the broker wrote: its control type (0 abort, 1 commit); clients' batches -1
+    txn_guard: int | None = None  # a transactional batch's guard, set by the produce handler (metadata.model.Append)
 
 
 @dataclass(slots=True, unsafe_hash=True)  # made per batch: not frozen, which costs 4x in __init__ (metadata/model.py)

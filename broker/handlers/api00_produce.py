@@ -104,6 +104,10 @@ def produce(ctx, request) -> asyncio.Future:
                 view = views[p.index] if p.index < len(views) else None
                 if view is None or view.txn_starts is None or summary.producer_id not in view.txn_starts:
                     checks.append((info.topic_id, p.index))  # the transaction's first records here
+                # Its guard, taken before any verification: stored only if no marker of the
+                # producer lands here before it (a late batch of a transaction ended since is refused).
+                state = s.metadata.producer_state(info.topic_id, p.index, summary.producer_id)
+                summary = dataclasses.replace(summary, txn_guard=state.last_marker if state is not None else -1)
             submits.append((parts, len(parts), Chunk(info.topic_id, p.index, data, summary.batch_count, summary.record_count, summary.max_timestamp), summary))
             parts.append((p.index, None, ErrorCode.none, None, 0, ()))
         plan.append((topic.name, parts))

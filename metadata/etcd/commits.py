@@ -346,6 +346,10 @@ class _Commits:
                     part.add_aborted(a)
         return touched
 
+    def producer_state(self, topic_id: uuid.UUID, partition: int, producer_id: int) -> ProducerState | None:
+        part = self._partitions.get((topic_id, partition))
+        return None if part is None else part.producers.get(producer_id)
+
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
         part = self._partitions.get((topic_id, partition))
         if part is None:

@@ -33,8 +33,38 @@ def test_a_transactional_batch_opens_the_transaction_and_its_marker_ends_it():
     assert second.producers[(5, T, 0)].txn_first_offset == 5  # still the transaction's first offset
     ended = sequence(commit(marker(0, 0, 5, 0, COMMIT_MARKER)), {(T, 0): Head(10)}, second.producers)
     assert ended.results[0].base_offset == 10  # a marker takes an offset
-    assert ended.producers[(5, T, 0)] == ProducerState(0, second.producers[(5, T, 0)].batches)  # batches kept at the same epoch
+    assert ended.producers[(5, T, 0)] == ProducerState(0, second.producers[(5, T, 0)].batches, -1, 10)  # batches kept at the same epoch; the marker's offset
     assert ended.aborted == {}
+
+
+def test_a_late_batch_of_an_ended_transaction_is_refused_by_its_guard():
+    """Issue 42 finding 1: a transactional batch verified while its transaction was open (guard:
+    the producer's last marker offset then, -1) is held up behind a slow PUT; the transaction is
+    aborted (its marker at 4). Sequenced after the marker, the batch would open a transaction the
+    producer's next one's marker commits (an aborted read). Its guard no longer holds: refused,
+    retriably, and the partition's state is unchanged. The next transaction's batches, verified
+    after the marker (guard 4), are stored; a duplicate's retry is still answered as a duplicate."""
+    guarded = lambda start, count, seq, guard: replace(txn(0, start, count, pid=5, epoch=0, seq=seq), txn_guard=guard)  # noqa: E731
+    first = sequence(commit(guarded(0, 2, 0, -1)), {(T, 0): Head(0)}, {})
+    assert [(r.error_code, r.base_offset) for r in first.results] == [(0, 0)]
+    assert first.producers[(5, T, 0)].last_marker == -1
+    ended = sequence(commit(marker(0, 0, 5, 0, ABORT_MARKER)), {(T, 0): Head(2)}, first.producers)
+    assert ended.producers[(5, T, 0)] == ProducerState(0, first.producers[(5, T, 0)].batches, -1, 2)
+    late = sequence(commit(guarded(0, 1, 2, -1)), {(T, 0): Head(3)}, ended.producers)
+    assert [(r.error_code, r.base_offset) for r in late.results] == [(ErrorCode.not_enough_replicas, -1)]
+    assert late.producers == {} and late.heads == {}
+    retried = sequence(commit(guarded(0, 2, 0, -1)), {(T, 0): Head(3)}, ended.producers)
+    assert [(r.error_code, r.base_offset, r.duplicate) for r in retried.results] == [(0, 0, True)]
+    current = sequence(commit(guarded(0, 1, 2, 2), guarded(10, 1, 3, 2)), {(T, 0): Head(3)}, ended.producers)
+    assert [(r.error_code, r.base_offset) for r in current.results] == [(0, 3), (0, 4)]
+    assert current.producers[(5, T, 0)].txn_first_offset == 3
+    # a guard taken from a state the sequencer does not have (expired since) is refused too
+    unknown = sequence(commit(replace(txn(0, 0, 1, pid=6, epoch=0, seq=0), txn_guard=7)), {(T, 0): Head(5)}, {})
+    assert [r.error_code for r in unknown.results] == [ErrorCode.not_enough_replicas]
+    # a fenced producer is told so, whatever its guard (the abort that fenced it bumped the epoch)
+    bumped = sequence(commit(marker(0, 0, 5, 1, ABORT_MARKER)), {(T, 0): Head(5)}, current.producers)
+    fenced = sequence(commit(guarded(0, 1, 4, -1)), {(T, 0): Head(6)}, bumped.producers)
+    assert [r.error_code for r in fenced.results] == [ErrorCode.invalid_producer_epoch]
 
 
 def test_an_abort_marker_records_the_aborted_range():
@@ -49,7 +79,7 @@ def test_a_marker_with_a_stale_epoch_is_refused_and_a_newer_one_starts_its_epoch
     stale = sequence(commit(marker(0, 0, 3, 3, ABORT_MARKER)), {(T, 0): Head(1)}, opened.producers)
     assert stale.results[0].error_code == ErrorCode.invalid_producer_epoch and not stale.changed
     bumped = sequence(commit(marker(0, 0, 3, 5, ABORT_MARKER)), {(T, 0): Head(1)}, opened.producers)
-    assert bumped.producers[(3, T, 0)] == ProducerState(5, ())
+    assert bumped.producers[(3, T, 0)] == ProducerState(5, (), -1, 1)  # the marker at offset 1
     # at the new epoch the producer starts at sequence 0, and only there
     producers = bumped.producers
     assert sequence(commit(txn(0, 0, 1, pid=3, epoch=5, seq=1)), {(T, 0): Head(2)}, producers).results[0].error_code == ErrorCode.out_of_order_sequence_number
@@ -61,7 +91,7 @@ def test_a_marker_with_a_stale_epoch_is_refused_and_a_newer_one_starts_its_epoch
 def test_a_marker_for_a_partition_the_producer_never_wrote_is_stored():
     got = sequence(commit(marker(0, 0, 8, 0, COMMIT_MARKER)), {(T, 0): Head(3)}, {})
     assert got.results[0].base_offset == 3 and got.heads == {(T, 0): 4}
-    assert got.producers[(8, T, 0)] == ProducerState(0, ()) and got.aborted == {}
+    assert got.producers[(8, T, 0)] == ProducerState(0, (), -1, 3) and got.aborted == {}
 
 
 async def test_last_stable_offset_and_aborted_transactions_in_the_store(open_store):
