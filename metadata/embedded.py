@@ -482,13 +482,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
 
     async def _write_if_unchanged(self, statements: list[tuple[str, Any, bool]], expect: dict[str, int]) -> bool:
         def compare_and_write() -> bool:
-            db = self._db
-            if db is None:
-                raise sqlite3.OperationalError("database is closed")
-            for key, revision in expect.items():
-                row = db.execute("SELECT revision FROM registry WHERE key = ?", (key,)).fetchone()
-                if (row[0] if row else 0) != revision:
-                    return False
+            if not self._registry_matches(expect):
+                return False
             self._transaction(statements)
             return True
 
@@ -543,8 +538,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         except (sqlite3.Error, OSError) as e:
             raise MetadataUnavailable(f"metadata write failed: {e}") from e
 
-    def _registry_transaction(self, writes: dict[str, bytes | None], expect: dict[str, int]) -> bool:
-        """The compare and the writes in one SQLite transaction (the lock keeps other writers out)."""
+    def _registry_matches(self, expect: dict[str, int]) -> bool:
+        """Whether every registry key of `expect` is at its revision (0: absent); under the lock."""
         db = self._db
         if db is None:
             raise sqlite3.OperationalError("database is closed")
@@ -552,6 +547,13 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             row = db.execute("SELECT revision FROM registry WHERE key = ?", (key,)).fetchone()
             if (row[0] if row else 0) != revision:
                 return False
+        return True
+
+    def _registry_transaction(self, writes: dict[str, bytes | None], expect: dict[str, int]) -> bool:
+        """The compare and the writes in one SQLite transaction (the lock keeps other writers out)."""
+        if not self._registry_matches(expect):
+            return False
+        db = self._db
         row = db.execute("SELECT value FROM counters WHERE name = 'registry_revision'").fetchone()
         revision = (row[0] if row else 0) + 1
         statements: list[tuple[str, Any, bool]] = [("INSERT OR REPLACE INTO counters VALUES ('registry_revision', ?)", (revision,), False)]
