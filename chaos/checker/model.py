@@ -204,14 +204,27 @@ class Model:
         return known
 
     def visible_between(self, key: str, read_committed: bool, after: int, before: int) -> list[int]:
-        """Offsets strictly between `after` and `before` holding a record this consumer should see."""
+        """Offsets strictly between `after` and `before` holding a record this consumer should see:
+        for read_committed, a committed one; for read_uncommitted, any but those of transactions
+        known aborted, which leave the Kafka view once compaction takes their range (their
+        records never become rows: docs/GAPS.md), so a reader may or may not see them."""
         cache_key = (key, read_committed)
         offsets = self._visible.get(cache_key)
         if offsets is None:
             at = self.positions.get(key, {})
-            offsets = sorted(o for o, vids in at.items() if not read_committed or any(self._vid_committed(v) for v in vids))
+            if read_committed:
+                offsets = sorted(o for o, vids in at.items() if any(self._vid_committed(v) for v in vids))
+            else:
+                offsets = sorted(o for o, vids in at.items() if not all(self._vid_aborted(v) for v in vids))
             self._visible[cache_key] = offsets
         return offsets[bisect_right(offsets, after) : bisect_right(offsets, before - 1)]
+
+    def _vid_aborted(self, value: Any) -> bool:
+        """Whether the value was written by a transaction that definitely ended aborted (`fail`)."""
+        if isinstance(value, tuple):
+            return False
+        send = self.writer.get(value)
+        return send is not None and send.event.txn and send.event.type == FAIL
 
     def _vid_committed(self, value: Any) -> bool:
         if isinstance(value, tuple) or value in self.rc_values:
