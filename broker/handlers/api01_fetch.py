@@ -214,7 +214,7 @@ async def fetch(ctx, request):
                                     prefetched.update(await s.reader.read_many(more_ranges, unread))
                                 plan = planned.get((info.topic_id, index))
                                 if plan is None:
-                                    plan = _plan_partition(view, fetch_offset, bounded)
+                                    plan = _plan_partition(view, fetch_offset, bounded, _read_end(view, bounded))
                             budget = min(p.partition_max_bytes, max_bytes - total)
                             # a read_committed fetch's records stop where they stopped when planned
                             records, cut, failed = await _partition_records(s, plan.entries, fetch_offset, budget, total == 0, prefetched, unread, (info, index), plan.end if bounded else NO_END)
@@ -275,12 +275,16 @@ class _Plan(NamedTuple):
     aborted: tuple = ()
 
 
-def _plan_partition(view, fetch_offset: int, read_committed: bool) -> _Plan:
+def _read_end(view, read_committed: bool) -> int:
+    """Where a fetch's records stop: the high watermark, or for read_committed the last stable
+    offset (the high watermark until the partition first has a transaction: the cheap test)."""
+    return view.next_offset if not read_committed or view.txn_starts is None else view.last_stable_offset
+
+
+def _plan_partition(view, fetch_offset: int, read_committed: bool, end: int) -> _Plan:
+    """The partition's _Plan; `end` is `_read_end` taken at the same moment."""
     entries = view.from_offset(fetch_offset, ENTRIES_PER_PARTITION)
-    if not read_committed:
-        return _Plan(entries, view.next_offset)
-    end = view.next_offset if view.txn_starts is None else view.last_stable_offset
-    return _Plan(entries, end, _aborted_candidates(view, fetch_offset, end))
+    return _Plan(entries, end, _aborted_candidates(view, fetch_offset, end) if read_committed else ())
 
 
 def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compacted=None, read_committed: bool = False):
@@ -305,12 +309,12 @@ def _plan_reads(resolved, max_bytes: int, start: tuple[int, int] = (0, 0), compa
             view = views[index]
             if view is None:
                 continue
-            end = view.next_offset if not read_committed or view.txn_starts is None else view.last_stable_offset  # as in `fetch`
+            end = _read_end(view, read_committed)
             if not view.log_start_offset <= fetch_offset < end:
                 continue
             if total >= max_bytes:
                 return planned, ranges
-            plan = planned[(info.topic_id, index)] = _plan_partition(view, fetch_offset, read_committed)
+            plan = planned[(info.topic_id, index)] = _plan_partition(view, fetch_offset, read_committed, end)
             budget = min(p.partition_max_bytes, max_bytes - total)
             used = 0
             for entry in plan.entries:
