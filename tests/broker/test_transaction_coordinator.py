@@ -99,17 +99,24 @@ async def test_a_retried_epoch_bump_is_answered_the_epoch_it_bumped_to(env):
         await c.init_producer_id("bump", 30_000, pid, epoch + 2)
 
 
+async def decided_commit(c: TransactionCoordinator, store, t, transactional_id: str):
+    """A transaction of records on partition 2 and group g's offset 41 on partition 0, its commit
+    decided (PREPARE_COMMIT stored) and not carried out, as a coordinator leaves it that stops
+    before the markers; returns the stored decision."""
+    pid, epoch = await c.init_producer_id(transactional_id, 30_000)
+    await c.add_partitions(transactional_id, pid, epoch, [(t, 2)])
+    await c.add_offsets(transactional_id, pid, epoch, "g")
+    await c.commit_offsets(transactional_id, pid, epoch, "g", {(t, 0): CommittedOffset(41)})
+    await records(store, t, 2, pid, epoch, 0)
+    txn, revision = await c.load(transactional_id)
+    prepared = txn.with_(status=Status.PREPARE_COMMIT)
+    assert await store.registry_write({key_of(transactional_id): prepared.encode()}, {key_of(transactional_id): revision})
+    return prepared
+
+
 async def test_a_decided_transaction_whose_coordinator_died_is_completed_by_the_sweep(env):
     store, wal, clock, t = env
-    c = coordinator(store, wal, clock)
-    pid, epoch = await c.init_producer_id("decided", 30_000)
-    await c.add_partitions("decided", pid, epoch, [(t, 2)])
-    await c.add_offsets("decided", pid, epoch, "g")
-    await c.commit_offsets("decided", pid, epoch, "g", {(t, 0): CommittedOffset(41)})
-    await records(store, t, 2, pid, epoch, 0)
-    # the coordinator stored its decision, then died before the markers
-    txn, revision = await c.load("decided")
-    assert await store.registry_write({key_of("decided"): txn.with_(status=Status.PREPARE_COMMIT).encode()}, {key_of("decided"): revision})
+    await decided_commit(coordinator(store, wal, clock), store, t, "decided")  # then its coordinator died
     successor = coordinator(store, wal, clock)
     assert await successor.sweep() == 0  # within the grace: its coordinator may still be writing them
     clock.now += 11.0
@@ -127,14 +134,7 @@ async def test_a_late_completer_does_not_write_the_transactions_offsets_again(en
     only while the stored state is the decision they belong to."""
     store, wal, clock, t = env
     c = coordinator(store, wal, clock)
-    pid, epoch = await c.init_producer_id("slow", 30_000)
-    await c.add_partitions("slow", pid, epoch, [(t, 2)])
-    await c.add_offsets("slow", pid, epoch, "g")
-    await c.commit_offsets("slow", pid, epoch, "g", {(t, 0): CommittedOffset(41)})
-    await records(store, t, 2, pid, epoch, 0)
-    txn, revision = await c.load("slow")
-    prepared = txn.with_(status=Status.PREPARE_COMMIT)
-    assert await store.registry_write({key_of("slow"): prepared.encode()}, {key_of("slow"): revision})
+    prepared = await decided_commit(c, store, t, "slow")
     clock.now += 11.0
     assert await coordinator(store, wal, clock).sweep() == 1  # completed by another
     assert (await store.fetch_offsets("g"))[(t, 0)].offset == 41
