@@ -28,6 +28,7 @@ def commit_fn(metadata: MetadataStore):
                 transactional=summary.transactional,
                 control=summary.control,
                 txn_guard=summary.txn_guard,
+                txn_generation=summary.txn_generation,
             )
             for chunk, summary, start in zip(chunks, metas, encoded.chunk_starts, strict=True)
         )

@@ -11,7 +11,8 @@ SQLite layout (WAL journal, synchronous=FULL):
     partitions(topic_id, partition, next_offset, log_start_offset)          PK (topic_id, partition)
     index_entries(topic_id, partition, base_offset, last_offset, object_key, object_type,
                   start, size, max_timestamp)                              PK (topic_id, partition, base_offset)
-    producer_states(producer_id, topic_id, partition, epoch, batches, last_used, txn_first_offset, last_marker)
+    producer_states(producer_id, topic_id, partition, epoch, batches, last_used, txn_first_offset,
+                    last_marker, txn_generation)
                                                     PK (producer_id, topic_id, partition)
                                                     -- batches: JSON [[first_seq, last_seq, base_offset], ...];
                                                     -- last_used: ms, for expiry (0 in databases from before it);
@@ -76,6 +77,7 @@ CREATE TABLE IF NOT EXISTS producer_states (
     producer_id INTEGER NOT NULL, topic_id TEXT NOT NULL, partition INTEGER NOT NULL,
     epoch INTEGER NOT NULL, batches TEXT NOT NULL, last_used INTEGER NOT NULL DEFAULT 0,
     txn_first_offset INTEGER NOT NULL DEFAULT -1, last_marker INTEGER NOT NULL DEFAULT -1,
+    txn_generation INTEGER NOT NULL DEFAULT -1,
     PRIMARY KEY (producer_id, topic_id, partition)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS aborted_transactions (
@@ -160,11 +162,13 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             db.execute("ALTER TABLE producer_states ADD COLUMN txn_first_offset INTEGER NOT NULL DEFAULT -1")
         if "last_marker" not in columns:  # a database from before transactional batches' guards
             db.execute("ALTER TABLE producer_states ADD COLUMN last_marker INTEGER NOT NULL DEFAULT -1")
+        if "txn_generation" not in columns:  # a database from before transactions' generations
+            db.execute("ALTER TABLE producer_states ADD COLUMN txn_generation INTEGER NOT NULL DEFAULT -1")
         return (
             db.execute("SELECT topic_id, name, partitions, configs FROM topics").fetchall(),
             db.execute("SELECT topic_id, partition, next_offset, log_start_offset FROM partitions").fetchall(),
             db.execute("SELECT topic_id, partition, base_offset, last_offset, object_key, object_type, start, size, max_timestamp FROM index_entries ORDER BY topic_id, partition, base_offset").fetchall(),
-            db.execute("SELECT producer_id, topic_id, partition, epoch, batches, last_used, txn_first_offset, last_marker FROM producer_states").fetchall(),
+            db.execute("SELECT producer_id, topic_id, partition, epoch, batches, last_used, txn_first_offset, last_marker, txn_generation FROM producer_states").fetchall(),
             db.execute("SELECT topic_id, partition, last_offset, first_offset, producer_id FROM aborted_transactions").fetchall(),
             db.execute("SELECT producer_id, epoch FROM producer_epochs").fetchall(),
             db.execute("SELECT value FROM counters WHERE name = 'next_producer_id'").fetchall(),
@@ -189,8 +193,8 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         for tid, p, base, last, key, otype, start, size, max_ts in entries:
             self._partitions[(uuid.UUID(hex=tid), p)].add(IndexEntry(base, last, key, ObjectType(otype), start, size, max_ts))
         now = self._now_ms()
-        for pid, tid, p, epoch, batches, used, txn_first, last_marker in producers:
-            state = ProducerState(epoch, tuple(BatchSequence(*b) for b in json.loads(batches)), txn_first, last_marker)
+        for pid, tid, p, epoch, batches, used, txn_first, last_marker, generation in producers:
+            state = ProducerState(epoch, tuple(BatchSequence(*b) for b in json.loads(batches)), txn_first, last_marker, generation)
             key = (pid, uuid.UUID(hex=tid), p)
             self._producers[key], self._producer_used[key] = state, used or now
             view = self._partitions.get(key[1:])
@@ -336,11 +340,11 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
     def _commit_statements(seq: Sequenced, now: int) -> list[tuple[str, Any, bool]]:
         rows = [(tp[0].hex, tp[1], e.base_offset, e.last_offset, e.object_key, int(e.object_type), e.start, e.size, e.max_timestamp) for tp, entries in seq.entries.items() for e in entries]
         heads = [(offset, tp[0].hex, tp[1]) for tp, offset in seq.heads.items()]
-        states = [(pid, tid.hex, p, s.epoch, json.dumps([list(b) for b in s.batches]), now, s.txn_first_offset, s.last_marker) for (pid, tid, p), s in seq.producers.items()]
+        states = [(pid, tid.hex, p, s.epoch, json.dumps([list(b) for b in s.batches]), now, s.txn_first_offset, s.last_marker, s.txn_generation) for (pid, tid, p), s in seq.producers.items()]
         statements = [
             ("INSERT INTO index_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows, True),
             ("UPDATE partitions SET next_offset = ? WHERE topic_id = ? AND partition = ?", heads, True),
-            ("INSERT OR REPLACE INTO producer_states VALUES (?, ?, ?, ?, ?, ?, ?, ?)", states, True),
+            ("INSERT OR REPLACE INTO producer_states VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", states, True),
         ]
         if seq.aborted:
             aborted = [(tid.hex, p, a.last_offset, a.first_offset, a.producer_id) for (tid, p), txns in seq.aborted.items() for a in txns]

@@ -112,6 +112,9 @@ class Append:
     # marker offset on the partition as the broker saw it before verifying the batch; stored only
     # if no marker came since. None: no guard (the broker's own writes, tests).
     txn_guard: int | None = None
+    # The coordinator's generation of the transaction a marker ends, or that a transactional batch
+    # was verified for (sequencer.ProducerState.txn_generation); -1: unnamed.
+    txn_generation: int = -1
 
 
 @dataclass(frozen=True, slots=True)

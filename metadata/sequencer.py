@@ -12,6 +12,13 @@ last stable offset is the least of those (`PartitionView.last_stable_offset`). A
 batch the transaction coordinator writes) takes an offset like any batch, is refused with a stale
 epoch, closes the transaction, and an abort marker records the aborted range
 (`Sequenced.aborted`, Kafka's aborted transaction index).
+
+Beyond Kafka (transactions v1), a transaction has a name here: the coordinator's generation of the
+producer's transactions (`metadata.transactions.Transaction.generation`), carried by the batch that
+opens it on a partition (verified against the coordinator) and by its markers, and kept in the
+producer's state. A marker applies only to the transaction it names: one that is late (its
+transaction ended here already, or the next one is open) changes nothing and takes no offset. A
+batch verified for a transaction that is not the one open here is refused.
 """
 
 from __future__ import annotations
@@ -81,6 +88,9 @@ class ProducerState(NamedTuple):
     # for, and the batch, late, is refused rather than opening a transaction the next one's marker
     # would end.
     last_marker: int = -1
+    # The coordinator's generation of the open transaction here, or of the last one that opened or
+    # ended here (-1: unknown, a state from before generations or a batch that was not verified).
+    txn_generation: int = -1
 
     def find(self, epoch: int, first_seq: int, last_seq: int) -> BatchSequence | None:
         if epoch != self.epoch:
@@ -90,22 +100,33 @@ class ProducerState(NamedTuple):
                 return b
         return None
 
-    def after(self, epoch: int, batch: BatchSequence, transactional: bool = False) -> ProducerState:
+    def after(self, epoch: int, batch: BatchSequence, transactional: bool = False, generation: int = -1) -> ProducerState:
         """The state once `batch` is stored; a transactional batch opens the producer's
-        transaction here if none is open (an open one stays open across an epoch bump: only its
-        marker closes it)."""
-        txn_first = self.txn_first_offset
+        transaction here if none is open, as the coordinator's `generation` (an open one stays
+        open across an epoch bump: only its marker closes it)."""
+        txn_first, txn_generation = self.txn_first_offset, self.txn_generation
         if transactional and txn_first < 0:
-            txn_first = batch.base_offset
-        if epoch != self.epoch:
-            return ProducerState(epoch, (batch,), txn_first, self.last_marker)
-        return ProducerState(epoch, self.batches[1 - REMEMBERED_BATCHES :] + (batch,), txn_first, self.last_marker)
+            txn_first, txn_generation = batch.base_offset, generation
+        batches = (batch,) if epoch != self.epoch else self.batches[1 - REMEMBERED_BATCHES :] + (batch,)
+        return ProducerState(epoch, batches, txn_first, self.last_marker, txn_generation)
 
-    def ended(self, epoch: int, marker_offset: int) -> ProducerState:
+    def ended(self, epoch: int, marker_offset: int, generation: int = -1) -> ProducerState:
         """The state once a marker at `epoch` (not older than this state's), at `marker_offset`,
-        ends the open transaction. A marker at a newer epoch (Kafka's transactions v2 bump, or the
-        abort that fences a zombie) starts that epoch with no batches: its next batch is sequence 0."""
-        return ProducerState(epoch, self.batches if epoch == self.epoch else (), -1, marker_offset)
+        ends the open transaction (`generation`, -1: unnamed). A marker at a newer epoch (Kafka's
+        transactions v2 bump, or the abort that fences a zombie) starts that epoch with no
+        batches: its next batch is sequence 0."""
+        batches = self.batches if epoch == self.epoch else ()
+        return ProducerState(epoch, batches, -1, marker_offset, generation if generation >= 0 else self.txn_generation)
+
+    def holds_another(self, generation: int) -> bool:
+        """Is the transaction named `generation` not this state's to open or end: another one is
+        open here, or it (or a later one) ended here already? Unknown generations (-1, on either
+        side) name nothing and hold nothing."""
+        if generation < 0 or self.txn_generation < 0:
+            return False
+        if self.txn_first_offset >= 0:
+            return self.txn_generation != generation
+        return self.txn_generation >= generation
 
 
 @dataclass(slots=True)
@@ -185,12 +206,19 @@ def sequence(
                     close_run()
                     run_tp = None
                 continue
+            if state is not None and state.holds_another(a.txn_generation):
+                # late: the transaction it ends ended here already, or the next one is open
+                results.append(AppendResult(ErrorCode.none, -1, log_start))
+                if run_tp is not None:
+                    close_run()
+                    run_tp = None
+                continue
             if state is None:
-                new_producers[pkey] = ProducerState(a.producer_epoch, (), -1, next_offset)
+                new_producers[pkey] = ProducerState(a.producer_epoch, (), -1, next_offset, a.txn_generation)
             else:
                 if a.control == ABORT_MARKER and state.txn_first_offset >= 0:
                     new_aborted.setdefault(tp, []).append(AbortedTransaction(next_offset, state.txn_first_offset, a.producer_id))
-                new_producers[pkey] = state.ended(a.producer_epoch, next_offset)
+                new_producers[pkey] = state.ended(a.producer_epoch, next_offset, a.txn_generation)
         elif a.producer_id >= 0:
             pkey = (a.producer_id, a.topic_id, a.partition)
             state = new_producers.get(pkey) or producers.get(pkey)
@@ -208,6 +236,8 @@ def sequence(
                     error = ErrorCode.invalid_producer_epoch
                 elif a.txn_guard is not None and a.txn_guard != state.last_marker:
                     error = TXN_GUARD_FAILED
+                elif a.transactional and state.holds_another(a.txn_generation):
+                    error = TXN_GUARD_FAILED  # verified for a transaction that is not the one here
                 elif a.producer_epoch > state.epoch:
                     if a.base_sequence != 0:
                         error = ErrorCode.out_of_order_sequence_number
@@ -223,9 +253,11 @@ def sequence(
                 continue
             batch = BatchSequence(a.base_sequence, last_seq, next_offset)
             if state is not None:
-                new_producers[pkey] = state.after(a.producer_epoch, batch, a.transactional)
+                new_producers[pkey] = state.after(a.producer_epoch, batch, a.transactional, a.txn_generation)
+            elif a.transactional:
+                new_producers[pkey] = ProducerState(a.producer_epoch, (batch,), next_offset, -1, a.txn_generation)
             else:
-                new_producers[pkey] = ProducerState(a.producer_epoch, (batch,), next_offset if a.transactional else -1)
+                new_producers[pkey] = ProducerState(a.producer_epoch, (batch,))
 
         # Stored: take the offsets and extend or open the index run.
         last_offset = next_offset + a.record_count - 1

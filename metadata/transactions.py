@@ -75,6 +75,10 @@ class Transaction:
     # The epoch the producer held before the coordinator bumped it to fence a zombie or abort a
     # timed-out transaction: that producer may still init again with it (KIP-360); -1: none.
     previous_epoch: int = -1
+    # How many transactions the id has begun: the name of the open (or last) one, carried by the
+    # batch that opens it on a partition and by its markers (metadata/sequencer.py), so that a
+    # late marker or a late batch of one transaction never ends or joins another.
+    generation: int = 0
     extra: dict = field(default_factory=dict, compare=False)  # fields of a newer version, kept as read
 
     def with_(self, **changes) -> Transaction:
@@ -94,6 +98,7 @@ class Transaction:
                 "started_ms": self.started_ms,
                 "updated_ms": self.updated_ms,
                 "previous_epoch": self.previous_epoch,
+                "generation": self.generation,
             },
             separators=(",", ":"),
         ).encode()
@@ -101,7 +106,7 @@ class Transaction:
     @classmethod
     def decode(cls, raw: bytes) -> Transaction:
         d = json.loads(raw)
-        known = ("pid", "epoch", "timeout_ms", "status", "partitions", "groups", "offsets", "started_ms", "updated_ms", "previous_epoch")
+        known = ("pid", "epoch", "timeout_ms", "status", "partitions", "groups", "offsets", "started_ms", "updated_ms", "previous_epoch", "generation")
         return cls(
             producer_id=d["pid"],
             producer_epoch=d["epoch"],
@@ -113,6 +118,7 @@ class Transaction:
             started_ms=d.get("started_ms", -1),
             updated_ms=d.get("updated_ms", 0),
             previous_epoch=d.get("previous_epoch", -1),
+            generation=d.get("generation", 0),
             extra={k: v for k, v in d.items() if k not in known},
         )
 

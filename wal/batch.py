@@ -106,6 +106,7 @@ class RecordsSummary:
     compression: int  # attributes & 0x7 of the first batch
     control: int = -1  # a transaction marker the broker wrote: its control type (0 abort, 1 commit); clients' batches -1
     txn_guard: int | None = None  # a transactional batch's guard, set by the produce handler (metadata.model.Append)
+    txn_generation: int = -1  # the transaction a marker ends or a verified batch opens (metadata.model.Append)
 
 
 @dataclass(slots=True, unsafe_hash=True)  # made per batch: not frozen, which costs 4x in __init__ (metadata/model.py)

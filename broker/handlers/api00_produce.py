@@ -230,18 +230,19 @@ def _checked(ctx, request, plan: list, submits: list, checks: list, key, previou
 
 
 async def _verify(s, request, checks: list, submits: list) -> dict:
-    """The refusals of the transactional partitions `checks`: INVALID_TXN_STATE for one not in the
-    producer's open transaction, INVALID_PRODUCER_EPOCH for a fenced producer, and the retriable
+    """The refusals of the transactional partitions `checks` (the others' batches are named the
+    open transaction's generation): INVALID_TXN_STATE for one not in the producer's open
+    transaction, INVALID_PRODUCER_EPOCH for a fenced producer, and the retriable
     NOT_ENOUGH_REPLICAS when the coordinator's state cannot be read (as Kafka answers a
     verification that could not be made)."""
     summaries = {(chunk.topic_id, chunk.partition): summary for _, _, chunk, summary in submits}
     first = summaries[checks[0]]
     try:
-        codes = await s.transactions.verify_partitions(request.transactional_id, first.producer_id, first.producer_epoch, checks)
+        verified = await s.transactions.verify_partitions(request.transactional_id, first.producer_id, first.producer_epoch, checks)
     except TransactionError as e:
         return dict.fromkeys(checks, (ErrorCode.not_enough_replicas, f"the transaction could not be verified: {e}"))
     refused = {}
-    for tp, code in codes.items():
+    for tp, code in verified.codes.items():
         summary = summaries[tp]
         if (summary.producer_id, summary.producer_epoch) != (first.producer_id, first.producer_epoch):
             refused[tp] = (ErrorCode.invalid_record, "batches of one request belong to one producer")
@@ -249,6 +250,8 @@ async def _verify(s, request, checks: list, submits: list) -> dict:
             refused[tp] = (ErrorCode.invalid_producer_epoch, "the producer was fenced by a newer one with its transactional id")
         elif code != ErrorCode.none:
             refused[tp] = (ErrorCode.invalid_txn_state, "the partition is not in the producer's open transaction (AddPartitionsToTxn)")
+    for tp in verified.codes.keys() - refused.keys():
+        summaries[tp].txn_generation = verified.generation  # it opens that transaction here, no other
     for code, _ in refused.values():
         TRANSACTIONAL_PRODUCE_REFUSED.labels(code.name.lower()).inc()
     if refused:

@@ -44,7 +44,7 @@ async def _results(ctx, transactional_id: str, producer_id: int, producer_epoch:
         try:
             if verify_only:
                 verified = await coordinator.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
-                codes = {tp: verified[(known[tp[0]].topic_id, tp[1])] for tp in asked}
+                codes = {tp: verified.codes[(known[tp[0]].topic_id, tp[1])] for tp in asked}
             else:
                 await coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
                 codes = dict.fromkeys(asked, ErrorCode.none)

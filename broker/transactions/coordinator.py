@@ -29,6 +29,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from typing import NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -44,8 +45,18 @@ log = logging.getLogger("neve.broker.transactions")
 
 ATTEMPTS = 8  # compare-and-write rounds before answering a retriable error
 # A decided transaction not complete after this long is completed by the sweep: its coordinator
-# died between the decision and the markers (or is still writing them: a marker twice is harmless).
+# died between the decision and the markers (or is still writing them: its markers name the
+# transaction, and once it is complete they change nothing).
 PREPARED_GRACE_MS = 10_000
+
+
+class Verification(NamedTuple):
+    """KIP-890's answer for a producer's partitions: each one's error (none: in the open
+    transaction), and the open transaction's generation, which the batches that open it there
+    carry (-1 when the producer is not the transactional id's)."""
+
+    codes: dict[tuple[uuid.UUID, int], ErrorCode]
+    generation: int
 
 
 class TransactionError(Exception):
@@ -191,7 +202,7 @@ class TransactionCoordinator:
                 # the epoch a producer that asked with it may ask again with (above); a new
                 # producer (no epoch given) leaves none
                 previous = txn.producer_epoch if producer_id >= 0 and new_id == txn.producer_id else -1
-                fresh = Transaction(new_id, epoch, timeout_ms, updated_ms=now, previous_epoch=previous)
+                fresh = Transaction(new_id, epoch, timeout_ms, updated_ms=now, previous_epoch=previous, generation=txn.generation)
                 if await self._store(transactional_id, fresh, revision):
                     return new_id, epoch
         raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
@@ -221,7 +232,7 @@ class TransactionCoordinator:
                     continue
                 now = self._now()
                 if txn.status != Status.ONGOING:
-                    txn = txn.with_(status=Status.ONGOING, partitions=(), groups=(), offsets=(), started_ms=now)
+                    txn = txn.with_(status=Status.ONGOING, partitions=(), groups=(), offsets=(), started_ms=now, generation=txn.generation + 1)
                 known = set(txn.partitions)
                 new_partitions = txn.partitions + tuple(p for p in dict.fromkeys(partitions) if p not in known)
                 groups = txn.groups + ((group,) if group is not None and group not in txn.groups else ())
@@ -230,16 +241,16 @@ class TransactionCoordinator:
                     return
         raise TransactionError(ErrorCode.concurrent_transactions, "the transaction state kept changing")
 
-    async def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[uuid.UUID, int]]) -> dict[tuple[uuid.UUID, int], ErrorCode]:
-        """KIP-890's check: is each partition in the producer's open transaction?"""
+    async def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Iterable[tuple[uuid.UUID, int]]) -> Verification:
+        """KIP-890's check: is each partition in the producer's open transaction, and which is it?"""
         txn, _ = await self.load(transactional_id)
         partitions = list(partitions)
         try:
             txn = self._check_producer(txn, producer_id, producer_epoch)
         except TransactionError as e:
-            return dict.fromkeys(partitions, e.code)
+            return Verification(dict.fromkeys(partitions, e.code), -1)
         inside = set(txn.partitions) if txn.status == Status.ONGOING else set()
-        return {tp: ErrorCode.none if (tp[0].hex, tp[1]) in inside else ErrorCode.invalid_txn_state for tp in partitions}
+        return Verification({tp: ErrorCode.none if (tp[0].hex, tp[1]) in inside else ErrorCode.invalid_txn_state for tp in partitions}, txn.generation)
 
     async def commit_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group: str, offsets: Mapping[tuple[uuid.UUID, int], CommittedOffset]) -> None:
         """TxnOffsetCommit: the offsets are committed to `group` if the transaction commits."""
@@ -297,7 +308,7 @@ class TransactionCoordinator:
     async def _die_after_first_marker(self, prepared: Transaction) -> None:
         """The kill_during_end_txn fault: store the first partition's marker, then SIGKILL."""
         topic, partition = prepared.partitions[0]
-        await write_markers(self.wal, [(uuid.UUID(hex=topic), partition)], prepared.producer_id, prepared.producer_epoch, prepared.status == Status.PREPARE_COMMIT, self._marker_linger_s)
+        await write_markers(self.wal, [(uuid.UUID(hex=topic), partition)], prepared.producer_id, prepared.producer_epoch, prepared.status == Status.PREPARE_COMMIT, prepared.generation, self._marker_linger_s)
         log.warning("fault_kill_during_end_txn", extra={"producer_id": prepared.producer_id})
         for handler in logging.getLogger().handlers:
             handler.flush()
@@ -318,7 +329,7 @@ class TransactionCoordinator:
             return partitions
         lost, rest = partitions[0], partitions[1:]
         log.warning("planted_bug_marker_lost", extra={"producer_id": prepared.producer_id, "topic_id": lost[0].hex, "partition": lost[1]})
-        await write_markers(self.wal, [lost], prepared.producer_id, prepared.producer_epoch, True, self._marker_linger_s)
+        await write_markers(self.wal, [lost], prepared.producer_id, prepared.producer_epoch, True, prepared.generation, self._marker_linger_s)
         return rest
 
     async def _abort_fencing(self, transactional_id: str, txn: Transaction, revision: int, cause: str) -> bool:
@@ -358,7 +369,7 @@ class TransactionCoordinator:
         try:
             if not commit and self._lose_abort_marker_every and partitions:
                 partitions = await self._lose_abort_marker(prepared, partitions)
-            await write_markers(self.wal, partitions, prepared.producer_id, prepared.producer_epoch, commit, self._marker_linger_s)
+            await write_markers(self.wal, partitions, prepared.producer_id, prepared.producer_epoch, commit, prepared.generation, self._marker_linger_s)
         except MarkersNotWritten as e:
             log.warning("transaction_markers_not_written", extra={"transactional_id": transactional_id, "error": str(e)})
             raise TransactionError(ErrorCode.concurrent_transactions, str(e)) from e
@@ -428,7 +439,7 @@ class TransactionCoordinator:
             if state is None or state.txn_first_offset != first:
                 continue
             try:
-                await write_markers(self.wal, [(topic_id, p)], pid, state.epoch, False, self._marker_linger_s)
+                await write_markers(self.wal, [(topic_id, p)], pid, state.epoch, False, state.txn_generation, self._marker_linger_s)
             except MarkersNotWritten as e:
                 log.warning("hanging_transaction_not_ended", extra={"topic_id": topic_id.hex, "partition": p, "producer_id": pid, "error": str(e)})
                 continue

@@ -129,8 +129,10 @@ def decode_wal_index(raw: bytes) -> tuple[str, list[tuple[str, IndexEntry]]]:
 
 def encode_producer(state: ProducerState, last_used_ms: int) -> bytes:
     """A producer key's value: `[epoch, [[first seq, last seq, base offset] x<=5], last used ms]`,
-    then the first offset of its open transaction (-1: none) and its last marker's offset when
-    either is known."""
+    then the first offset of its open transaction (-1: none), its last marker's offset and its
+    transaction's generation, as far as any is known."""
+    if state.txn_generation >= 0:
+        return orjson.dumps([state.epoch, [list(b) for b in state.batches], last_used_ms, state.txn_first_offset, state.last_marker, state.txn_generation])
     if state.last_marker >= 0:
         return orjson.dumps([state.epoch, [list(b) for b in state.batches], last_used_ms, state.txn_first_offset, state.last_marker])
     if state.txn_first_offset >= 0:
@@ -141,7 +143,7 @@ def encode_producer(state: ProducerState, last_used_ms: int) -> bytes:
 def decode_producer(raw: bytes) -> tuple[ProducerState, int]:
     """A producer key's state and last-used time."""
     epoch, batches, used, *txn = orjson.loads(raw)
-    return ProducerState(epoch, tuple(BatchSequence(*b) for b in batches), txn[0] if txn else -1, txn[1] if len(txn) > 1 else -1), used
+    return ProducerState(epoch, tuple(BatchSequence(*b) for b in batches), *txn), used
 
 
 def encode_entry(entry: IndexEntry) -> bytes:

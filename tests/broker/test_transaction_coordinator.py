@@ -46,9 +46,10 @@ def coordinator(store, wal, clock, **kw) -> TransactionCoordinator:
     return TransactionCoordinator(store, wal, max_timeout_ms=60_000, id_expiration_ms=3_600_000, clock=clock, **kw)
 
 
-async def records(store, topic_id, partition: int, pid: int, epoch: int, seq: int, count: int = 2) -> int:
-    """Transactional records as a producer's batch would be stored; returns their base offset."""
-    append = Append(topic_id, partition, 0, 10, count, 0, producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True)
+async def records(store, topic_id, partition: int, pid: int, epoch: int, seq: int, count: int = 2, generation: int = -1) -> int:
+    """Transactional records as a producer's batch would be stored (opening transaction
+    `generation` as verified, -1: unnamed); returns their base offset."""
+    append = Append(topic_id, partition, 0, 10, count, 0, producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True, txn_generation=generation)
     (result,) = await store.commit(ObjectCommit(f"wal/{uuid.uuid4().hex}", 10, (append,)))
     assert result.error_code == 0, result
     return result.base_offset
@@ -141,6 +142,34 @@ async def test_a_late_completer_does_not_write_the_transactions_offsets_again(en
     assert await store.commit_offsets("g", {(t, 0): CommittedOffset(57)})  # the group moves on
     await c._complete("slow", prepared, "client")  # the first coordinator, late
     assert (await store.fetch_offsets("g"))[(t, 0)].offset == 57
+
+
+async def test_a_late_completers_markers_do_not_end_the_next_transaction(env):
+    """Issue 42 finding 3 (its markers): a coordinator decided an abort and was slow; the sweep of
+    another completed the transaction, and the producer began its next one on the partition. The
+    late completer's abort marker then ended that one, its records aborted though it commits.
+    The marker names the transaction it ends, and the next one's records stay committed."""
+    store, wal, clock, t = env
+    c = coordinator(store, wal, clock)
+    pid, epoch = await c.init_producer_id("slow", 30_000)
+    await c.add_partitions("slow", pid, epoch, [(t, 2)])
+    first = (await c.verify_partitions("slow", pid, epoch, [(t, 2)])).generation
+    await records(store, t, 2, pid, epoch, 0, generation=first)  # 0-1
+    txn, revision = await c.load("slow")
+    prepared = txn.with_(status=Status.PREPARE_ABORT)
+    assert await store.registry_write({key_of("slow"): prepared.encode()}, {key_of("slow"): revision})
+    clock.now += 11.0
+    assert await coordinator(store, wal, clock).sweep() == 1  # completed by another: its marker at 2
+    await c.add_partitions("slow", pid, epoch, [(t, 2)])  # the next transaction
+    verified = await c.verify_partitions("slow", pid, epoch, [(t, 2)])
+    assert verified.codes == {(t, 2): 0} and verified.generation == first + 1
+    await records(store, t, 2, pid, epoch, 2, generation=verified.generation)  # 3-4
+    await c._complete("slow", prepared, "recovered")  # the first coordinator, late
+    view = store.topic_views(t)[2]
+    assert (view.last_stable_offset, view.next_offset) == (3, 5)  # the late marker took no offset
+    await c.end("slow", pid, epoch, commit=True)
+    assert (view.last_stable_offset, view.next_offset) == (6, 6)
+    assert [(a.first_offset, a.last_offset) for a in view.aborted_between(0, 6)] == [(0, 2)]
 
 
 async def test_idle_ids_are_forgotten(env):

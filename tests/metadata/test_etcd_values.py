@@ -66,6 +66,8 @@ def test_a_head_and_a_producer_key_decode_to_what_was_encoded():
     state = ProducerState(2, (BatchSequence(0, 4, 10), BatchSequence(5, 9, 15)))
     raw = encode_producer(state, 1_700_000_000_000)
     assert decode_producer(raw) == (state, 1_700_000_000_000)
+    for kept in (state._replace(txn_first_offset=15), state._replace(last_marker=14), state._replace(txn_first_offset=15, last_marker=14, txn_generation=3)):
+        assert decode_producer(encode_producer(kept, 1)) == (kept, 1)  # each transaction field, as far as any is known
     store._apply_producer(f"{tid.hex}/000003/7", raw, mod_revision=8)
     assert (part.producers, part.producer_used, part.producer_revisions) == ({7: state}, {7: 1_700_000_000_000}, {7: 8})
     store._apply_producer(f"{tid.hex}/000003/7", encode_producer(ProducerState(1, ()), 1), mod_revision=7)  # older: not taken

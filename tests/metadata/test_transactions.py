@@ -67,6 +67,41 @@ def test_a_late_batch_of_an_ended_transaction_is_refused_by_its_guard():
     assert [r.error_code for r in fenced.results] == [ErrorCode.invalid_producer_epoch]
 
 
+def test_a_marker_ends_only_the_transaction_it_names():
+    """Issue 42 finding 3: a marker carries the coordinator's generation of the transaction it ends.
+    A late one (its transaction completed by another broker's sweep, or its EndTxn retried
+    elsewhere) found the producer's next transaction open here and ended it: a late commit
+    committed the next one's first records, a late abort hid them. It changes nothing now, takes
+    no offset and records no aborted range; a batch verified for an ended transaction is refused."""
+    named = lambda start, count, seq, generation: replace(txn(0, start, count, pid=5, epoch=0, seq=seq), txn_generation=generation)  # noqa: E731
+    end = lambda kind, generation: replace(marker(0, 0, 5, 0, kind), txn_generation=generation)  # noqa: E731
+    first = sequence(commit(named(0, 2, 0, 1)), {(T, 0): Head(0)}, {})
+    committed = sequence(commit(end(COMMIT_MARKER, 1)), {(T, 0): Head(2)}, first.producers)
+    assert committed.producers[(5, T, 0)] == ProducerState(0, first.producers[(5, T, 0)].batches, -1, 2, 1)
+    second = sequence(commit(named(0, 2, 2, 2)), {(T, 0): Head(3)}, committed.producers)
+    state = second.producers[(5, T, 0)]
+    assert (state.txn_first_offset, state.txn_generation) == (3, 2)
+    for kind in (COMMIT_MARKER, ABORT_MARKER):  # the first transaction's marker, again and late
+        late = sequence(commit(end(kind, 1)), {(T, 0): Head(5)}, second.producers)
+        assert [(r.error_code, r.base_offset) for r in late.results] == [(0, -1)]
+        assert (late.heads, late.entries, late.producers, late.aborted) == ({}, {}, {}, {})
+    # a batch verified for the first transaction, late, joins no other
+    joined = sequence(commit(named(0, 1, 4, 1)), {(T, 0): Head(5)}, second.producers)
+    assert [r.error_code for r in joined.results] == [ErrorCode.not_enough_replicas] and joined.heads == {}
+    aborted = sequence(commit(end(ABORT_MARKER, 2)), {(T, 0): Head(5)}, second.producers)
+    assert [r.base_offset for r in aborted.results] == [5]
+    assert aborted.aborted == {(T, 0): [AbortedTransaction(5, 3, 5)]}
+    again = sequence(commit(end(COMMIT_MARKER, 2)), {(T, 0): Head(6)}, aborted.producers)
+    assert [r.base_offset for r in again.results] == [-1] and again.producers == {}  # ended already
+    # a marker of a later transaction that wrote nothing here is stored, as Kafka writes it
+    later = sequence(commit(end(ABORT_MARKER, 3)), {(T, 0): Head(6)}, aborted.producers)
+    assert [r.base_offset for r in later.results] == [6] and later.aborted == {}
+    assert later.producers[(5, T, 0)] == ProducerState(0, aborted.producers[(5, T, 0)].batches, -1, 6, 3)
+    # an unnamed marker (a state or a marker from before generations) ends whatever is open
+    unnamed = sequence(commit(marker(0, 0, 5, 0, COMMIT_MARKER)), {(T, 0): Head(5)}, second.producers)
+    assert [r.base_offset for r in unnamed.results] == [5] and unnamed.producers[(5, T, 0)].txn_first_offset == -1
+
+
 def test_an_abort_marker_records_the_aborted_range():
     opened = sequence(commit(txn(1, 0, 3, pid=9, epoch=2, seq=0)), {(T, 1): Head(20)}, {})
     aborted = sequence(commit(marker(1, 0, 9, 2, ABORT_MARKER)), {(T, 1): Head(23)}, opened.producers)
