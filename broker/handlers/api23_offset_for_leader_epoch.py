@@ -6,11 +6,20 @@ higher one neve never had) is unknown: epoch -1, end offset -1. A current_leader
 answers UNKNOWN_LEADER_EPOCH (the client knows a newer epoch than the broker), -1 skips the
 check. replica_id (v3+) is -1 from consumers and -2 from debugging tools; a follower id would be
 answered the same way (neve has no followers). With ACLs: DESCRIBE on the topic (or CLUSTER_ACTION
-on the cluster, a broker's right), else TOPIC_AUTHORIZATION_FAILED."""
+on the cluster, a broker's right), else TOPIC_AUTHORIZATION_FAILED.
+
+Epoch 0 ends at the high watermark as the metadata store holds it, not as this broker's view shows
+it: a view that lags (its watch stalled on a paused etcd member) would answer an end below records
+the client fetched through another broker, which the client takes for a truncated log and seeks
+back to, dropping the records it had fetched and not yet handed to the application (librdkafka
+purges its fetch queue on that seek: the chaos harness's poll-skip under etcd pauses). The store
+unreadable, the answer is the retriable OFFSET_NOT_AVAILABLE (clients validate again)."""
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
+
+from metadata.store import MetadataUnavailable
 
 from ..authorization import CLUSTER, CLUSTER_ACTION, DESCRIBE, TOPIC, allowed, allowed_names
 from ..codec import NO_THROTTLE, build
@@ -26,6 +35,19 @@ async def offset_for_leader_epoch(ctx, request):
     topics = store.topics()
     names = [t.topic for t in request.topics]
     described = set(names) if allowed(ctx, CLUSTER_ACTION, CLUSTER) else allowed_names(ctx, DESCRIBE, TOPIC, names)
+    asked = {
+        (info.topic_id, p.partition)
+        for t in request.topics
+        if t.topic in described and (info := topics.get(t.topic)) is not None
+        for p in t.partitions
+        if 0 <= p.partition < info.partitions and p.current_leader_epoch <= EPOCH and p.leader_epoch == EPOCH
+    }
+    durable: dict | None = {}
+    if asked:
+        try:
+            durable = await store.durable_high_watermarks(asked)
+        except MetadataUnavailable:
+            durable = None
     out = []
     for topic in request.topics:
         info = topics.get(topic.topic)
@@ -39,7 +61,11 @@ async def offset_for_leader_epoch(ctx, request):
             elif p.current_leader_epoch > EPOCH:
                 code = ErrorCode.unknown_leader_epoch
             elif p.leader_epoch == EPOCH:
-                epoch, end = EPOCH, store.high_watermark(info.topic_id, p.partition)
+                if durable is None:
+                    code = ErrorCode.offset_not_available
+                else:
+                    tp = (info.topic_id, p.partition)
+                    epoch, end = EPOCH, max(store.high_watermark(*tp), durable.get(tp, 0))
             parts.append(build(r.EpochEndOffset, error_code=code, partition=p.partition, leader_epoch=epoch, end_offset=end))
         out.append(build(r.OffsetForLeaderTopicResult, topic=topic.topic, partitions=tuple(parts)))
     return build(r.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE, topics=tuple(out))

@@ -14,15 +14,19 @@ import datetime
 
 import pytest
 from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.offset_for_leader_epoch.v4 import response as ofle_response
+from kio.schema.offset_for_leader_epoch.v4.request import OffsetForLeaderEpochRequest, OffsetForLeaderPartition, OffsetForLeaderTopic
 
 from broker.config import BrokerConfig
 from broker.context import RequestContext, Services
 from broker.handlers.api01_fetch import fetch
+from broker.handlers.api23_offset_for_leader_epoch import offset_for_leader_epoch
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
 from metadata.embedded import EmbeddedMetadataStore
 from metadata.etcd import EtcdMetadataStore
 from metadata.model import Append, ObjectCommit
+from metadata.store import MetadataUnavailable
 from tests.batches import make_batch
 from tests.broker.test_fetch_limits import offsets_in
 from wal.store import MemoryObjectStore
@@ -197,3 +201,64 @@ async def test_a_connected_etcd_view_behind_a_commit_answers_not_available_until
         lagging_store.released.set()
         await lagging_store.close()
         await writer_store.close()
+
+
+async def offset_for_epoch_0(broker: Broker, topic: str, partition: int) -> tuple[int, int, int]:
+    """(error code, leader epoch, end offset) of OffsetForLeaderEpoch for epoch 0, on `broker`."""
+    request = OffsetForLeaderEpochRequest(replica_id=-1, topics=(OffsetForLeaderTopic(topic=topic, partitions=(OffsetForLeaderPartition(partition=partition, current_leader_epoch=0, leader_epoch=0),)),))
+    ctx = RequestContext(broker.ctx.services, api_key=23, api_version=4, client_id="test", response=ofle_response)
+    (answer,) = (await offset_for_leader_epoch(ctx, request)).topics[0].partitions
+    return answer.error_code, answer.leader_epoch, answer.end_offset
+
+
+@pytest.mark.integration
+async def test_offset_for_leader_epoch_never_ends_an_epoch_below_what_another_broker_served(etcd_server):
+    """The chaos harness's poll-skip under etcd pauses: a consumer had fetched records 66-70
+    through a current broker and not yet returned them; librdkafka then validated its position
+    (KIP-320) with the partition's leader, a broker whose view lagged at 69. Told epoch 0 ends at
+    69, below its fetch position, it took the log for truncated, sought to 69 and dropped the
+    records it held. Epoch 0 now ends at the durable high watermark; the store unreadable, the
+    answer is the retriable OFFSET_NOT_AVAILABLE."""
+    port = etcd_server.ports["client"]
+    writer_store = EtcdMetadataStore("127.0.0.1", port, root="lagging-epoch")
+    lagging_store = HeldBackStore("127.0.0.1", port, root="lagging-epoch")
+    await writer_store.start()
+    await lagging_store.start()
+    try:
+        objects = MemoryObjectStore()
+        writer, lagging = Broker(writer_store, objects), Broker(lagging_store, objects)
+        info = await writer_store.create_topic("epochs", 1)
+        await writer.produce(info.topic_id, 0, 3)
+        assert await lagging_store._view_reaches(await etcd_revision(writer_store), 30)
+        lagging_store.released.clear()
+        await writer.produce(info.topic_id, 0, 4)  # offsets 3-6, durable; the lagging view has 0-2
+        assert await writer.fetch("epochs", {0: 0}) == [(0, NONE, 7, 0, [0, 1, 2, 3, 4, 5, 6])]  # the consumer's position: 7
+        assert lagging_store.high_watermark(info.topic_id, 0) == 3
+        assert await offset_for_epoch_0(lagging, "epochs", 0) == (NONE, 0, 7)
+        assert await offset_for_epoch_0(writer, "epochs", 0) == (NONE, 0, 7)
+        lagging_store.released.set()
+        assert await lagging_store._view_reaches(await etcd_revision(writer_store), 30)
+        assert await offset_for_epoch_0(lagging, "epochs", 0) == (NONE, 0, 7)
+    finally:
+        lagging_store.released.set()
+        await lagging_store.close()
+        await writer_store.close()
+
+
+class UnreadableStore(LaggingStore):
+    """A store whose durable high watermarks cannot be read (its etcd paused)."""
+
+    async def durable_high_watermarks(self, partitions):
+        raise MetadataUnavailable("etcd did not answer")
+
+
+async def test_offset_for_leader_epoch_is_not_available_while_the_store_cannot_be_read():
+    store = UnreadableStore(None)
+    await store.start()
+    try:
+        broker = Broker(store)
+        info = await store.create_topic("epochs", 1)
+        await broker.produce(info.topic_id, 0, 2)
+        assert await offset_for_epoch_0(broker, "epochs", 0) == (OFFSET_NOT_AVAILABLE, -1, -1)
+    finally:
+        await store.close()
