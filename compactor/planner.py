@@ -11,6 +11,10 @@ Pending stops at the partition's last stable offset: only entries wholly below i
 an open transaction holds its partition's table back (the records before it too, when they share
 an entry with it) and every row a cycle writes is of a transaction that has ended. Each run carries
 the aborted transactions its offsets meet, as plain tuples the task decodes with (job.py).
+
+A transaction enters a table whole: `whole_transactions` finds where a plan's partitions must stop
+so that no committed transaction is in on some of its partitions and not on others (whatever held
+those back: freshness, another open transaction, a partition left out of the cycle).
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ TopicPartition = tuple[str, int]
 # A transaction a producer aborted on the partition: (producer id, first offset, last offset), the
 # last being its abort marker's. The producer's transactional batches in that range are not rows.
 Aborted = tuple[int, int, int]
+# A transaction's records on one partition: (producer id, generation, first offset, last offset),
+# the last being its commit marker's, None while it is open there. Producer id and generation
+# name the transaction on every partition (metadata.model.CommittedTransaction).
+TxnPart = tuple[int, int, int, int | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +132,32 @@ def plan(
     if current:
         tasks.append(_task(current, merge_gap))
     return Plan(tuple(tasks), offsets)
+
+
+def whole_transactions(ends: Mapping[TopicPartition, int], parts: Mapping[TopicPartition, Sequence[TxnPart]]) -> dict[TopicPartition, int]:
+    """Where each partition's part of a cycle must stop (exclusive) for every transaction in
+    `parts` to be in the table on all its partitions or on none, given where the plan stops
+    (`ends`, exclusive; a partition absent takes nothing of the parts listed for it): only the
+    partitions that must stop sooner, at the first offset of a transaction one of whose parts
+    does not end before its partition's end (an open part never does). Lowering one end can leave
+    another transaction in part, so this runs to a fixed point; ends only fall, so it stops."""
+    by_txn: dict[tuple[int, int], list[tuple[TopicPartition, int, int | None]]] = {}
+    for tp, txns in parts.items():
+        for pid, generation, first, last in txns:
+            by_txn.setdefault((pid, generation), []).append((tp, first, last))
+    stops = {tp: ends.get(tp, -1) for tp in parts}
+    lowered: dict[TopicPartition, int] = {}
+    changed = True
+    while changed:
+        changed = False
+        for txn in by_txn.values():
+            if all(last is not None and last < stops[tp] for tp, _first, last in txn):
+                continue  # in whole
+            for tp, first, _last in txn:  # then in on none of its partitions
+                if first < stops[tp]:
+                    stops[tp] = lowered[tp] = first
+                    changed = True
+    return lowered
 
 
 def _due(entries: Sequence[IndexEntry], checkpoint: int, old_before_ms: int, due_bytes: int, stable: int | None = None) -> list[IndexEntry]:

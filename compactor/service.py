@@ -607,17 +607,20 @@ class CompactionService:
 
     def _pending(self, info: TopicInfo) -> tuple:
         """The topic's WAL entries not in its table yet (their lag exported on the way), with the
-        last stable offsets and aborted transactions read with them: no await between."""
+        last stable offsets, aborted transactions and the parts of transactions read with them:
+        no await between."""
         entries = self._wal_entries(info)
         self._export_lag(info, entries)
-        stable, aborted = self._transactions(info, entries)
-        return entries, stable, aborted
+        stable, aborted, parts = self._transactions(info, entries)
+        return entries, stable, aborted, parts
 
     async def _plan(self, info: TopicInfo, pending: tuple, ending: set[tuple[str, int]] | None) -> planner.Plan:
         """The cycle's tasks over the topic's pending WAL entries, but for the partitions of a
         transaction whose markers are being written (`ending`; None: every partition that has had
-        a transaction)."""
-        entries, stable, aborted = pending
+        a transaction), and then stopped where a transaction would be in the table in part
+        (`planner.whole_transactions`)."""
+        entries, stable, aborted, parts = pending
+        starts = {(info.name, p): e[0].base_offset for p, e in entries.items() if e}
         if ending is None:
             views = self.metadata.topic_views(info.topic_id)
             entries = {p: e for p, e in entries.items() if not (p < len(views) and views[p] is not None and views[p].txn_starts is not None)}
@@ -634,26 +637,32 @@ class CompactionService:
             if (most := upsert.max_compaction_lag_ms(info.configs)) is not None:
                 freshness_ms = min(freshness_ms, most)
         # pure CPU over every pending entry (thousands at 1,000 partitions): off the broker's loop
-        return await asyncio.to_thread(
-            planner.plan,
-            {(info.name, p): e for p, e in entries.items()},
-            {(info.name, p): e[0].base_offset for p, e in entries.items() if e},
-            now_ms=now_ms,
-            freshness_ms=freshness_ms,
-            due_bytes=self.config.due_bytes,
-            parallelism=self.config.parallelism,
-            stable=stable,
-            aborted=aborted,
-        )
+        return await asyncio.to_thread(self._whole_plan, {(info.name, p): e for p, e in entries.items()}, starts, now_ms, freshness_ms, stable, aborted, parts)
 
-    def _transactions(self, info: TopicInfo, entries: Mapping[int, list[IndexEntry]]) -> tuple[dict, dict]:
+    def _whole_plan(self, entries: dict, starts: dict, now_ms: int, freshness_ms: int, stable: dict, aborted: dict, parts: dict) -> planner.Plan:
+        """The plan, made again with its partitions stopped sooner while it would take a
+        transaction on some of its partitions and not on others (each round only lowers where a
+        partition stops, so few rounds do)."""
+        while True:
+            plan = planner.plan(entries, starts, now_ms=now_ms, freshness_ms=freshness_ms, due_bytes=self.config.due_bytes, parallelism=self.config.parallelism, stable=stable, aborted=aborted)
+            if not parts:
+                return plan
+            ends = {tp: plan.offsets[tp][1] + 1 if tp in plan.offsets else start for tp, start in starts.items()}
+            held = planner.whole_transactions(ends, parts)
+            if not held:
+                return plan
+            stable = {**stable, **{tp: min(stable.get(tp, end), end) for tp, end in held.items()}}
+
+    def _transactions(self, info: TopicInfo, entries: Mapping[int, list[IndexEntry]]) -> tuple[dict, dict, dict]:
         """Per partition with pending entries, its last stable offset where a transaction is open
-        there (the table waits below it), and the aborted transactions its entries meet, as the
-        planner takes them; the offsets open transactions hold back exported. A partition that
-        never had a transaction costs a lookup or two."""
+        there (the table waits below it), the aborted transactions its entries meet, and the
+        named transactions with pending records there (committed or open), as the planner takes
+        them; the offsets open transactions hold back exported. A partition that never had a
+        transaction costs a lookup or two."""
         views = self.metadata.topic_views(info.topic_id)
         stable: dict[planner.TopicPartition, int] = {}
         aborted: dict[planner.TopicPartition, list[planner.Aborted]] = {}
+        parts: dict[planner.TopicPartition, list[planner.TxnPart]] = {}
         held: dict[int, int] = {}
         for p, wal in entries.items():
             view = views[p] if p < len(views) else None
@@ -668,8 +677,15 @@ class CompactionService:
             found = view.aborted_between(wal[0].base_offset, last) if last >= wal[0].base_offset else ()
             if found:
                 aborted[(info.name, p)] = [(a.producer_id, a.first_offset, a.last_offset) for a in found]
+            named = [(c.producer_id, c.generation, c.first_offset, c.last_offset) for c in view.committed_from(wal[0].base_offset) if c.generation >= 0]
+            for pid, first in (view.txn_starts or {}).items():
+                state = self.metadata.producer_state(info.topic_id, p, pid)
+                if state is not None and state.txn_generation >= 0:
+                    named.append((pid, state.txn_generation, first, None))
+            if named:
+                parts[(info.name, p)] = named
         self._export_held(info, held)
-        return stable, aborted
+        return stable, aborted, parts
 
     def _export_held(self, info: TopicInfo, held: dict[int, int]) -> None:
         """The offsets of each partition an open transaction holds out of the table; a partition

@@ -19,6 +19,9 @@ SQLite layout (WAL journal, synchronous=FULL):
                                                     -- txn_first_offset: its open transaction's first offset, -1 none
     aborted_transactions(topic_id, partition, last_offset, first_offset, producer_id)
                                                     PK (topic_id, partition, last_offset)  -- by abort marker
+    committed_transactions(topic_id, partition, last_offset, first_offset, producer_id, generation)
+                                                    PK (topic_id, partition, last_offset)  -- by commit marker,
+                                                    -- while in a WAL entry
     producer_epochs(producer_id INT PK, epoch INT)  -- for KIP-360 epoch bumps in init_producer_id
     counters(name TEXT PK, value INT)               -- 'next_producer_id', 'registry_revision'
     registry(key TEXT PK, value BLOB, revision INT) -- the schema registry's items (registry/store.py)
@@ -38,7 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from .model import AbortedTransaction, AppendResult, CommittedOffset, IndexEntry, ObjectCommit, ObjectType, TopicInfo
+from .model import AbortedTransaction, AppendResult, CommittedOffset, CommittedTransaction, IndexEntry, ObjectCommit, ObjectType, TopicInfo
 from .rules import bumped_epoch, clamped_log_start, merged_configs, partition_count
 from .sequencer import BatchSequence, ProducerKey, ProducerState, Sequenced, TopicPartition, sequence
 from .store import (
@@ -83,6 +86,11 @@ CREATE TABLE IF NOT EXISTS producer_states (
 CREATE TABLE IF NOT EXISTS aborted_transactions (
     topic_id TEXT NOT NULL, partition INTEGER NOT NULL, last_offset INTEGER NOT NULL,
     first_offset INTEGER NOT NULL, producer_id INTEGER NOT NULL,
+    PRIMARY KEY (topic_id, partition, last_offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS committed_transactions (
+    topic_id TEXT NOT NULL, partition INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    first_offset INTEGER NOT NULL, producer_id INTEGER NOT NULL, generation INTEGER NOT NULL,
     PRIMARY KEY (topic_id, partition, last_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS producer_epochs (producer_id INTEGER PRIMARY KEY, epoch INTEGER NOT NULL);
@@ -170,6 +178,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             db.execute("SELECT topic_id, partition, base_offset, last_offset, object_key, object_type, start, size, max_timestamp FROM index_entries ORDER BY topic_id, partition, base_offset").fetchall(),
             db.execute("SELECT producer_id, topic_id, partition, epoch, batches, last_used, txn_first_offset, last_marker, txn_generation FROM producer_states").fetchall(),
             db.execute("SELECT topic_id, partition, last_offset, first_offset, producer_id FROM aborted_transactions").fetchall(),
+            db.execute("SELECT topic_id, partition, last_offset, first_offset, producer_id, generation FROM committed_transactions").fetchall(),
             db.execute("SELECT producer_id, epoch FROM producer_epochs").fetchall(),
             db.execute("SELECT value FROM counters WHERE name = 'next_producer_id'").fetchall(),
             db.execute("SELECT key, value FROM security").fetchall(),
@@ -180,7 +189,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             self._db.close()
             self._db = None
 
-    def _load(self, topics, partitions, entries, producers, aborted, epochs, counter, security) -> None:
+    def _load(self, topics, partitions, entries, producers, aborted, committed, epochs, counter, security) -> None:
         for tid, name, count, configs in topics:
             info = TopicInfo(name, uuid.UUID(hex=tid), count, json.loads(configs))
             self._topics[name] = info
@@ -204,6 +213,10 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
             view = self._partitions.get((uuid.UUID(hex=tid), p))
             if view is not None:
                 view.add_aborted(AbortedTransaction(last, first, pid))
+        for tid, p, last, first, pid, generation in committed:
+            view = self._partitions.get((uuid.UUID(hex=tid), p))
+            if view is not None:
+                view.add_committed(CommittedTransaction(last, first, pid, generation))
         self._producer_epochs = dict(epochs)
         self._next_producer_id = counter[0][0] if counter else 0
         self._security = {key: bytes(value) for key, value in security}
@@ -282,7 +295,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         if info is None:
             raise UnknownTopic(name)
         tid = info.topic_id.hex
-        await self._write([(f"DELETE FROM {table} WHERE topic_id = ?", (tid,), False) for table in ("topics", "partitions", "index_entries", "producer_states", "aborted_transactions")])
+        await self._write([(f"DELETE FROM {table} WHERE topic_id = ?", (tid,), False) for table in ("topics", "partitions", "index_entries", "producer_states", "aborted_transactions", "committed_transactions")])
         del self._topics[name]
         del self._by_id[info.topic_id]
         self._topics_view = MappingProxyType(dict(self._topics))
@@ -349,6 +362,9 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         if seq.aborted:
             aborted = [(tid.hex, p, a.last_offset, a.first_offset, a.producer_id) for (tid, p), txns in seq.aborted.items() for a in txns]
             statements.append(("INSERT OR REPLACE INTO aborted_transactions VALUES (?, ?, ?, ?, ?)", aborted, True))
+        if seq.committed:
+            committed = [(tid.hex, p, c.last_offset, c.first_offset, c.producer_id, c.generation) for (tid, p), txns in seq.committed.items() for c in txns]
+            statements.append(("INSERT OR REPLACE INTO committed_transactions VALUES (?, ?, ?, ?, ?, ?)", committed, True))
         return statements
 
     def _apply(self, seq: Sequenced, now: int) -> None:
@@ -366,6 +382,9 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         for tp, txns in seq.aborted.items():
             for a in txns:
                 partitions[tp].add_aborted(a)
+        for tp, txns in seq.committed.items():
+            for c in txns:
+                partitions[tp].add_committed(c)
 
     async def replace_entries(self, topic_id: uuid.UUID, partition: int, replaced: Sequence[IndexEntry], replacement: IndexEntry, fence: Fence | None = None) -> bool:
         check_replacement(replaced, replacement)
@@ -387,6 +406,7 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
         ]
         if e.object_type != ObjectType.WAL:  # its aborted records are gone with the WAL range (PartitionView.replace)
             statements.append(("DELETE FROM aborted_transactions WHERE topic_id = ? AND partition = ? AND last_offset BETWEEN ? AND ?", (tid, partition, first, last), False))
+            statements.append(("DELETE FROM committed_transactions WHERE topic_id = ? AND partition = ? AND last_offset BETWEEN ? AND ?", (tid, partition, first, last), False))
         await self._write(statements)
         part.replace(replacement)
         return True

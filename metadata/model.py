@@ -148,3 +148,17 @@ class AbortedTransaction:
     last_offset: int
     first_offset: int
     producer_id: int
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class CommittedTransaction:
+    """A transaction a producer committed on one partition: its records lie in [first_offset,
+    last_offset], the last being the commit marker's offset; `generation` names it (the
+    coordinator's count of its transactional id's transactions, -1: unnamed), so that its records
+    on every partition are known together. Kept while its marker is in a WAL entry: the compactor
+    takes a transaction into the table on all its partitions in one cycle or on none."""
+
+    last_offset: int
+    first_offset: int
+    producer_id: int
+    generation: int

@@ -11,7 +11,8 @@ transaction there (from its first transactional batch to the marker that ends it
 last stable offset is the least of those (`PartitionView.last_stable_offset`). A marker (a control
 batch the transaction coordinator writes) takes an offset like any batch, is refused with a stale
 epoch, closes the transaction, and an abort marker records the aborted range
-(`Sequenced.aborted`, Kafka's aborted transaction index).
+(`Sequenced.aborted`, Kafka's aborted transaction index), a commit marker the committed one
+(`Sequenced.committed`, for the compactor to take a transaction into the table whole).
 
 Beyond Kafka (transactions v1), a transaction has a name here: the coordinator's generation of the
 producer's transactions (`metadata.transactions.Transaction.generation`), carried by the batch that
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -34,6 +35,7 @@ from .model import (
     ABORT_MARKER,
     AbortedTransaction,
     AppendResult,
+    CommittedTransaction,
     IndexEntry,
     ObjectCommit,
     ObjectType,
@@ -138,6 +140,7 @@ class Sequenced:
     entries: dict[TopicPartition, list[IndexEntry]]  # new index entries, in offset order
     producers: dict[ProducerKey, ProducerState]  # new state of every producer that stored a batch
     aborted: dict[TopicPartition, list[AbortedTransaction]]  # transactions aborted by the commit's markers
+    committed: dict[TopicPartition, list[CommittedTransaction]] = field(default_factory=dict)  # and committed by them
 
     @property
     def changed(self) -> bool:
@@ -172,6 +175,7 @@ def sequence(
     new_entries: dict[TopicPartition, list[IndexEntry]] = {}
     new_producers: dict[ProducerKey, ProducerState] = {}
     new_aborted: dict[TopicPartition, list[AbortedTransaction]] = {}
+    new_committed: dict[TopicPartition, list[CommittedTransaction]] = {}
     object_key = commit.object_key
 
     # The open run: the last stored append's partition and the entry fields it has gathered so far.
@@ -216,8 +220,12 @@ def sequence(
             if state is None:
                 new_producers[pkey] = ProducerState(a.producer_epoch, (), -1, next_offset, a.txn_generation)
             else:
-                if a.control == ABORT_MARKER and state.txn_first_offset >= 0:
-                    new_aborted.setdefault(tp, []).append(AbortedTransaction(next_offset, state.txn_first_offset, a.producer_id))
+                if state.txn_first_offset >= 0:
+                    if a.control == ABORT_MARKER:
+                        new_aborted.setdefault(tp, []).append(AbortedTransaction(next_offset, state.txn_first_offset, a.producer_id))
+                    else:
+                        generation = a.txn_generation if a.txn_generation >= 0 else state.txn_generation
+                        new_committed.setdefault(tp, []).append(CommittedTransaction(next_offset, state.txn_first_offset, a.producer_id, generation))
                 new_producers[pkey] = state.ended(a.producer_epoch, next_offset, a.txn_generation)
         elif a.producer_id >= 0:
             pkey = (a.producer_id, a.topic_id, a.partition)
@@ -278,4 +286,4 @@ def sequence(
 
     if run_tp is not None:
         close_run()
-    return Sequenced(results, new_heads, new_entries, new_producers, new_aborted)
+    return Sequenced(results, new_heads, new_entries, new_producers, new_aborted, new_committed)

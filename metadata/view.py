@@ -13,7 +13,7 @@ import uuid
 from array import array
 from collections.abc import Sequence
 
-from .model import AbortedTransaction, IndexEntry, ObjectType
+from .model import AbortedTransaction, CommittedTransaction, IndexEntry, ObjectType
 
 TopicPartition = tuple[uuid.UUID, int]
 
@@ -23,7 +23,7 @@ ENTRY_BYTES = 6 * 8 + 8 + 1  # the columns' bytes per entry: six numbers, a key 
 
 
 class PartitionView:
-    __slots__ = ("next_offset", "log_start_offset", "_base", "_last", "_start", "_size", "_max_ts", "_running_max", "_keys", "_types", "txn_starts", "_aborted")
+    __slots__ = ("next_offset", "log_start_offset", "_base", "_last", "_start", "_size", "_max_ts", "_running_max", "_keys", "_types", "txn_starts", "_aborted", "_committed")
 
     def __init__(self, next_offset: int = 0, log_start_offset: int = 0) -> None:
         self.next_offset = next_offset
@@ -37,11 +37,13 @@ class PartitionView:
         self._keys: list[str] = []
         self._types = bytearray()
         # Transactions, made when a partition first has one (most never do): the first offset of
-        # each producer's open transaction here, and the aborted ones by marker offset. Public for
+        # each producer's open transaction here, the aborted and committed ones by marker offset (while
+        # their marker is in a WAL entry). Public for
         # the hot paths: `txn_starts is None` (never had a transaction) is the cheapest test that
         # the last stable offset is the high watermark, cheaper than the property.
         self.txn_starts: dict[int, int] | None = None
         self._aborted: list[AbortedTransaction] | None = None
+        self._committed: list[CommittedTransaction] | None = None
 
     # -- transactions ---------------------------------------------------------------------------
 
@@ -68,10 +70,20 @@ class PartitionView:
     def add_aborted(self, aborted: AbortedTransaction) -> None:
         if self._aborted is None:
             self._aborted = []
-        if not self._aborted or aborted > self._aborted[-1]:
-            self._aborted.append(aborted)
-        elif aborted not in self._aborted:  # a load's records come in no particular order
-            bisect.insort(self._aborted, aborted)
+        _add_in_order(self._aborted, aborted)
+
+    def add_committed(self, committed: CommittedTransaction) -> None:
+        if self._committed is None:
+            self._committed = []
+        _add_in_order(self._committed, committed)
+
+    def committed_from(self, offset: int) -> list[CommittedTransaction]:
+        """The committed transactions whose marker is at `offset` or later (and in a WAL entry),
+        by marker offset."""
+        committed = self._committed
+        if not committed:
+            return []
+        return committed[bisect.bisect_left(committed, (offset,), key=lambda c: (c.last_offset,)) :]
 
     def aborted_between(self, first_offset: int, last_offset: int) -> list[AbortedTransaction]:
         """The aborted transactions whose records meet [first_offset, last_offset], by marker
@@ -135,6 +147,8 @@ class PartitionView:
             # the table holds no aborted record, and a fetch lists an aborted transaction only
             # while its marker is in a WAL entry: those whose marker this entry now covers go
             self._aborted = [a for a in self._aborted if not entry.base_offset <= a.last_offset <= entry.last_offset]
+        if self._committed and entry.object_type != ObjectType.WAL:  # in the table now, whole
+            self._committed = [c for c in self._committed if not entry.base_offset <= c.last_offset <= entry.last_offset]
         for column, value in ((self._base, entry.base_offset), (self._last, entry.last_offset), (self._start, entry.start), (self._size, entry.size), (self._max_ts, entry.max_timestamp), (self._running_max, 0)):
             column[i:j] = array("q", (value,))
         self._keys[i:j] = [entry.object_key]
@@ -232,3 +246,11 @@ class IndexReads:
         keys = {key for part in self._partitions.values() for key in part.object_keys()}
         keys.discard("")  # EXPIRED entries name no object
         return keys
+
+
+def _add_in_order(transactions: list, transaction) -> None:
+    """Into a list by marker offset: an append, but for a load's records (in no particular order)."""
+    if not transactions or transaction > transactions[-1]:
+        transactions.append(transaction)
+    elif transaction not in transactions:
+        bisect.insort(transactions, transaction)

@@ -239,7 +239,7 @@ class _Commits:
                     put.key, put.value, put.lease = self.keys.producer(tid, p, pid), encode_producer(state, now_ms), lease if state.txn_first_offset < 0 else 0
             if seq.entries:
                 put = success().request_put
-                put.key, put.value = record_key, encode_wal_index(sub.object_key, seq.entries, seq.aborted)
+                put.key, put.value = record_key, encode_wal_index(sub.object_key, seq.entries, seq.aborted, seq.committed)
             failure = request.failure.add
             for part in parts.values():
                 failure().request_range.key = part.head_key
@@ -344,6 +344,11 @@ class _Commits:
             if part is not None:
                 for a in txns:
                     part.add_aborted(a)
+        for tp, txns in seq.committed.items():
+            part = self._partitions.get(tp)
+            if part is not None:
+                for c in txns:
+                    part.add_committed(c)
         return touched
 
     def producer_state(self, topic_id: uuid.UUID, partition: int, producer_id: int) -> ProducerState | None:

@@ -11,7 +11,7 @@ import uuid
 
 import orjson
 
-from ..model import AbortedTransaction, BrokerRegistration, TopicInfo
+from ..model import AbortedTransaction, BrokerRegistration, CommittedTransaction, TopicInfo
 from ..sequencer import ProducerState
 from ..store import MetadataUnavailable, resolved_within
 from ..view import WAL, PartitionView
@@ -478,6 +478,10 @@ class _Follower:
             found = by_path.get(path)
             if found is not None:
                 found[1].add_aborted(AbortedTransaction(last, first, pid))
+        for path, last, first, pid, generation in aborted[1] if len(aborted) > 1 else ():
+            found = by_path.get(path)
+            if found is not None:
+                found[1].add_committed(CommittedTransaction(last, first, pid, generation))
 
     def _apply_entry(self, rest: str, raw: bytes) -> None:
         """A per-entry key: it takes the place of whatever the view holds for its offsets (the

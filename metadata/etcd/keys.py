@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import orjson  # the values every broker decodes per partition-append it follows: 7x faster than json here
 
-from ..model import AbortedTransaction, IndexEntry, ObjectType, TopicInfo
+from ..model import AbortedTransaction, CommittedTransaction, IndexEntry, ObjectType, TopicInfo
 from ..sequencer import BatchSequence, ProducerState
 from ..view import OBJECT_TYPES
 
@@ -98,14 +98,21 @@ class _Keys:
         return f"/{self.root}/{kind}".encode()
 
 
-def encode_wal_index(object_key: str, entries: Mapping[tuple[uuid.UUID, int], list[IndexEntry]], aborted: Mapping[tuple[uuid.UUID, int], list[AbortedTransaction]] | None = None) -> bytes:
+def encode_wal_index(
+    object_key: str,
+    entries: Mapping[tuple[uuid.UUID, int], list[IndexEntry]],
+    aborted: Mapping[tuple[uuid.UUID, int], list[AbortedTransaction]] | None = None,
+    committed: Mapping[tuple[uuid.UUID, int], list[CommittedTransaction]] | None = None,
+) -> bytes:
     """A wal-index record, the entries of one commit transaction, all in the WAL object
     `object_key`: `[object key, [[topic id hex, [[partition:06d, base offset, last offset, start,
     size, max timestamp], ...]], ...]]`. The partition is a string, so that a topic's id and it
     join into the partition's path (`_Keys.partition_path`) without formatting a number. When the
     commit's abort markers aborted transactions, a third element lists them: `[[partition path,
     marker offset, first offset, producer id], ...]` (they live as long as the record: until
-    compaction has replaced every entry of it, and the aborted records with them)."""
+    compaction has replaced every entry of it, and the aborted records with them); when its commit
+    markers committed some, a fourth lists those: `[[partition path, marker offset, first offset,
+    producer id, generation], ...]`."""
     by_topic: dict[uuid.UUID, list[str]] = {}
     for (topic_id, partition), partition_entries in entries.items():
         rows = by_topic.get(topic_id)
@@ -114,8 +121,11 @@ def encode_wal_index(object_key: str, entries: Mapping[tuple[uuid.UUID, int], li
         for e in partition_entries:
             rows.append(f'["{partition:06d}",{e.base_offset:d},{e.last_offset:d},{e.start:d},{e.size:d},{e.max_timestamp:d}]')
     topics = ",".join(f'["{topic_id.hex}",[{",".join(rows)}]]' for topic_id, rows in by_topic.items())
-    if aborted:
-        txns = ",".join(f'["{topic_id.hex}/{partition:06d}",{a.last_offset:d},{a.first_offset:d},{a.producer_id:d}]' for (topic_id, partition), txns in aborted.items() for a in txns)
+    if aborted or committed:
+        txns = ",".join(f'["{topic_id.hex}/{partition:06d}",{a.last_offset:d},{a.first_offset:d},{a.producer_id:d}]' for (topic_id, partition), txns in (aborted or {}).items() for a in txns)
+        if committed:
+            ended = ",".join(f'["{topic_id.hex}/{partition:06d}",{c.last_offset:d},{c.first_offset:d},{c.producer_id:d},{c.generation:d}]' for (topic_id, partition), txns in committed.items() for c in txns)
+            return f"[{json.dumps(object_key)},[{topics}],[{txns}],[{ended}]]".encode()
         return f"[{json.dumps(object_key)},[{topics}],[{txns}]]".encode()
     return f"[{json.dumps(object_key)},[{topics}]]".encode()
 

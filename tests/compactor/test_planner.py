@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.planner import MiB, plan
+from compactor.planner import MiB, plan, whole_transactions
 from metadata.model import IndexEntry, ObjectType
 
 NOW = 1_700_000_100_000
@@ -114,3 +114,47 @@ def test_tasks_are_sized_for_the_executors():
     pieces = sorted((run.first_offset, run.last_offset) for t in result.tasks for run in t.runs if run.partition == 0)
     assert pieces == [(0, 19), (20, 39)]
     assert len(plan(entries, {}, now_ms=NOW, parallelism=1, max_task_bytes=64 * MiB).tasks) == 2
+
+
+def test_a_committed_transaction_enters_the_table_on_all_its_partitions_or_on_none():
+    """Issue 42 finding 4: each partition was planned on its own, so a transaction over two
+    partitions was in the table on one (due, nothing open there) and not on the other (an older
+    open transaction holding it back, or not due yet). Its part on the first now waits too."""
+    # producer 7's transaction (generation 3): 10-11 on p0 (marker 12), 20-21 on p1 (marker 22)
+    parts = {("t", 0): [(7, 3, 10, 12)], ("t", 1): [(9, 1, 18, None), (7, 3, 20, 22)]}
+    # p1 stops at 18 (producer 9's open transaction): 7's part there is out, so on p0 too
+    assert whole_transactions({("t", 0): 13, ("t", 1): 18}, parts) == {("t", 0): 10}
+    # both ends past the markers: in whole, nothing held
+    parts[("t", 1)] = [(7, 3, 20, 22)]
+    assert whole_transactions({("t", 0): 13, ("t", 1): 23}, parts) == {}
+    # p1 not planned at all (not due, or left out of the cycle)
+    assert whole_transactions({("t", 0): 13}, parts) == {("t", 0): 10}
+    # a chain: holding 5's transaction on p1 leaves 7's in part there, which holds p2
+    chain = {("t", 0): [(5, 1, 30, 31)], ("t", 1): [(5, 1, 40, 42), (7, 2, 41, 44)], ("t", 2): [(7, 2, 50, 51)]}
+    assert whole_transactions({("t", 0): 30, ("t", 1): 45, ("t", 2): 52}, chain) == {("t", 1): 40, ("t", 2): 50}
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_whole_transactions_leaves_no_transaction_in_part(data):
+    partitions = [("t", p) for p in range(3)]
+    parts: dict = {tp: [] for tp in partitions}
+    next_offset = dict.fromkeys(partitions, 0)
+    for generation in range(data.draw(st.integers(0, 6))):
+        for tp in data.draw(st.lists(st.sampled_from(partitions), min_size=1, max_size=3, unique=True)):
+            first = next_offset[tp] + data.draw(st.integers(0, 2))
+            last = first + data.draw(st.integers(1, 3))
+            is_open = data.draw(st.booleans()) and generation >= 4
+            parts[tp].append((1, generation, first, None if is_open else last))
+            next_offset[tp] = last + 1
+    ends = {tp: data.draw(st.integers(0, next_offset[tp] + 1)) for tp in partitions}
+    stops = {**ends, **whole_transactions(ends, parts)}
+    assert all(stops[tp] <= ends[tp] for tp in partitions)
+    txns: dict = {}
+    for tp, listed in parts.items():
+        for pid, generation, first, last in listed:
+            txns.setdefault((pid, generation), []).append((tp, first, last))
+    for txn in txns.values():
+        inside = [last is not None and last < stops[tp] for tp, _first, last in txn]
+        outside = [first >= stops[tp] for tp, first, _last in txn]
+        assert all(inside) or all(outside), (txn, stops)

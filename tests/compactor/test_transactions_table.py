@@ -35,27 +35,28 @@ class Wal:
         self.sequences: dict[tuple[int, int], int] = {}
         self.n = 0
 
-    async def write(self, partition: int, data: bytes, count: int, *, pid: int = -1, transactional: bool = False, control: int = NOT_CONTROL, seq: int = -1, max_timestamp: int = T0) -> int:
+    async def write(self, partition: int, data: bytes, count: int, *, pid: int = -1, transactional: bool = False, control: int = NOT_CONTROL, seq: int = -1, max_timestamp: int = T0, generation: int = -1) -> int:
         self.n += 1
         key = f"wal/{self.n:06d}"
         await self.objects.put(key, data)
-        append = Append(self.topic_id, partition, 0, len(data), count, max_timestamp, producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq, transactional=transactional, control=control)
+        append = Append(self.topic_id, partition, 0, len(data), count, max_timestamp, producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq, transactional=transactional, control=control, txn_generation=generation)
         (result,) = await self.metadata.commit(ObjectCommit(key, len(data), (append,)))
         assert result.error_code == 0, result
         return result.base_offset
 
-    async def records(self, partition: int, values: list[bytes], pid: int = -1) -> int:
-        """A batch of `values` (transactional when `pid` is set): its base offset."""
+    async def records(self, partition: int, values: list[bytes], pid: int = -1, generation: int = -1) -> int:
+        """A batch of `values` (transactional when `pid` is set, opening the coordinator's
+        transaction `generation` if it opens one): its base offset."""
         seq = -1
         if pid >= 0:
             seq = self.sequences.get((pid, partition), 0)
             self.sequences[(pid, partition)] = seq + len(values)
         records = [(i, T0 + i, b"k", v, ()) for i, v in enumerate(values)]
         data = build_batch(records, producer_id=pid, producer_epoch=0 if pid >= 0 else -1, base_sequence=seq, is_transactional=pid >= 0)
-        return await self.write(partition, data, len(values), pid=pid, transactional=pid >= 0, seq=seq)
+        return await self.write(partition, data, len(values), pid=pid, transactional=pid >= 0, seq=seq, generation=generation)
 
-    async def marker(self, partition: int, pid: int, kind: int) -> int:
-        return await self.write(partition, marker_batch(pid, 0, kind, T0), 1, pid=pid, transactional=True, control=kind)
+    async def marker(self, partition: int, pid: int, kind: int, generation: int = -1) -> int:
+        return await self.write(partition, marker_batch(pid, 0, kind, T0), 1, pid=pid, transactional=True, control=kind, generation=generation)
 
 
 async def compaction(stack: contextlib.AsyncExitStack, tmp_path: Path, runner: str, spark=None):
@@ -172,3 +173,35 @@ async def test_a_transaction_whose_markers_are_being_written_waits_whole(tmp_pat
         want = [(0, 0, b"x0", True, False), (0, 1, b"x1", True, False), (1, 0, b"y0", True, False), (2, 0, b"plain", False, False)]
         assert kafka_rows(rows_pyiceberg(table)) == want
         assert kafka_rows(rows_duckdb(table)) == want
+
+
+async def test_a_committed_transaction_waits_on_every_partition_while_another_holds_one_back(tmp_path: Path):
+    """Issue 42 finding 4: producer 5's transaction commits on partitions 0 and 1; producer 9's,
+    open on partition 1 since before it, holds partition 1's table back. Planned each on its own,
+    partition 0 took 5's records and partition 1 did not: a snapshot with the transaction in part.
+    Partition 0 now stops at 5's first record there (the plain record before it goes in), and
+    both parts go in together once 9's transaction ends."""
+    async with contextlib.AsyncExitStack() as stack:
+        metadata, objects, service = await compaction(stack, tmp_path, "in-process")
+        info = await metadata.create_topic("held", 3)
+        wal = Wal(metadata, objects, info.topic_id)
+
+        await wal.records(1, [b"open"], pid=9, generation=4)  # p1 0: 9's transaction, open
+        await wal.records(0, [b"before"])  # p0 0
+        await wal.records(0, [b"x0", b"x1"], pid=5, generation=1)  # p0 1-2
+        await wal.records(1, [b"y0"], pid=5, generation=1)  # p1 1
+        await wal.marker(0, pid=5, kind=COMMIT_MARKER, generation=1)  # p0 3
+        await wal.marker(1, pid=5, kind=COMMIT_MARKER, generation=1)  # p1 2
+        await wal.records(2, [b"plain"])  # p2 0
+
+        first = await service.compact_topic(metadata.topics()["held"])
+        assert first.offsets == {0: (0, 0), 2: (0, 0)}
+        table = (await service._load_catalog()).load_table("neve.held")
+        assert kafka_rows(rows_pyiceberg(table)) == [(0, 0, b"before", False, False), (2, 0, b"plain", False, False)]
+
+        await wal.marker(1, pid=9, kind=COMMIT_MARKER, generation=4)  # p1 3
+        second = await service.compact_topic(metadata.topics()["held"])
+        assert second.offsets == {0: (1, 3), 1: (0, 3)}
+        table = (await service._load_catalog()).load_table("neve.held")
+        want = [(0, 0, b"before", False, False), (0, 1, b"x0", True, False), (0, 2, b"x1", True, False), (1, 0, b"open", True, False), (1, 1, b"y0", True, False), (2, 0, b"plain", False, False)]
+        assert kafka_rows(rows_pyiceberg(table)) == want

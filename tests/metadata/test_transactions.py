@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from kio.schema.errors import ErrorCode
 
-from metadata.model import ABORT_MARKER, COMMIT_MARKER, AbortedTransaction, Append, IndexEntry, ObjectType
+from metadata.model import ABORT_MARKER, COMMIT_MARKER, AbortedTransaction, Append, CommittedTransaction, IndexEntry, ObjectType
 from metadata.sequencer import Head, ProducerState, sequence
 
 from .helpers import append, commit, open_etcd_store
@@ -178,6 +178,39 @@ async def test_a_compacted_range_forgets_its_aborted_transactions(open_store):
     assert view.aborted_between(0, 5) == [AbortedTransaction(5, 3, 4)]
     reopened = await open_store()
     assert reopened.topic_views(t)[0].aborted_between(0, 5) == [AbortedTransaction(5, 3, 4)]
+
+
+async def test_committed_transactions_are_kept_by_name_until_the_table_holds_them(open_store):
+    """Issue 42 finding 4: the compactor takes a transaction into the table on all its partitions
+    together, so the view keeps each committed one's range and name (producer, generation) while
+    its marker is in the WAL: stored with the commit, read back by a new store, dropped when a
+    table entry covers its marker. An abort is not one of them."""
+    store = await open_store()
+    t = (await store.create_topic("kept", 2)).topic_id
+
+    def data(partition, seq, generation):
+        return replace(append(t, partition, 0, 10, 2, pid=4, epoch=0, seq=seq), transactional=True, txn_generation=generation)
+
+    def end(partition, kind, generation):
+        return Append(t, partition, 0, 10, 1, 0, producer_id=4, producer_epoch=0, base_sequence=-1, transactional=True, control=kind, txn_generation=generation)
+
+    await store.commit(commit(data(0, 0, 1), data(1, 0, 1)))  # p0 0-1, p1 0-1
+    await store.commit(commit(end(0, COMMIT_MARKER, 1), end(1, COMMIT_MARKER, 1)))  # p0 2, p1 2
+    await store.commit(commit(data(0, 2, 2)))  # p0 3-4
+    await store.commit(commit(end(0, ABORT_MARKER, 2)))  # p0 5
+    await store.commit(commit(data(0, 4, 3)))  # p0 6-7
+    await store.commit(commit(end(0, COMMIT_MARKER, 3)))  # p0 8
+    view = store.topic_views(t)[0]
+    assert view.committed_from(0) == [CommittedTransaction(2, 0, 4, 1), CommittedTransaction(8, 6, 4, 3)]
+    assert view.committed_from(3) == [CommittedTransaction(8, 6, 4, 3)]
+    assert store.topic_views(t)[1].committed_from(0) == [CommittedTransaction(2, 0, 4, 1)]
+    assert (await open_store()).topic_views(t)[0].committed_from(0) == view.committed_from(0)
+    replaced = store.entries(t, 0, 0, max_entries=2)
+    assert await store.replace_entries(t, 0, replaced, IndexEntry(0, 2, "table/f.parquet", ObjectType.PARQUET, 0, 2, 0))
+    assert view.committed_from(0) == [CommittedTransaction(8, 6, 4, 3)]
+    reopened = await open_store()
+    assert reopened.topic_views(t)[0].committed_from(0) == [CommittedTransaction(8, 6, 4, 3)]
+    assert reopened.topic_views(t)[1].committed_from(0) == [CommittedTransaction(2, 0, 4, 1)]
 
 
 async def test_the_etcd_view_catches_up_with_what_another_store_made_durable(etcd_server):
