@@ -426,6 +426,9 @@ class EmbeddedMetadataStore(IndexReads, MetadataStore):
     def producer_state(self, topic_id: uuid.UUID, partition: int, producer_id: int) -> ProducerState | None:
         return self._producers.get((producer_id, topic_id, partition))
 
+    def producer_last_used(self, topic_id: uuid.UUID, partition: int, producer_id: int) -> int | None:
+        return self._producer_used.get((producer_id, topic_id, partition))
+
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
         # A scan over every producer state; DescribeProducers is rare and the commit path keeps its flat keys.
         # One idle past the expiry is not active, though the next commit's check forgets it only then.

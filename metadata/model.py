@@ -110,7 +110,9 @@ class Append:
     control: int = NOT_CONTROL  # a transaction marker ends that transaction: ABORT_MARKER or COMMIT_MARKER
     # A transactional batch's guard (sequencer.ProducerState.last_marker): the producer's last
     # marker offset on the partition as the broker saw it before verifying the batch; stored only
-    # if no marker came since. None: no guard (the broker's own writes, tests).
+    # if no marker came since. A marker's: the first offset of the open transaction it ends (the
+    # sweep's abort of a hanging one, which has no generation to name it by); applied only to
+    # that one. None: no guard (the broker's own writes, tests).
     txn_guard: int | None = None
     # The coordinator's generation of the transaction a marker ends, or that a transactional batch
     # was verified for (sequencer.ProducerState.txn_generation); -1: unnamed.

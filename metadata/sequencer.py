@@ -210,7 +210,7 @@ def sequence(
                     close_run()
                     run_tp = None
                 continue
-            if state is not None and state.holds_another(a.txn_generation):
+            if state is not None and state.holds_another(a.txn_generation) or a.txn_guard is not None and (state is None or state.txn_first_offset != a.txn_guard):
                 # late: the transaction it ends ended here already, or the next one is open
                 results.append(AppendResult(ErrorCode.none, -1, log_start))
                 if run_tp is not None:

@@ -307,6 +307,12 @@ class MetadataStore(abc.ABC):
         the in-memory view: the produce handler takes a transactional batch's guard from it."""
 
     @abc.abstractmethod
+    def producer_last_used(self, topic_id: uuid.UUID, partition: int, producer_id: int) -> int | None:
+        """When (ms, the committing broker's clock) the producer's state on the partition last
+        changed, as stored with it; None: no state. The transaction sweep dates a hanging
+        transaction from it, whichever broker leads the sweep."""
+
+    @abc.abstractmethod
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
         """The idempotent producers the sequencer remembers on one partition, by producer id
         (DescribeProducers); empty for an unknown partition. Served from the in-memory view."""

@@ -418,8 +418,12 @@ class TransactionCoordinator:
         transactional id holds, once they stayed so for the longest transaction timeout: a
         transactional batch that landed after its transaction ended (a late retry), or whose
         producer's id was forgotten. Left alone, such a transaction would hold the partition's
-        last stable offset (read_committed readers and the table) back for ever. Its marker
-        carries the epoch the partition last saw of that producer."""
+        last stable offset (read_committed readers and the table) back for ever. It is dated from
+        the producer's last write there as the store keeps it, so a new sweep leader does not
+        start the wait again (as from when this one first saw it, if that is earlier). Its marker
+        carries the epoch the partition last saw of that producer and names the transaction by
+        its first offset and generation: one that ended meanwhile is left alone, and so is the
+        producer's next one."""
         held = {(uuid.UUID(hex=t), p, txn.producer_id) for txn, _ in stored.values() if txn.status in (Status.ONGOING, Status.PREPARE_COMMIT, Status.PREPARE_ABORT) for t, p in txn.partitions}
         seen: dict[tuple[uuid.UUID, int, int, int], int] = {}
         for info in list(self.metadata.topics().values()):
@@ -429,7 +433,9 @@ class TransactionCoordinator:
                 for pid, first in view.open_transactions().items():
                     if (info.topic_id, p, pid) not in held:
                         key = (info.topic_id, p, pid, first)
-                        seen[key] = self._unaccounted.get(key, now)
+                        since = self._unaccounted.get(key, now)
+                        used = self.metadata.producer_last_used(info.topic_id, p, pid)
+                        seen[key] = since if used is None else min(since, used)
         self._unaccounted = seen
         ended = 0
         for (topic_id, p, pid, first), since in list(seen.items()):
@@ -439,7 +445,7 @@ class TransactionCoordinator:
             if state is None or state.txn_first_offset != first:
                 continue
             try:
-                await write_markers(self.wal, [(topic_id, p)], pid, state.epoch, False, state.txn_generation, self._marker_linger_s)
+                await write_markers(self.wal, [(topic_id, p)], pid, state.epoch, False, state.txn_generation, self._marker_linger_s, first_offset=first)
             except MarkersNotWritten as e:
                 log.warning("hanging_transaction_not_ended", extra={"topic_id": topic_id.hex, "partition": p, "producer_id": pid, "error": str(e)})
                 continue

@@ -36,10 +36,11 @@ def marker_batch(producer_id: int, producer_epoch: int, kind: int, timestamp_ms:
     return build_batch([record], producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=-1, is_transactional=True, is_control=True)
 
 
-async def write_markers(wal, partitions: Iterable[tuple[uuid.UUID, int]], producer_id: int, producer_epoch: int, commit: bool, generation: int, within_s: float | None = None) -> None:
-    """Store the marker ending the producer's transaction `generation` (-1: whichever is open)
-    on each partition; returns once every one is stored, or found late (its transaction ended
-    there already: it changes nothing). A partition whose topic is gone needs none; one where a
+async def write_markers(wal, partitions: Iterable[tuple[uuid.UUID, int]], producer_id: int, producer_epoch: int, commit: bool, generation: int, within_s: float | None = None, first_offset: int | None = None) -> None:
+    """Store the marker ending the producer's transaction `generation` (-1: whichever is open;
+    `first_offset`, if given: only the open one that starts there) on each partition; returns
+    once every one is stored, or found late (its transaction ended there already: it changes
+    nothing). A partition whose topic is gone needs none; one where a
     newer epoch of the producer already wrote has had its transaction ended by that epoch's marker. Raises
     MarkersNotWritten if any other marker failed (those that were stored stay: a marker written
     twice ends nothing the first did not). `within_s`: the WAL object holding them is sealed at
@@ -47,7 +48,7 @@ async def write_markers(wal, partitions: Iterable[tuple[uuid.UUID, int]], produc
     kind = COMMIT_MARKER if commit else ABORT_MARKER
     now = int(time.time() * 1000)
     data = marker_batch(producer_id, producer_epoch, kind, now)
-    summary = RecordsSummary(1, 1, now, now, producer_id, producer_epoch, -1, True, 0, kind, txn_generation=generation)
+    summary = RecordsSummary(1, 1, now, now, producer_id, producer_epoch, -1, True, 0, kind, txn_guard=first_offset, txn_generation=generation)
     futures = []
     try:
         for topic_id, partition in partitions:

@@ -355,6 +355,10 @@ class _Commits:
         part = self._partitions.get((topic_id, partition))
         return None if part is None else part.producers.get(producer_id)
 
+    def producer_last_used(self, topic_id: uuid.UUID, partition: int, producer_id: int) -> int | None:
+        part = self._partitions.get((topic_id, partition))
+        return None if part is None else part.producer_used.get(producer_id)
+
     def producer_states(self, topic_id: uuid.UUID, partition: int) -> dict[int, ProducerState]:
         part = self._partitions.get((topic_id, partition))
         if part is None:

@@ -32,10 +32,10 @@ class Clock:
 
 @pytest.fixture
 async def env():
-    store = EmbeddedMetadataStore(None)
+    clock = Clock()
+    store = EmbeddedMetadataStore(None, clock=clock)  # producers' last writes dated on the test's clock
     await store.start()
     wal = WalWriter(MemoryObjectStore(), commit_fn(store), linger_ms=1)
-    clock = Clock()
     topic = await store.create_topic("t", 3)
     yield store, wal, clock, topic.topic_id
     await wal.close()
@@ -198,6 +198,22 @@ async def test_a_hanging_transaction_is_aborted_after_the_longest_timeout(env):
     assert await c.sweep() == 1
     assert (view.last_stable_offset, view.next_offset) == (3, 3)
     assert store.producer_states(t, 1)[77].epoch == 3
+
+
+async def test_a_hanging_transaction_is_dated_from_its_last_write_not_from_when_a_leader_saw_it(env):
+    """Issue 42 finding 1 (its timer): the sweep leader kept when it first saw a hanging
+    transaction in its memory, so a new leader started the wait again. It is dated from the
+    producer's last write as the store keeps it: a new leader ends it once that is past the
+    longest timeout. Its marker names it by its first offset, so a transaction that ended
+    meanwhile and the producer's next one are left alone."""
+    store, wal, clock, t = env
+    first = await records(store, t, 1, pid=77, epoch=3, seq=0)
+    clock.now += 30.0
+    assert await coordinator(store, wal, clock).sweep() == 0  # the old leader, half way
+    clock.now += 31.0
+    assert await coordinator(store, wal, clock).sweep() == 1  # a new leader, at once
+    view = store.topic_views(t)[1]
+    assert (view.last_stable_offset, view.next_offset, [(a.first_offset, a.producer_id) for a in view.aborted_between(0, 3)]) == (3, 3, [(first, 77)])
 
 
 async def test_two_coordinators_on_one_store_take_turns(env):

@@ -102,6 +102,22 @@ def test_a_marker_ends_only_the_transaction_it_names():
     assert [r.base_offset for r in unnamed.results] == [5] and unnamed.producers[(5, T, 0)].txn_first_offset == -1
 
 
+def test_a_marker_naming_its_transaction_by_first_offset_ends_only_that_one():
+    """The sweep's abort of a hanging transaction names it by its first offset (it has no
+    generation to go by): if that transaction ended meanwhile, and the producer opened another,
+    the marker changes nothing."""
+    opened = sequence(commit(txn(0, 0, 2, pid=5, epoch=0, seq=0)), {(T, 0): Head(4)}, {})
+    hanging = replace(marker(0, 0, 5, 0, ABORT_MARKER), txn_guard=4)
+    ended = sequence(commit(hanging), {(T, 0): Head(6)}, opened.producers)
+    assert [r.base_offset for r in ended.results] == [6] and ended.aborted == {(T, 0): [AbortedTransaction(6, 4, 5)]}
+    closed = sequence(commit(marker(0, 0, 5, 0, COMMIT_MARKER)), {(T, 0): Head(6)}, opened.producers)
+    again = sequence(commit(txn(0, 0, 1, pid=5, epoch=0, seq=2)), {(T, 0): Head(7)}, closed.producers)
+    assert again.producers[(5, T, 0)].txn_first_offset == 7
+    late = sequence(commit(hanging), {(T, 0): Head(8)}, again.producers)
+    assert [r.base_offset for r in late.results] == [-1] and (late.producers, late.aborted) == ({}, {})
+    assert [r.base_offset for r in sequence(commit(hanging), {(T, 0): Head(7)}, closed.producers).results] == [-1]
+
+
 def test_an_abort_marker_records_the_aborted_range():
     opened = sequence(commit(txn(1, 0, 3, pid=9, epoch=2, seq=0)), {(T, 1): Head(20)}, {})
     aborted = sequence(commit(marker(1, 0, 9, 2, ABORT_MARKER)), {(T, 1): Head(23)}, opened.producers)
