@@ -412,3 +412,13 @@ def transform(bootstrap: str, source: str, sink: str, partitions: int, group: st
     args = ["transform", "--bootstrap", bootstrap, "--input", source, "--output", sink, "--partitions", str(partitions), "--group", group, "--transactional-id", transactional_id]
     args += ["--abort-every", str(abort_every), "--hold-after", str(hold_after), "--timeout-ms", str(int(timeout * 1000 * 0.8))]
     return JavaProcess(args, log_path)
+
+
+def fenced_offsets(bootstrap: str, topic: str, group: str, transactional_id: str, rounds: int, max_block_ms: int, log_path: Path, timeout: float = 150.0) -> list[tuple[str, int, str]]:
+    """The driver's `fenced-offsets`: per round, (outcome, milliseconds, exception) of a fenced
+    producer's send and sendOffsetsToTransaction (outcome fenced, timeout or committed)."""
+    args = ["fenced-offsets", "--bootstrap", bootstrap, "--topic", topic, "--group", group, "--transactional-id", transactional_id]
+    args += ["--rounds", str(rounds), "--max-block-ms", str(max_block_ms)]
+    lines = JavaProcess(args, log_path).finish(timeout)
+    assert lines[-1] == "done", lines[-3:]
+    return [(outcome, int(ms), error) for _, _, outcome, ms, error in (line.split(" ", 4) for line in lines if line.startswith("round "))]

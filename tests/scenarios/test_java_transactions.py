@@ -7,14 +7,22 @@
 - consume-transform-produce in a consumer group with sendOffsetsToTransaction, some transactions
   aborted and retried, and a second instance with the same transactional id started mid-stream:
   the first is fenced, the output holds each input record exactly once, in input order per
-  partition, and the group's committed offsets reach the input's end."""
+  partition, and the group's committed offsets reach the input's end;
+- a fenced producer that sends a record and then its offsets (sendOffsetsToTransaction) is told
+  by every request neve receives (issue 42 finding 9: when its AddPartitionsToTxn is answered
+  first, the client queues AddOffsetsToTxn and never sends it, and the call waits out
+  max.block.ms: the client's doing, measured here by counting what reached the broker)."""
 
 from __future__ import annotations
 
 import uuid
 from collections import defaultdict
 
-from tests.clients.java_client import Record, consume, produce, transform, txn_produce_open, txn_records
+import urllib.request
+
+from bench.servers import parse_prometheus
+from tests.clients.java_client import Record, consume, fenced_offsets, produce, transform, txn_produce_open, txn_records
+from tests.fixtures import free_port
 
 from .test_transactions import LINGER, PARTITIONS, create_topics
 
@@ -83,3 +91,26 @@ def test_consume_transform_produce_exactly_once_with_a_fenced_instance(java_clie
     output = consume(node.bootstrap, sink, PARTITIONS, expect=600, config=READ_COMMITTED, log_path=artifacts_dir / "consume.log")
     # each input record exactly once, in input order, in the same partition
     assert {p: [r.value for r in rs] for p, rs in by_partition(output.records).items()} == {p: [r.value for r in rs] for p, rs in by_partition(inputs.records).items()}
+
+
+def test_a_fenced_producer_is_told_by_every_transactional_request_neve_receives(java_client, neve_factory, artifacts_dir):
+    """Issue 42 finding 9. Per round, producer A inits, B inits with the same transactional id
+    (fencing A), then A sends a record and at once its offsets. The Java client (3.9.1) sends one
+    of its two queued requests first: AddOffsetsToTxn, answered PRODUCER_FENCED at once; or
+    AddPartitionsToTxn, answered PRODUCER_FENCED too, which puts the client in its fatal state,
+    where it sends nothing more and fails only its pending begin/commit/abort
+    (TransactionManager.transitionToFatalError): the queued AddOffsetsToTxn is never sent and
+    sendOffsetsToTransaction waits out max.block.ms. So: no round commits, and every round that
+    was not told at once is one whose AddOffsetsToTxn never reached the broker."""
+    port = free_port()
+    node = neve_factory(env={**LINGER, "NEVE_BROKER_METRICS_PORT": str(port)})
+    topic = f"jfenced-{uuid.uuid4().hex[:6]}"
+    create_topics(node.bootstrap, topic)
+    rounds = fenced_offsets(node.bootstrap, topic, "g", f"jtid-{uuid.uuid4().hex[:6]}", 12, 3_000, artifacts_dir / "fenced-offsets.log")
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        metrics = parse_prometheus(r.read().decode())
+    outcomes = [outcome for outcome, _ms, _error in rounds]
+    assert len(rounds) == 12 and set(outcomes) <= {"fenced", "timeout"}, rounds
+    assert all(error == "ProducerFencedException" for outcome, _ms, error in rounds if outcome == "fenced"), rounds
+    assert all(error.endswith("while_awaiting_AddOffsetsToTxn") for outcome, _ms, error in rounds if outcome == "timeout"), rounds
+    assert metrics.get('neve_requests_total{api="AddOffsetsToTxn"}', 0) == outcomes.count("fenced"), (rounds, {k: v for k, v in metrics.items() if k.startswith("neve_requests_total")})

@@ -154,6 +154,7 @@ public final class NeveClient {
                 case "member" -> code = member(opts, extra, out);
                 case "txn-produce" -> code = txnProduce(opts, extra, out);
                 case "transform" -> code = transform(opts, extra, out);
+                case "fenced-offsets" -> code = fencedOffsets(opts, extra, out);
                 default -> {
                     usage("unknown subcommand " + argv[0]);
                     code = USAGE;
@@ -566,6 +567,59 @@ public final class NeveClient {
                 }
             }
         }
+    }
+
+    /** A fenced producer's sendOffsetsToTransaction, --rounds times, each on a transactional id of
+     * its own: producer A inits, producer B inits with the same id (fencing A), then A begins, sends
+     * a record to --topic partition 0 and at once sends offsets for --group. Prints per round
+     * "round <i> fenced|timeout|committed <ms> <exception>": whether A was told it is fenced, or
+     * its call waited out max.block.ms (--max-block-ms). */
+    private static int fencedOffsets(Map<String, String> opts, Properties extra, PrintStream out) throws Exception {
+        String topic = required(opts, "topic");
+        String group = required(opts, "group");
+        int rounds = Integer.parseInt(opts.getOrDefault("rounds", "5"));
+        String maxBlock = opts.getOrDefault("max-block-ms", "5000");
+        for (int i = 0; i < rounds; i++) {
+            String tid = required(opts, "transactional-id") + "-" + i;
+            Properties pprops = new Properties();
+            pprops.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, required(opts, "bootstrap"));
+            pprops.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, tid);
+            pprops.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, maxBlock);
+            pprops.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+            pprops.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+            pprops.putAll(extra);
+            KafkaProducer<String, String> a = new KafkaProducer<>(pprops);
+            KafkaProducer<String, String> b = new KafkaProducer<>(pprops);
+            String outcome;
+            long start = 0;
+            String error = "-";
+            try {
+                a.initTransactions();
+                b.initTransactions();
+                a.beginTransaction();
+                start = System.nanoTime();
+                a.send(new ProducerRecord<>(topic, 0, "k", "v" + i));
+                a.sendOffsetsToTransaction(Map.of(new TopicPartition(topic, 0), new OffsetAndMetadata(1)), new ConsumerGroupMetadata(group));
+                a.commitTransaction();
+                outcome = "committed";
+            } catch (ProducerFencedException e) {
+                outcome = "fenced";
+                error = e.getClass().getSimpleName();
+            } catch (org.apache.kafka.common.errors.TimeoutException e) {
+                outcome = "timeout";
+                error = e.getMessage().replace(' ', '_');
+            } catch (org.apache.kafka.common.KafkaException e) {
+                outcome = e.getCause() instanceof ProducerFencedException ? "fenced" : "error";
+                error = e.getClass().getSimpleName();
+            } finally {
+                a.close(Duration.ZERO);
+                b.close(Duration.ofSeconds(5));
+            }
+            out.println("round " + i + " " + outcome + " " + (System.nanoTime() - start) / 1_000_000 + " " + error);
+            out.flush();
+        }
+        out.println("done");
+        return 0;
     }
 
     private static String hex(byte[] data) {
