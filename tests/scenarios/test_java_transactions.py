@@ -15,10 +15,9 @@
 
 from __future__ import annotations
 
+import urllib.request
 import uuid
 from collections import defaultdict
-
-import urllib.request
 
 from bench.servers import parse_prometheus
 from tests.clients.java_client import Record, consume, fenced_offsets, produce, transform, txn_produce_open, txn_records
