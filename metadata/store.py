@@ -487,6 +487,13 @@ class MetadataStore(abc.ABC):
         broker, just remembers it."""
         self._brokers[broker.node_id] = broker
 
+    def registration_revision(self) -> int:
+        """This broker's registration as the store holds it, a number that changes whenever the
+        broker registers again (after its lease lapsed: a long pause, a cut-off); 0 for a store
+        whose one broker never lapses. Group state this broker kept in memory under an earlier
+        registration may have moved away and back meanwhile, and is to be read again."""
+        return 0
+
     def live_brokers(self) -> list[BrokerRegistration]:
         """The live brokers, by node id."""
         return [self._brokers[k] for k in sorted(self._brokers)]

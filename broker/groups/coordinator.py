@@ -25,9 +25,13 @@ new set of assignments is stored again (`save_group`, writes kept in order per g
 coordinator carries on where a dead one stopped. Committed offsets go straight to the metadata
 store and are read back from it, never from a cache.
 
-Residual risk, written down: ownership is re-checked whenever the live broker set changes, seen on
-the next request; a group that moved away and back between two requests to this broker keeps the
-state this broker had (members then see ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID and rejoin).
+Ownership is re-checked whenever the live broker set changes, seen on the next request; a group
+that moved away and back between two requests keeps the state this broker had (members then see
+ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID and rejoin), unless this broker's registration lapsed in
+between (a pause past its lease: then every group is read again, and until this broker registers
+again the store refuses its group writes, `metadata/etcd/groups.py`), so a coordinator that
+resumes after its groups moved writes neither its stale state nor a commit that waited in its
+socket.
 """
 
 from __future__ import annotations
@@ -91,6 +95,7 @@ class GroupCoordinator:
         self._save_locks: dict[str, asyncio.Lock] = {}
         self._saves: set[asyncio.Task] = set()
         self._live_seen: tuple[int, ...] = ()
+        self._registration_seen = 0  # the store's registration_revision when the groups were last checked
         self._homes: dict[str, str] = {}  # group id -> home zone ("": none), as stored (never changes)
         self._drop_commit_every = drop_commit_every  # a planted bug ([faults] offset_commit_dropped_every)
         self._commits_accepted = 0  # counted for that plant alone
@@ -129,6 +134,16 @@ class GroupCoordinator:
         return self.coordinator(group_id).node_id == self.node_id()
 
     def _drop_moved_groups(self) -> None:
+        registration = self.metadata.registration_revision()
+        if registration != self._registration_seen:
+            # registered again (its lease lapsed: a pause, a cut-off): what this broker holds of
+            # its groups may have moved away and back meanwhile; each is read again from the store
+            if self.groups:
+                log.info("groups_dropped_on_registration", extra={"groups": len(self.groups)})
+                for group in self.groups.values():
+                    group.shutdown(ErrorCode.not_coordinator)
+                self.groups.clear()
+            self._registration_seen = registration
         live = tuple(sorted(b.node_id for b in self.live_brokers()))
         if live == self._live_seen:
             return
@@ -211,8 +226,8 @@ class GroupCoordinator:
     async def _save(self, group_id: str, data: bytes | None) -> None:
         lock = self._save_locks.setdefault(group_id, asyncio.Lock())
         async with lock:  # FIFO: snapshots reach the store in the order they were taken
-            if not self.owns(group_id):
-                return  # the new owner's state must not be overwritten by ours
+            if not self.owns(group_id) or self.metadata.registration_revision() != self._registration_seen:
+                return  # the new owner's state must not be overwritten by ours (nor by what we held before registering again)
             try:
                 await self.metadata.save_group(group_id, data)
             except MetadataError as e:
@@ -297,10 +312,14 @@ class GroupCoordinator:
             return codes
         if accepted:
             try:
-                await self.metadata.commit_offsets(group_id, accepted)
+                stored = await self.metadata.commit_offsets(group_id, accepted)
             except MetadataError as e:
                 log.warning("offset_commit_failed", extra={"group": group_id, "error": str(e)})
                 codes.update(dict.fromkeys(accepted, ErrorCode.coordinator_not_available))
+            else:
+                if not stored:  # this broker's registration lapsed: the group may be another's now
+                    log.warning("offset_commit_fenced", extra={"group": group_id})
+                    codes.update(dict.fromkeys(accepted, ErrorCode.not_coordinator))
         return codes
 
     def _commit_dropped(self, group_id: str, accepted: Mapping[TopicPartition, CommittedOffset]) -> bool:

@@ -10,12 +10,23 @@ from collections.abc import Mapping
 from urllib.parse import unquote
 
 from ..model import CommittedOffset
+from ..store import MetadataUnavailable
 from .keys import MAX_OPS, _prefix_end
 
 
 class _Groups:
-    """Consumer groups, mixed into EtcdMetadataStore. Uses the store's `keys`, `_client`, `_txn`
-    and `_read`."""
+    """Consumer groups, mixed into EtcdMetadataStore. Uses the store's `keys`, `_client`, `_txn`,
+    `_read`, `_registration` and `_registered_revision`.
+
+    A registered broker's writes of group state and offsets hold only while its registration is
+    the one etcd has (compared in the same transaction): a broker paused past its lease, whose
+    groups have moved to another coordinator meanwhile, must not write its stale state or a
+    request that waited in its socket over the newer one when it resumes."""
+
+    def _registered(self) -> list:
+        if self._registration is None:
+            return []
+        return [self._client.transactions.mod(self.keys.broker(self._registration.node_id)) == self._registered_revision]
 
     async def commit_offsets(self, group: str, offsets: Mapping[tuple[uuid.UUID, int], CommittedOffset], if_unchanged: Mapping[str, int] | None = None) -> bool:
         tx = self._client.transactions
@@ -23,7 +34,7 @@ class _Groups:
             tx.put(self.keys.offset(group, tid, p), json.dumps([o.offset, o.leader_epoch, o.metadata, o.commit_timestamp]).encode())
             for (tid, p), o in offsets.items()
         ]
-        compare = [tx.mod(self.keys.registry(key)) == revision for key, revision in (if_unchanged or {}).items()]
+        compare = [tx.mod(self.keys.registry(key)) == revision for key, revision in (if_unchanged or {}).items()] + self._registered()
         if len(puts) + len(compare) > MAX_OPS:
             # More partitions than one transaction holds: each put is still atomic on its own key,
             # and a group's commit names each partition once. Each part compares on its own: a
@@ -59,7 +70,9 @@ class _Groups:
     async def save_group(self, group: str, state: bytes | None) -> None:
         tx = self._client.transactions
         key = self.keys.group(group)
-        await self._txn([], [tx.delete(key) if state is None else tx.put(key, state)])
+        ok, _ = await self._txn(self._registered(), [tx.delete(key) if state is None else tx.put(key, state)])
+        if not ok:
+            raise MetadataUnavailable("this broker's registration lapsed: the group's state is not its to write")
 
     async def load_group(self, group: str) -> bytes | None:
         got = await self._read(self._client.get(self.keys.group(group)))

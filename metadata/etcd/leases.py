@@ -36,7 +36,10 @@ class _Leases:
         put = await self._client.put(self.keys.broker(broker.node_id), value, lease=self._lease)
         self.ops += 2
         self._brokers[broker.node_id] = broker
-        self._broker_revisions[broker.node_id] = put.header.revision
+        self._broker_revisions[broker.node_id] = self._registered_revision = put.header.revision
+
+    def registration_revision(self) -> int:
+        return self._registered_revision
 
     async def _keep_alive(self) -> None:
         interval = self.settings.lease_ttl / 3

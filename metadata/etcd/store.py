@@ -61,6 +61,10 @@ class EtcdMetadataStore(_Follower, _Commits, _Index, _Topics, _Leases, _Leaders,
         self._tasks: list[asyncio.Task] = []
         self._lease = None
         self._registration: BrokerRegistration | None = None
+        # The revision of this broker's registration put: group writes compare it (groups.py), so
+        # a broker whose lease lapsed (a pause past the TTL) writes no group state or offsets
+        # until it registers again, and then rereads its groups (`registration_revision`).
+        self._registered_revision = 0
         # The etcd revision of each broker registration in the view: a watch event older than it
         # is dropped. A broker that registers again after losing its lease puts its registration
         # in the view at once, while the old key's deletion (the lease's expiry, an earlier

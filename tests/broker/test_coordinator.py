@@ -287,3 +287,25 @@ async def test_unreadable_stored_state_starts_the_group_afresh(store):
     c = make(store)
     joined = await settle(join(c, "g"))
     assert (joined.error, joined.generation) == (NONE, 1)
+
+
+async def test_a_coordinator_registered_again_reads_its_groups_again(store):
+    """A broker registered again (its lease lapsed in a pause) may have had its groups moved
+    away and back meanwhile: it drops what it held and reads each group from the store on its
+    next request, and a save its stale group would make meanwhile is not written."""
+    c = make(store)
+    group = owned_by(0, BROKERS[:1])
+    (leader,) = await stable_group(c, group, 1)
+    assert group in c.groups
+    await c.flush()
+    stored = await store.load_group(group)
+    registered = {"revision": 0}
+    store.registration_revision = lambda: registered["revision"]  # type: ignore[method-assign]
+    registered["revision"] = 7  # registered again
+    c._on_change(c.groups[group])  # the stale group's timer fires before any request
+    await c.flush()
+    assert await store.load_group(group) == stored
+    await c.check_owner(group)  # the next request
+    assert group not in c.groups
+    answer = await settle(c.heartbeat(group, leader.generation, leader.member_id, None))
+    assert answer == NONE  # read again from the store: the same generation and member

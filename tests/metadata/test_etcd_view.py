@@ -556,3 +556,38 @@ async def test_a_reload_read_before_a_broker_registered_again_keeps_the_new_regi
         assert store.live_brokers() == [registration]
     finally:
         await store.close()
+
+
+@pytest.mark.integration
+async def test_a_broker_whose_registration_lapsed_writes_no_group_state_or_offsets(etcd_server):
+    """The chaos harness's offsets-backwards under a broker pause: a coordinator paused past its
+    lease resumed and wrote its stale group state and an OffsetCommit that had waited in its
+    socket over what the group's next coordinator had stored. Group writes compare the broker's
+    registration: lapsed, they write nothing (offsets answer False, a state save raises), and the
+    registration revision moves when it registers again, for the coordinator to read its groups
+    again."""
+    from metadata.model import CommittedOffset
+    from metadata.store import MetadataUnavailable
+
+    store = EtcdMetadataStore("127.0.0.1", etcd_server.ports["client"], root="lapsed")
+    await store.start()
+    try:
+        t = (await store.create_topic("t", 1)).topic_id
+        registration = BrokerRegistration(3, "127.0.0.1", 9093, "a")
+        await store._register(registration)  # as register_broker does, without its keep-alive task
+        first = store.registration_revision()
+        assert first > 0
+        assert await store.commit_offsets("g", {(t, 0): CommittedOffset(145)})
+        await store.save_group("g", b"state at epoch 10")
+        await store._lease.revoke()  # the pause outlived the lease: etcd deletes the registration
+        assert not await store.commit_offsets("g", {(t, 0): CommittedOffset(109)})
+        with pytest.raises(MetadataUnavailable):
+            await store.save_group("g", b"stale state at epoch 2")
+        assert (await store.fetch_offsets("g"))[(t, 0)].offset == 145
+        assert await store.load_group("g") == b"state at epoch 10"
+        await store._register(registration)  # what _keep_alive does once its refresh fails
+        assert store.registration_revision() > first
+        assert await store.commit_offsets("g", {(t, 0): CommittedOffset(150)})
+        assert (await store.fetch_offsets("g"))[(t, 0)].offset == 150
+    finally:
+        await store.close()
