@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from compactor.layout import arrow_schema, table_schema
+from compactor.files.layout import arrow_schema, table_schema
 from table.layout import HEADERS, KAFKA, KEY_RAW, PARTITION, VALUE_RAW, VALUE_SCHEMA_ID
 
 SCHEMA = arrow_schema(table_schema())

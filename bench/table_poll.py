@@ -38,8 +38,8 @@ def poll_main(plan: PollPlan, expect, expected, highest, stop, results) -> None:
 def _poll(plan: PollPlan, expect, expected, highest, stop) -> dict:
     from pyiceberg.exceptions import NoSuchTableError
 
-    from compactor import tables
     from compactor.catalog import load_catalog
+    from compactor.service import tables
     from neve.compaction import compactor_settings
     from neve.config import load_config
 

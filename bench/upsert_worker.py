@@ -90,7 +90,7 @@ async def _cycles(service, info, data_dir: Path) -> dict:
 
 
 async def main(args: argparse.Namespace) -> dict:
-    from compactor import tables
+    from compactor.service import tables
     from neve.cli import tune_gc
     from neve.compaction import CompactorNode
     from neve.config import load_config

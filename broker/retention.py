@@ -2,7 +2,7 @@
 start offset. Nothing is deleted here: the records stay in their objects and go to the Iceberg
 table; Fetch, ListOffsets earliest and the consumers' auto.offset.reset follow the log start. (On a
 topic without a table, the compactor then lets the hidden entries and their objects go:
-compactor/wal_expiry.py.)
+compactor/maintenance/wal_expiry.py.)
 
 As Kafka deletes whole segments, retention hides whole index entries, oldest first:
 - retention.ms: every entry whose newest record timestamp is older than now - retention.ms, up

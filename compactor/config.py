@@ -69,7 +69,7 @@ class CompactorConfig:
     """false: one compactor of the cluster cycles, the holder of the "compactor" leadership, over
     every topic (the others stand by and take over within the lease TTL); the default, and what one
     machine needs. true: the live compactors (`neve compactor` processes, and the compactor inside
-    each node that has `in_node` set) divide the topics among themselves (sharing.py), each its own
+    each node that has `in_node` set) divide the topics among themselves (service/sharing.py), each its own
     share, so that adding compactors keeps tables fresh at many topics; one that dies has its
     topics taken over within the lease TTL, one that joins takes only its share. Set it alike on
     every compactor of a cluster: a single leader beside sharing compactors works the topics twice

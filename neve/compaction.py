@@ -14,8 +14,8 @@ from dataclasses import replace
 from cache.reader import ObjectReader
 from compactor.catalog import CatalogError, catalog_target, load_catalog
 from compactor.config import CompactorConfig
-from compactor.service import CompactionService, TopicCycle
-from compactor.sharing import LEADERSHIP, Sharing
+from compactor.service.loop import CompactionService, TopicCycle
+from compactor.service.sharing import LEADERSHIP, Sharing
 from metadata.store import MetadataStore
 from registry.client import load_lookup
 from wal.store import ObjectStore
@@ -45,7 +45,7 @@ async def check_prerequisites(settings: CompactorConfig, *, escape: str) -> None
     try:
         target = catalog_target(settings)
         if settings.runner == "spark":
-            from compactor.spark import SparkStartError, check_java, spark_jars
+            from compactor.files.spark import SparkStartError, check_java, spark_jars
 
             try:
                 await asyncio.to_thread(check_java)
@@ -79,7 +79,7 @@ class CompactionLoop(CompactionService):
     cycles only while it leads "compactor" in the metadata store (`leadership`; None: cycle
     regardless, `neve compactor --once`): a second compactor on a cluster stands by, and takes over
     when the first stops or dies (its lease expires). With `share_topics`, its `leadership` is its
-    membership among the compactors sharing the topics (compactor/sharing.py), which it leads at
+    membership among the compactors sharing the topics (compactor/service/sharing.py), which it leads at
     once: it cycles over its share. The service checks the lead between the
     steps of a cycle and fences its index swaps with it (service.py)."""
 
@@ -130,7 +130,7 @@ class RunningCompactor:
 
     def start(self) -> None:
         if self.reader is not None:
-            from compactor import job
+            from compactor.files import job
 
             job.register_local_reader(self.objects_url, self.reader.read, asyncio.get_running_loop())
         self._task = asyncio.create_task(self._run())
@@ -138,7 +138,7 @@ class RunningCompactor:
 
     async def _run(self) -> None:
         holder = f"{socket.gethostname()}:{os.getpid()}"
-        if self.settings.share_topics:  # its own membership is its lead: it cycles over its share (compactor/sharing.py)
+        if self.settings.share_topics:  # its own membership is its lead: it cycles over its share (compactor/service/sharing.py)
             self.service.sharing = Sharing(self.metadata, holder)
             self.service.leadership = await self.service.sharing.start()
         else:
@@ -170,7 +170,7 @@ class RunningCompactor:
         if self._task is not None:
             await self._task
         if self.reader is not None:
-            from compactor import job
+            from compactor.files import job
 
             job.register_local_reader(self.objects_url, None)
         await self.service.close()

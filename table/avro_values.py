@@ -2,8 +2,8 @@
 Avro binary) of a row the compactor kept as columns alone, re-encoded with its writer schema.
 
 The compactor keeps a value as columns alone only when re-encoding the datum fastavro decoded gives
-the produced bytes (compactor/translator.py), and stores that datum with a few types changed for
-Iceberg (compactor/avro_types.py). Here each change is undone from the writer schema alone, worked
+the produced bytes (compactor/rows/translator.py), and stores that datum with a few types changed for
+Iceberg (compactor/rows/avro_types.py). Here each change is undone from the writer schema alone, worked
 out once per schema: UUIDs (read back as uuid.UUID, or as their 16 bytes by a reader without
 Arrow's uuid type; fastavro's datum is a UUID on a string, the bytes on a fixed), times of day
 (microseconds since midnight; fastavro writes the int), maps (read back as (key, value) pairs in

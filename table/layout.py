@@ -1,6 +1,6 @@
 """The table format of a topic, by name: its columns, the `kafka` struct's fields in their order and
 the header struct's, as the compactor writes them and the rebuild and readers read them. The
-compactor's layout (compactor/layout.py) gives them Iceberg types and field ids; nothing else
+compactor's layout (compactor/files/layout.py) gives them Iceberg types and field ids; nothing else
 spells a column name out.
 
 A row is one Kafka record: `kafka` (where it sits and the batch it came in), `headers`, `key_raw`,

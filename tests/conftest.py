@@ -277,11 +277,11 @@ def rest_catalog(seaweedfs) -> IcebergCatalog:
 
 @pytest.fixture(scope="session")
 def spark_session():
-    """The compactor's SparkSession (compactor/spark.py, local[2]) with the jars of every catalog
-    kind; a test registers its catalog with compactor.spark.register_catalog. One JVM per worker:
+    """The compactor's SparkSession (compactor/files/spark.py, local[2]) with the jars of every catalog
+    kind; a test registers its catalog with compactor.files.spark.register_catalog. One JVM per worker:
     mark Spark tests @pytest.mark.xdist_group("spark") so that one worker runs them all."""
     from compactor.config import CompactorConfig
-    from compactor.spark import spark_session as start
+    from compactor.files.spark import spark_session as start
 
     spark = start(CompactorConfig(spark_master="local[2]"), all_catalog_kinds=True)
     yield spark

@@ -115,7 +115,7 @@ def rows_duckdb_rest(target: CatalogTarget, identifier: str, snapshot_id: int | 
 
 def rows_spark(spark, catalog: str, identifier: str, snapshot_id: int | None = None) -> list[dict]:
     """Spark SQL's answer for `catalog`.`identifier` (namespace.table), at `snapshot_id` (VERSION AS OF)
-    or the current snapshot. `catalog` must be registered in the session (compactor.spark.register_catalog)."""
+    or the current snapshot. `catalog` must be registered in the session (compactor.files.spark.register_catalog)."""
     name = ".".join(f"`{part}`" for part in (catalog, *identifier.split(".")))
     at = f" VERSION AS OF {int(snapshot_id)}" if snapshot_id is not None else ""
     df = spark.sql(f"SELECT * FROM {name}{at}")

@@ -27,7 +27,7 @@ CREATE_TIME, LOG_APPEND_TIME = 0, 1
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 _CODEC_OF_TYPE = {"uncompressed": NONE, "gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
 
-# (offset_delta, timestamp_ms, key, value, headers): compactor.records.Record's fields, with the
+# (offset_delta, timestamp_ms, key, value, headers): compactor.rows.records.Record's fields, with the
 # offset relative to the batch's base offset.
 BuildRecord = tuple[int, int, bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
 

@@ -101,8 +101,8 @@ def table_files(data_dir: Path, topic: str) -> dict:
     import numpy as np
     from pyiceberg.exceptions import NoSuchTableError
 
-    from compactor import tables
     from compactor.catalog import load_catalog
+    from compactor.service import tables
     from neve.compaction import compactor_settings
     from neve.config import load_config
 

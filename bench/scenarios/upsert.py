@@ -494,8 +494,8 @@ def _check_tables(r, system: NeveDev, keys: Keys, ledger: Ledger, upsert: str, a
     acknowledged record once (pyiceberg, the node stopped)."""
     import pyarrow.compute as pc
 
-    from compactor import tables
     from compactor.catalog import load_catalog
+    from compactor.service import tables
     from neve.compaction import compactor_settings
     from neve.config import load_config
     from table.layout import KAFKA, KEY_RAW, OFFSET, PARTITION, VALUE_RAW
@@ -518,7 +518,7 @@ def _check_tables(r, system: NeveDev, keys: Keys, ledger: Ledger, upsert: str, a
     r.derived["table_check"] = check
     r.progress.line(f"upsert table: {rows.num_rows:,} rows, {unique:,} keys, {wrong} not latest; appended table: {len(slots):,} rows for {ledger.records(append):,} acknowledged")
     r.notes.append(
-        f"Cycles: `python -m bench.upsert_worker` runs compactor/service.py's compact_topic on the {r.args.runner} runner over the stopped node's data dir, one topic after the other "
+        f"Cycles: `python -m bench.upsert_worker` runs compactor/service/loop.py's compact_topic on the {r.args.runner} runner over the stopped node's data dir, one topic after the other "
         "(a small compacted warm-up topic first, and each table loaded, unmeasured); CPU is the worker's process tree (procstat), wall the cycle's compact_topic calls. "
         "Bytes written are the files that appeared under the data dir's objects/ and warehouse/ during the topic's cycles: data files (the changed rows: the cycle's rows are exactly the records "
         "it compacted), position-delete files, the removal object, the cycle's manifest and the merged manifest of each partition it touched (compacted/), and the Iceberg metadata "

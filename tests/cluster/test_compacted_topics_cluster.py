@@ -75,7 +75,7 @@ def as_records(rows: list[dict]) -> list[Record]:
 def test_a_compacted_topic_on_the_cluster_reads_one_row_and_one_record_per_live_key(cluster_factory, postgres_db, artifacts_dir, spark_session):
     from compactor.catalog import catalog_target, load_catalog
     from compactor.config import CompactorConfig
-    from compactor.spark import register_catalog
+    from compactor.files.spark import register_catalog
     from tests.fixtures import S3_KEY, S3_SECRET
 
     cluster = cluster_factory(zones=("a", "b", "c"))

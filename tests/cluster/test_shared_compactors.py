@@ -78,8 +78,8 @@ def table_rows(catalog, topic: str) -> list[tuple[tuple[int, int], tuple]]:
 def share_of(catalog, topics: list[str], member_names: str, member: str) -> set[str]:
     """The topics whose owner among `member_names` (as a compactor logs them) is `member`, by the
     topic ids their tables are bound to."""
-    from compactor.binding import TOPIC_PROPERTY
-    from compactor.sharing import owner
+    from compactor.commits.binding import TOPIC_PROPERTY
+    from compactor.service.sharing import owner
 
     members = member_names.split(",")
     return {t for t in topics if owner(members, uuid.UUID(catalog.load_table(identifier_of(t)).properties[TOPIC_PROPERTY])) == member}

@@ -11,7 +11,7 @@ import decimal
 import json
 import uuid
 
-from compactor.translator import COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE
+from compactor.rows.translator import COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE
 from registry.wire import frame
 from tests.readers import normalize
 

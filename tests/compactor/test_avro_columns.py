@@ -1,4 +1,4 @@
-"""compactor/avro_columns.py: Avro values read many at once into the value column are taken only
+"""compactor/rows/avro_columns.py: Avro values read many at once into the value column are taken only
 where the translator keeps the value as columns alone (its re-encoding gives the produced bytes
 back), and then hold what the translator's row holds; every valid value of a schema it reads is
 taken; a task's files are the same rows, outcomes and spans whichever way its values went."""
@@ -19,15 +19,16 @@ from fastavro import schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactor import avro_columns, job
-from compactor.avro_columns import MAX_ITEMS, ValueColumns, plan, value_columns
-from compactor.columns import records_to_rows
-from compactor.job import TaskContext, run_task
-from compactor.layout import arrow_schema, partition_spec, rows_to_arrow, table_schema
-from compactor.planner import ObjectRead, Run, Task
-from compactor.records import Record
-from compactor.translator import COLUMNS, TOMBSTONE, kafka_columns, translate, writer_schema
-from compactor.writer import TableWriter
+from compactor.files import job
+from compactor.files.job import TaskContext, run_task
+from compactor.files.layout import arrow_schema, partition_spec, rows_to_arrow, table_schema
+from compactor.files.planner import ObjectRead, Run, Task
+from compactor.files.writer import TableWriter
+from compactor.rows import avro_columns
+from compactor.rows.avro_columns import MAX_ITEMS, ValueColumns, plan, value_columns
+from compactor.rows.columns import records_to_rows
+from compactor.rows.records import Record
+from compactor.rows.translator import COLUMNS, TOMBSTONE, kafka_columns, translate, writer_schema
 from metadata.model import IndexEntry, ObjectType
 from registry.wire import frame
 from tests.compactor.avro_strategies import LEAVES, values

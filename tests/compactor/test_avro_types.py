@@ -1,4 +1,4 @@
-"""compactor/avro_types.py: every Avro type's Iceberg type, what Iceberg cannot hold reported (not
+"""compactor/rows/avro_types.py: every Avro type's Iceberg type, what Iceberg cannot hold reported (not
 raised), and a table's evolution by union with a new writer schema: new fields optional, the
 promotions Iceberg allows, anything else reported incompatible."""
 
@@ -25,8 +25,8 @@ from pyiceberg.types import (
     UUIDType,
 )
 
-from compactor.avro_types import Unrepresentable, evolve, parse, value_layout
-from compactor.layout import table_schema
+from compactor.files.layout import table_schema
+from compactor.rows.avro_types import Unrepresentable, evolve, parse, value_layout
 
 
 def record(*fields) -> dict:

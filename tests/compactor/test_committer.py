@@ -15,13 +15,13 @@ from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from pyiceberg.schema import Schema
 from pyiceberg.types import BinaryType, IntegerType, LongType, NestedField
 
-from compactor.binding import TOPIC_PROPERTY, TableNotBound
-from compactor.committer import commit_cycle, committed_cycle, last_cycle
-from compactor.layout import arrow_schema, rows_to_arrow
-from compactor.records import Batch, Record
-from compactor.reindex import finish_last_cycle, replacement, swap
-from compactor.tables import load_or_create
-from compactor.translator import kafka_columns, translate
+from compactor.commits.binding import TOPIC_PROPERTY, TableNotBound
+from compactor.commits.committer import commit_cycle, committed_cycle, last_cycle
+from compactor.commits.reindex import finish_last_cycle, replacement, swap
+from compactor.files.layout import arrow_schema, rows_to_arrow
+from compactor.rows.records import Batch, Record
+from compactor.rows.translator import kafka_columns, translate
+from compactor.service.tables import load_or_create
 from metadata.model import Append, IndexEntry, ObjectCommit, ObjectType
 from metadata.store import load_metadata_store
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, WalRange, new_cycle_id
@@ -80,7 +80,7 @@ def manifest_for(topic_id, partition, entries, path):
 
 
 def bind(table, topic_id):
-    """The table bound to topic `topic_id`, as the compactor creates it (compactor/binding.py)."""
+    """The table bound to topic `topic_id`, as the compactor creates it (compactor/commits/binding.py)."""
     with table.transaction() as change:
         change.set_properties({TOPIC_PROPERTY: str(topic_id)})
     return table.refresh()
@@ -110,7 +110,7 @@ async def test_a_new_cycle_past_the_offsets_the_table_keeps_reads_no_snapshot_hi
     """A commit's cost must not grow with the snapshots a table keeps: the committed offsets in
     the table's properties tell that a new cycle's offsets are not held, and the history is read
     only to find the appended snapshot (the current one)."""
-    from compactor import committer
+    from compactor.commits import committer
 
     info = await store.create_topic("t", 1)
     table = bind(table, info.topic_id)
@@ -214,7 +214,7 @@ def test_a_manifest_decodes_to_what_was_encoded_and_maps_its_replaced_bytes_back
 
 
 async def test_a_second_compactors_cycle_over_the_same_offsets_appends_nothing(table, tmp_path, store):
-    from compactor.committer import CycleOverlap
+    from compactor.commits.committer import CycleOverlap
 
     info = await store.create_topic("t", 1)
     table = bind(table, info.topic_id)
@@ -260,8 +260,8 @@ async def test_neve_tables_keep_the_metadata_files_of_the_last_commits_only_and_
 
 
 async def test_offsets_committed_are_refused_again_after_snapshot_expiry_took_their_cycles(table, tmp_path, store):
-    from compactor.committer import CycleOverlap
-    from compactor.maintenance import expire_snapshots
+    from compactor.commits.committer import CycleOverlap
+    from compactor.maintenance.rounds import expire_snapshots
 
     info = await store.create_topic("t", 1)
     table = bind(table, info.topic_id)

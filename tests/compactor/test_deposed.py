@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from compactor.config import CompactorConfig
-from compactor.service import CompactionService
+from compactor.service.loop import CompactionService
 from metadata.model import ObjectType
 from metadata.store import load_metadata_store
 from registry.client import StoreLookup

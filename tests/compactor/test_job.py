@@ -1,4 +1,4 @@
-"""compactor/job.py: WAL byte ranges to Parquet rows, one per offset. Records that confluent-kafka
+"""compactor/files/job.py: WAL byte ranges to Parquet rows, one per offset. Records that confluent-kafka
 produced to `neve dev` through every codec (raw values; Avro values from its AvroSerializer against
 neve's registry in two schema versions; tombstones; values framed with an unknown id, not framed,
 with bytes after them, or that do not decode), planned from the stopped node's index and written by
@@ -20,13 +20,13 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from compactor.avro_types import union_schema
 from compactor.catalog import load_catalog
 from compactor.config import CompactorConfig
-from compactor.job import MALFORMED, CycleTaskError, TaskContext, TaskResult, run_task, run_tasks, run_tasks_in_process
-from compactor.layout import partition_spec, table_schema
-from compactor.planner import ObjectRead, Run, Task, plan
-from compactor.translator import COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, writer_schema
+from compactor.files.job import MALFORMED, CycleTaskError, TaskContext, TaskResult, run_task, run_tasks, run_tasks_in_process
+from compactor.files.layout import partition_spec, table_schema
+from compactor.files.planner import ObjectRead, Run, Task, plan
+from compactor.rows.avro_types import union_schema
+from compactor.rows.translator import COLUMNS, COLUMNS_RAW, RAW, TOMBSTONE, writer_schema
 from metadata.model import IndexEntry, ObjectType
 from metadata.store import load_metadata_store
 from table.rebuild import rebuild_run

@@ -1,4 +1,4 @@
-"""compactor/layout.py: the table's field ids (the same raw-column ids with or without a value
+"""compactor/files/layout.py: the table's field ids (the same raw-column ids with or without a value
 column, and what a new table keeps), the Arrow schema's PARQUET:field_id, and partition specs."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.schema import assign_fresh_schema_ids
 from pyiceberg.transforms import BucketTransform, DayTransform, HourTransform, IdentityTransform
 
-from compactor.avro_types import parse, value_layout
-from compactor.layout import arrow_schema, first_raw_schema, partition_spec, table_schema
-from compactor.records import Batch, Record
-from compactor.tables import load_or_create
-from compactor.translator import kafka_columns, translate
-from compactor.writer import TableWriter
+from compactor.files.layout import arrow_schema, first_raw_schema, partition_spec, table_schema
+from compactor.files.writer import TableWriter
+from compactor.rows.avro_types import parse, value_layout
+from compactor.rows.records import Batch, Record
+from compactor.rows.translator import kafka_columns, translate
+from compactor.service.tables import load_or_create
 
 # The ids of a table made before the kafka struct's optional fields and the header's key_bytes
 FIRST_IDS = {

@@ -23,15 +23,15 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from compactor import service as service_module
 from compactor.catalog import load_catalog
+from compactor.commits.rewrites import current_files, find_part
 from compactor.config import CompactorConfig
-from compactor.maintenance import MAINTENANCE
-from compactor.rewrites import current_files, find_part
-from compactor.service import CompactionService
-from compactor.spark import register_catalog
-from compactor.tables import TABLE_PROPERTIES
-from compactor.translator import RAW, TOMBSTONE
+from compactor.files.spark import register_catalog
+from compactor.maintenance.rounds import MAINTENANCE
+from compactor.rows.translator import RAW, TOMBSTONE
+from compactor.service import loop as service_module
+from compactor.service.loop import CompactionService
+from compactor.service.tables import TABLE_PROPERTIES
 from metadata.model import ObjectType
 from metadata.store import load_metadata_store
 from registry.client import StoreLookup

@@ -14,9 +14,9 @@ import pytest
 from prometheus_client import REGISTRY
 from pyiceberg.catalog.sql import SqlCatalog
 
-from compactor import job, planner
 from compactor.config import CompactorConfig
-from compactor.planner import ObjectRead, Run, Task
+from compactor.files import job, planner
+from compactor.files.planner import ObjectRead, Run, Task
 from metadata.model import IndexEntry, ObjectType
 from tests.compactor.produced import PARTITIONS, Produced, produce_raw
 from tests.compactor.test_maintenance import with_service
@@ -149,7 +149,7 @@ def test_the_first_maintenance_rounds_of_many_tables_are_spread_over_the_interva
     """A compactor starting with a thousand tables does not merge and expire all of them in its
     first cycle (which the freshness of every topic waits for): each table's first round comes at a
     phase of its own within the interval."""
-    from compactor.maintenance import TableMaintenance
+    from compactor.maintenance.rounds import TableMaintenance
 
     now = [1_000.0]
     maintenance = TableMaintenance(CompactorConfig(maintenance_interval_ms=600_000), None, None, spark=None, clock=lambda: now[0])

@@ -1,4 +1,4 @@
-"""compactor/planner.py: every due WAL offset planned exactly once, nothing below a checkpoint,
+"""compactor/files/planner.py: every due WAL offset planned exactly once, nothing below a checkpoint,
 partitions' entries in order and a due partition whole, each object range read once, tasks sized
 to the executors."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.planner import MiB, plan, whole_transactions
+from compactor.files.planner import MiB, plan, whole_transactions
 from metadata.model import IndexEntry, ObjectType
 
 NOW = 1_700_000_100_000

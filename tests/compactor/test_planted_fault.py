@@ -18,10 +18,10 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from compactor.config import CompactorConfig
-from compactor.job import TaskContext, run_tasks_in_process
-from compactor.layout import partition_spec, table_schema
-from compactor.planner import ObjectRead, Run, Task
-from compactor.service import CompactionService
+from compactor.files.job import TaskContext, run_tasks_in_process
+from compactor.files.layout import partition_spec, table_schema
+from compactor.files.planner import ObjectRead, Run, Task
+from compactor.service.loop import CompactionService
 from metadata.model import IndexEntry, ObjectType
 from tests.batches import make_batch
 from tests.compactor.test_service import node_env, table_offsets

@@ -1,4 +1,4 @@
-"""Position-delete files written by the compactor (compactor/position_deletes.py) and committed
+"""Position-delete files written by the compactor (compactor/commits/position_deletes.py) and committed
 with a cycle's data files in one snapshot (committer.commit_cycle's delete_files), on a table made
 as the compactor makes it (SQLite catalog, the topic's layout, each partition spec): pyiceberg,
 DuckDB and Spark read exactly the rows not deleted, whether the deleted rows are in files of
@@ -16,13 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 from pyiceberg.manifest import DataFileContent, ManifestContent
 
-from compactor.committer import DeletedFilesGone, TableChanged, commit_cycle
-from compactor.position_deletes import FILE_PATH_ID, POS_ID, write_position_deletes
-from compactor.records import Batch, Record
-from compactor.spark import register_catalog
-from compactor.tables import load_or_create
-from compactor.translator import kafka_columns, translate
-from compactor.writer import TableWriter
+from compactor.commits.committer import DeletedFilesGone, TableChanged, commit_cycle
+from compactor.commits.position_deletes import FILE_PATH_ID, POS_ID, write_position_deletes
+from compactor.files.spark import register_catalog
+from compactor.files.writer import TableWriter
+from compactor.rows.records import Batch, Record
+from compactor.rows.translator import kafka_columns, translate
+from compactor.service.tables import load_or_create
 from table import layout as table_layout
 from table.files import TableFiles
 from table.position_deletes import read_positions

@@ -1,4 +1,4 @@
-"""compactor/records.py: stored batches of every codec decoded to records with their offsets as
+"""compactor/rows/records.py: stored batches of every codec decoded to records with their offsets as
 assigned, header fields, control and transactional flags; broken bytes named, never crashed on."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import struct
 import pytest
 from crc32c import crc32c
 
-from compactor.records import CorruptBatch, decode_range, decode_records, iter_batches
+from compactor.rows.records import CorruptBatch, decode_range, decode_records, iter_batches
 from tests.batches import CODECS, CONTROL, LOG_APPEND_TIME, TRANSACTIONAL, encode_records, frame_batch, make_batch, xerial_snappy
 
 T0 = 1_700_000_000_000

@@ -1,4 +1,4 @@
-"""compactor/records.py on batches real clients made: confluent-kafka (librdkafka) with each codec
+"""compactor/rows/records.py on batches real clients made: confluent-kafka (librdkafka) with each codec
 and the Java client's xerial-framed snappy, produced to `neve dev`, read back from the stopped
 node's offset index and WAL objects, and compared with what each client was acknowledged."""
 

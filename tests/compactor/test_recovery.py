@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from compactor import service as service_module
 from compactor.config import CompactorConfig
+from compactor.service import loop as service_module
 from metadata.model import ObjectType
 from metadata.store import MetadataUnavailable
 from tests.compactor.produced import Produced, produce_raw

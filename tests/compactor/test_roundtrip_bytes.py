@@ -4,7 +4,7 @@ keys, values and header values; any int64 timestamps and timestamp deltas; any r
 and batch attribute bits; every codec), broker-written control batches beside them (transaction
 markers: never rows, so they alone do not come back, and a partition of markers only has no rows), batches of
 records written with longer varints or null lengths other than -1 than any client writes (produce
-takes them: they are kept as stored), and batches whose records do not decode at all. A compaction task (compactor/job.py, in this process) turns
+takes them: they are kept as stored), and batches whose records do not decode at all. A compaction task (compactor/files/job.py, in this process) turns
 them into Parquet rows, the rebuild (table/rebuild.py, both of table/serve.py's ways) turns the
 rows back into batches, and those are compared with the same batches as the WAL serves them
 (wal.batch.inject_offsets). The only difference allowed: a compressed batch's compressed bytes
@@ -25,9 +25,9 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactor.job import TaskContext, run_task
-from compactor.layout import partition_spec, table_schema
-from compactor.planner import ObjectRead, Run, Task
+from compactor.files.job import TaskContext, run_task
+from compactor.files.layout import partition_spec, table_schema
+from compactor.files.planner import ObjectRead, Run, Task
 from metadata.model import IndexEntry, ObjectType
 from table.layout import KAFKA, OFFSET, PARTITION
 from table.rebuild import rebuild_partitions, rebuild_run

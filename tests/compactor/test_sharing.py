@@ -16,9 +16,9 @@ from prometheus_client import REGISTRY
 
 from compactor import metrics
 from compactor.config import CompactorConfig
-from compactor.retention import TopicDrops
-from compactor.service import CompactionService
-from compactor.sharing import MEMBERS, Sharing, owner, weight
+from compactor.maintenance.retention import TopicDrops
+from compactor.service.loop import CompactionService
+from compactor.service.sharing import MEMBERS, Sharing, owner, weight
 from metadata.embedded import EmbeddedMetadataStore
 from tests.compactor.produced import produce_raw
 from tests.compactor.test_deposed import service_on, wal_entries

@@ -1,4 +1,4 @@
-"""The merge on Spark (compactor/maintenance.py merge_on_spark) with tables whose names SQL text
+"""The merge on Spark (compactor/maintenance/rounds.py merge_on_spark) with tables whose names SQL text
 would misread: quotes, backticks, backslashes, semicolons, `-`, a `.` inside a name, a name
 that spells out SQL of its own, and a namespace that has the Spark catalog's name (`neve dev`'s
 layout: catalog `neve`, namespace `neve`, where the text `neve.orders` names table `orders` of
@@ -16,8 +16,8 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import BinaryType, IntegerType, LongType, NestedField, StructType
 
-from compactor.maintenance import merge_on_spark
-from compactor.spark import register_catalog
+from compactor.files.spark import register_catalog
+from compactor.maintenance.rounds import merge_on_spark
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark")]
 

@@ -20,7 +20,7 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from compactor.config import CompactorConfig
-from compactor.spark import session_conf
+from compactor.files.spark import session_conf
 from metadata.model import ObjectType
 from tests.compactor.produced import CODECS, PARTITIONS, check_rows, produce_raw
 from tests.compactor.test_service import WAIT_S, index_types

@@ -28,10 +28,10 @@ import pytest
 from pyiceberg.types import LongType
 
 from compactor.catalog import load_catalog
-from compactor.committer import OFFSETS
-from compactor.service import CompactionService, TopicCycle
-from compactor.spark import register_catalog
-from compactor.translator import COLUMNS, RAW, TOMBSTONE
+from compactor.commits.committer import OFFSETS
+from compactor.files.spark import register_catalog
+from compactor.rows.translator import COLUMNS, RAW, TOMBSTONE
+from compactor.service.loop import CompactionService, TopicCycle
 from metadata.model import ObjectType
 from metadata.store import load_metadata_store
 from registry.client import StoreLookup

@@ -1,4 +1,4 @@
-"""A table belongs to one topic, by topic id (compactor/binding.py, tables.load_or_create), on a
+"""A table belongs to one topic, by topic id (compactor/commits/binding.py, tables.load_or_create), on a
 real pyiceberg SQL catalog (SQLite): a new table is bound and lives in a directory of its own; a
 table of another live topic is refused; a deleted topic's table under the name is renamed aside
 (or dropped when it asked) with its rows intact; a table made by an older neve is adopted only
@@ -12,17 +12,17 @@ import uuid
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from compactor import tables
-from compactor.binding import TOPIC_PROPERTY, TableNotBound
-from compactor.committer import CYCLE, TOPIC_ID
+from compactor.commits.binding import TOPIC_PROPERTY, TableNotBound
+from compactor.commits.committer import CYCLE, TOPIC_ID
+from compactor.commits.rewrites import ManifestCache, reindex
 from compactor.config import CompactorConfig
-from compactor.layout import first_raw_schema
-from compactor.maintenance import TableMaintenance
-from compactor.records import Batch, Record
-from compactor.retention import DROP_PROPERTY, TableRetention, purge
-from compactor.rewrites import ManifestCache, reindex
-from compactor.translator import kafka_columns, translate
-from compactor.writer import TableWriter
+from compactor.files.layout import first_raw_schema
+from compactor.files.writer import TableWriter
+from compactor.maintenance.retention import DROP_PROPERTY, TableRetention, purge
+from compactor.maintenance.rounds import TableMaintenance
+from compactor.rows.records import Batch, Record
+from compactor.rows.translator import kafka_columns, translate
+from compactor.service import tables
 from metadata.store import load_metadata_store
 from wal.store import MemoryObjectStore
 
@@ -156,7 +156,7 @@ async def test_maintenance_retention_reindex_and_purge_refuse_a_table_bound_to_a
 
 def test_the_topic_configs_the_compactor_reads_are_the_ones_the_broker_declares():
     from broker.topic_configs import TOPIC_CONFIGS
-    from compactor import retention
+    from compactor.maintenance import retention
 
     for name in (tables.ENABLED, tables.TABLE, tables.PARTITION_BY, retention.RETENTION_MS, retention.DROP_ON_DELETE):
         assert name in TOPIC_CONFIGS

@@ -23,13 +23,13 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
-from compactor import retention as retention_module
-from compactor import service as service_module
 from compactor.catalog import load_catalog
-from compactor.maintenance import MAINTENANCE
-from compactor.reindex import finish_last_cycle
-from compactor.retention import DROP_ON_DELETE, DROP_PROPERTY, RETENTION_MS
-from compactor.translator import RAW
+from compactor.commits.reindex import finish_last_cycle
+from compactor.maintenance import retention as retention_module
+from compactor.maintenance.retention import DROP_ON_DELETE, DROP_PROPERTY, RETENTION_MS
+from compactor.maintenance.rounds import MAINTENANCE
+from compactor.rows.translator import RAW
+from compactor.service import loop as service_module
 from tests.compactor.produced import PARTITIONS, Produced, Want, check_rows, headers_of, key_of, produce
 from tests.compactor.test_maintenance import check_index_reads, compact_in_cycles, read_index, with_service
 from tests.compactor.test_service import WAIT_S, node_env, table_offsets, wait_for_table

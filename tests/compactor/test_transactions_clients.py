@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 from pyiceberg.catalog.sql import SqlCatalog
 
-from compactor.committer import committed_offsets
+from compactor.commits.committer import committed_offsets
 from metadata.model import ObjectType
 from tests.compactor.test_service import WAIT_S, index_types, node_env
 from tests.fixtures import free_port

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from broker.transactions.markers import marker_batch
 from compactor.config import CompactorConfig
-from compactor.service import CompactionService
+from compactor.service.loop import CompactionService
 from metadata.model import ABORT_MARKER, COMMIT_MARKER, NOT_CONTROL, Append, ObjectCommit, ObjectType
 from metadata.store import load_metadata_store
 from registry.client import StoreLookup

@@ -1,4 +1,4 @@
-"""compactor/translator.py: any Avro value of any generated schema becomes columns that give the
+"""compactor/rows/translator.py: any Avro value of any generated schema becomes columns that give the
 value back; mutated bytes become raw (or columns+raw) with a reason, never an exception; values
 without a schema, unframed, of unknown schema ids, and tombstones are rows too."""
 
@@ -14,9 +14,9 @@ from fastavro import schemaless_reader, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compactor.layout import arrow_schema, rows_to_arrow, table_schema
-from compactor.records import Batch, Record
-from compactor.translator import COLUMNS, COLUMNS_RAW, PRODUCED_VALUE, RAW, TOMBSTONE, kafka_columns, translate, writer_schema
+from compactor.files.layout import arrow_schema, rows_to_arrow, table_schema
+from compactor.rows.records import Batch, Record
+from compactor.rows.translator import COLUMNS, COLUMNS_RAW, PRODUCED_VALUE, RAW, TOMBSTONE, kafka_columns, translate, writer_schema
 from registry.wire import frame
 from tests.compactor.avro_strategies import record_schema, values
 

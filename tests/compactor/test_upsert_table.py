@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from compactor.maintenance import rewrite_groups
-from compactor.rewrites import live_data_files
-from compactor.spark import register_catalog
+from compactor.commits.rewrites import live_data_files
+from compactor.files.spark import register_catalog
+from compactor.maintenance.rounds import rewrite_groups
 from metadata.model import ObjectType
 from tests.compactor.test_transactions_table import Wal, compaction
 from tests.readers import rows_duckdb, rows_pyiceberg, rows_spark
@@ -177,6 +177,6 @@ async def test_a_merge_leaves_the_files_holding_tombstones_until_their_retention
 
 def _tombstone_files(table) -> set[str]:
     """The data files a tombstone delete file applies to."""
-    from compactor.upsert import TOMBSTONES
+    from compactor.commits.upsert import TOMBSTONES
 
     return {t.file.file_path for t in table.scan().plan_files() if any(TOMBSTONES in d.file_path for d in t.delete_files)}

@@ -1,4 +1,4 @@
-"""A topic without a table lets go of what retention hid (compactor/wal_expiry.py): its entries
+"""A topic without a table lets go of what retention hid (compactor/maintenance/wal_expiry.py): its entries
 below the log start become one EXPIRED entry per partition, on every backend; the objects they
 alone named are no longer referenced (the sweeper collects them), an object another partition
 still names stays, and a wal-index record in etcd goes once no partition refers to it."""
@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from compactor.wal_expiry import expire_topic, expired_runs
+from compactor.maintenance.wal_expiry import expire_topic, expired_runs
 from metadata.embedded import EmbeddedMetadataStore
 from metadata.model import IndexEntry, ObjectType
 from tests.metadata.helpers import append, commit, open_etcd_store

@@ -1,4 +1,4 @@
-"""compactor/writer.py: rows of every type to Parquet files (zstd, Iceberg field ids, timestamps
+"""compactor/files/writer.py: rows of every type to Parquet files (zstd, Iceberg field ids, timestamps
 as TIMESTAMP_MICROS) read back by pyarrow with the exact values; one file per (schema id,
 partition value); the offsets and row ranges each file holds; a value its column cannot take kept
 raw; the DataFile a committer appends."""
@@ -17,11 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 from fastavro import parse_schema, schemaless_writer
 
-from compactor.columns import RawRows
-from compactor.layout import partition_spec, rows_to_arrow, table_schema
-from compactor.records import Batch, Record
-from compactor.translator import COLUMNS, RAW, TOMBSTONE, kafka_columns, translate, writer_schema
-from compactor.writer import OffsetSpan, TableWriter
+from compactor.files.layout import partition_spec, rows_to_arrow, table_schema
+from compactor.files.writer import OffsetSpan, TableWriter
+from compactor.rows.columns import RawRows
+from compactor.rows.records import Batch, Record
+from compactor.rows.translator import COLUMNS, RAW, TOMBSTONE, kafka_columns, translate, writer_schema
 from registry.wire import frame
 
 UTC = datetime.UTC

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from compactor.records import Batch, decode_range
+from compactor.rows.records import Batch, decode_range
 from metadata.embedded import EmbeddedMetadataStore
 from metadata.model import IndexEntry, ObjectType
 from wal.store import FileObjectStore

@@ -68,7 +68,7 @@ def test_the_image_runs_neve_as_a_non_root_user_with_a_health_check():
     assert entrypoint == '["tini", "--", "neve"]'
     packages = " ".join(args for word, args in final if word == "RUN")
     for package in ("openjdk-17-jre-headless", "procps", "libpostgresql-jdbc-java", "libxerial-sqlite-jdbc-java", "tini"):
-        assert package in packages  # Java for Spark, and the JDBC drivers compactor/spark.py looks for
+        assert package in packages  # Java for Spark, and the JDBC drivers compactor/files/spark.py looks for
 
 
 def healthcheck(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:

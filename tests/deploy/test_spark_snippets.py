@@ -1,5 +1,5 @@
 """deploy/spark/*.conf, the Spark settings users read neve's tables with, say what the compactor's
-own Spark session says (compactor/spark.py, for the same catalog): the REST one for the compose
+own Spark session says (compactor/files/spark.py, for the same catalog): the REST one for the compose
 file's compactor, the JDBC one for the PostgreSQL catalog deploy/trino/jdbc names."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ JDBC_ENV = {
 @pytest.mark.parametrize(("snippet", "env"), [("neve-rest.conf", None), ("neve-jdbc.conf", JDBC_ENV)])
 def test_the_spark_snippet_is_the_compactor_s_own_catalog(snippet, env):
     from compactor.catalog import catalog_target
-    from compactor.spark import catalog_conf, session_conf
+    from compactor.files.spark import catalog_conf, session_conf
     from neve.config import load_config
 
     config = load_config(env=env or {k: v for k, v in compose_compactor_env().items() if k.startswith("NEVE_COMPACTOR_")}).compactor

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pyiceberg.schema import Schema
 
-from compactor.avro_types import evolve
-from compactor.layout import arrow_schema, rows_to_arrow, table_schema
-from compactor.records import Batch, Record
-from compactor.translator import COLUMNS, kafka_columns, translate, writer_schema
+from compactor.files.layout import arrow_schema, rows_to_arrow, table_schema
+from compactor.rows.avro_types import evolve
+from compactor.rows.records import Batch, Record
+from compactor.rows.translator import COLUMNS, kafka_columns, translate, writer_schema
 from registry.wire import frame
 from table.avro_values import ValueEncoder, encoder
 from tests.compactor.avro_strategies import record_schema, values
@@ -50,7 +50,7 @@ def produced(schema_id: int, schema, value, kept_as_columns=None) -> tuple[bytes
 
 
 def parquet_rows(rows: list[dict], schema: Schema) -> list[dict]:
-    """`rows` through a Parquet file of the table schema `schema` written as compactor/writer.py's
+    """`rows` through a Parquet file of the table schema `schema` written as compactor/files/writer.py's
     TableWriter writes one (its Arrow schema, rows_to_arrow, its ParquetWriter options), read back
     by pyarrow."""
     arrow = arrow_schema(schema)

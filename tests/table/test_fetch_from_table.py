@@ -13,7 +13,7 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
-from compactor.records import Batch, decode_records, iter_batches
+from compactor.rows.records import Batch, decode_records, iter_batches
 from metadata.model import ObjectType
 from tests.clients.java_client import consume_bytes
 from tests.compactor.produced import PARTITIONS, Produced, Want, produce

@@ -16,9 +16,9 @@ import table.parquet as parquet_module
 from cache.chunks import ZoneChunks
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
-from compactor.layout import arrow_schema, rows_to_arrow, table_schema
-from compactor.records import Batch, Record
-from compactor.translator import kafka_columns, translate
+from compactor.files.layout import arrow_schema, rows_to_arrow, table_schema
+from compactor.rows.records import Batch, Record
+from compactor.rows.translator import kafka_columns, translate
 from table.files import TableFiles
 from table.parquet import ParquetRows
 from wal.store import MemoryObjectStore

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.layout import arrow_schema, rows_to_arrow, table_schema
-from compactor.records import Batch, Record, decode_records, iter_batches
-from compactor.translator import kafka_columns, translate
+from compactor.files.layout import arrow_schema, rows_to_arrow, table_schema
+from compactor.rows.records import Batch, Record, decode_records, iter_batches
+from compactor.rows.translator import kafka_columns, translate
 from table.rebuild import _lengths, _packed, _zigzag, rebuild_batches, varints
 from wal.batch import CODEC_NAMES
 from wal.batch_builder import COMPRESSION_TYPES, build_batch, codec_for, zigzag_varint

@@ -16,11 +16,11 @@ import pytest
 
 from cache.reader import ObjectReader
 from cache.recent import RecentObjects
-from compactor.job import TaskContext, run_task
-from compactor.layout import arrow_schema, partition_spec, rows_to_arrow, table_schema
-from compactor.planner import ObjectRead, Run, Task
-from compactor.records import Batch, Record, decode_records, iter_batches
-from compactor.translator import kafka_columns, translate
+from compactor.files.job import TaskContext, run_task
+from compactor.files.layout import arrow_schema, partition_spec, rows_to_arrow, table_schema
+from compactor.files.planner import ObjectRead, Run, Task
+from compactor.rows.records import Batch, Record, decode_records, iter_batches
+from compactor.rows.translator import kafka_columns, translate
 from metadata.model import IndexEntry, ObjectType
 from table.files import TableFiles
 from table.parquet import ParquetRows
@@ -251,7 +251,7 @@ def test_a_row_groups_partitions_are_rebuilt_together_byte_for_byte_as_each_alon
 
 
 def test_a_batch_kept_as_stored_is_served_whole_from_any_of_its_offsets(tmp_path):
-    """A batch whose records are no rows is one row at its last offset (compactor/job.py): a fetch
+    """A batch whose records are no rows is one row at its last offset (compactor/files/job.py): a fetch
     from any of its offsets gets it whole, as the WAL gave it, then the batches after it."""
     t0 = 1_700_000_000_000
     batches = [

@@ -19,7 +19,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compactor.records import decode_range
+from compactor.rows.records import decode_range
 from tests.clients.java_client import classpath
 from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, validate
 from wal.batch_builder import COMPRESSION_TYPES, GZIP, LOG_APPEND_TIME, LZ4, NONE, SNAPPY, ZSTD, build_batch, codec_for

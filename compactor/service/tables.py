@@ -1,5 +1,5 @@
 """A topic's Iceberg table: its name (table/names.py), its creation on first compaction (the raw
-columns, partitioned by `neve.iceberg.partition.by`) bound to its topic's id (binding.py; a
+columns, partitioned by `neve.iceberg.partition.by`) bound to its topic's id (commits/binding.py; a
 deleted topic's table under the name is set aside first), and its evolution by union with every version of the topic's value
 subject (`<topic>-value`, Confluent's TopicNameStrategy), oldest first (seed 003 §4.5). A version
 the table cannot take (a type change Iceberg cannot promote) is not an error: its values stay raw,
@@ -17,8 +17,11 @@ from pyiceberg.catalog import MetastoreCatalog
 
 from table import names
 
-from . import avro_types, binding, committer, layout, retention
-from .writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS, ROW_GROUP_BYTES_PROPERTY, ROW_GROUP_ROWS_PROPERTY
+from ..commits import binding, committer
+from ..files import layout
+from ..files.writer import DEFAULT_ROW_GROUP_BYTES, DEFAULT_ROW_GROUP_ROWS, ROW_GROUP_BYTES_PROPERTY, ROW_GROUP_ROWS_PROPERTY
+from ..maintenance import retention
+from ..rows import avro_types
 
 log = logging.getLogger("neve.compactor.tables")
 
@@ -29,7 +32,7 @@ TABLE = names.TABLE_CONFIG
 PARTITION_BY = layout.PARTITION_BY_CONFIG  # "neve.iceberg.partition.by"
 
 
-# Row groups of a few MiB in the files the compactor writes (compactor/writer.py reads these too)
+# Row groups of a few MiB in the files the compactor writes (compactor/files/writer.py reads these too)
 # and those maintenance (or Spark's rewrite_data_files) writes: a Kafka
 # fetch reads and rebuilds a partition's rows a row group at a time (table/serve.py), and Iceberg's
 # defaults (128 MiB, 1M rows) would make a consumer's first fetch of a merged file decode all of it.
@@ -72,7 +75,7 @@ def live_topic_ids(metadata) -> frozenset[str] | None:
 def load_or_create(catalog, identifier: str, partition_by: str | None, topic_id: uuid.UUID | str, live: Collection[str] | None = ()):
     """The table of topic `topic_id`, created with the raw columns when it does not exist yet (the
     value column comes with the first schema, by union, which keeps the raw columns' field ids),
-    bound to the topic (compactor/binding.py). `live` holds the ids of the topics that exist (None:
+    bound to the topic (compactor/commits/binding.py). `live` holds the ids of the topics that exist (None:
     not known, and no table is set aside).
 
     A table under the name bound to another topic: when that topic is live, TableNotBound (two

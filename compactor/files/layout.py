@@ -38,7 +38,7 @@ from pyiceberg.types import (
 from table import layout as table_layout
 from table import names
 
-from .avro_types import evolve
+from ..rows.avro_types import evolve
 
 PARTITION_BY_CONFIG = "neve.iceberg.partition.by"
 DEFAULT_PARTITION_BY = "day(timestamp)"

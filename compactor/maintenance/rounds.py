@@ -1,6 +1,6 @@
-"""Table maintenance that keeps the Kafka view right (issue 22): after every cycle of a topic, the
+"""Table maintenance that keeps the Kafka view right: after every cycle of a topic, the
 index is checked against the table's snapshots and re-indexed when a rewrite moved rows it names
-(rewrites.py); every `maintenance_interval_ms`, a table partition's small files are merged into
+(commits/rewrites.py); every `maintenance_interval_ms`, a table partition's small files are merged into
 files of the target size sorted by kafka.partition, kafka.offset (on Spark, Iceberg's action behind
 `rewrite_data_files`; in-process, pyarrow and pyiceberg's overwrite, as is a merge of fewer than
 `merge_on_spark_min_bytes` with the Spark runner), then re-indexed,
@@ -19,7 +19,7 @@ the index stops naming them, deletes them). Expiry runs through pyiceberg, not S
 What an outside engine may do: rewrite files (rewrite_data_files, any compaction that keeps every
 row): the index follows within a cycle. Expire snapshots: only with `older_than` well past a cycle
 (the default of Spark's procedure is 5 days), or a Kafka read of the old files in between fails.
-Delete rows: those offsets leave the Kafka view (rewrites.py says what consumers see). Rows must
+Delete rows: those offsets leave the Kafka view (commits/rewrites.py says what consumers see). Rows must
 not be changed in place (an UPDATE rewrites the values Kafka serves) nor appended by others (rows
 with kafka offsets the index does not cover are never served, and ones it covers would be doubled).
 Synchronous pyiceberg and Spark work runs in threads, off the event loop.
@@ -41,11 +41,12 @@ from metadata.store import MetadataStore
 from table.layout import KAFKA, OFFSET, PARTITION
 from wal.store import ObjectStore
 
-from . import binding, metrics, upsert
-from .committer import CYCLE
-from .config import CompactorConfig
+from .. import metrics
+from ..commits import binding, upsert
+from ..commits.committer import CYCLE
+from ..commits.rewrites import OFFSET_COLUMN, PARTITION_COLUMN, ManifestCache, bounds, live_data_files, named_files, reindex
+from ..config import CompactorConfig
 from .retention import TableRetention
-from .rewrites import OFFSET_COLUMN, PARTITION_COLUMN, ManifestCache, bounds, live_data_files, named_files, reindex
 
 log = logging.getLogger("neve.compactor.maintenance")
 
@@ -205,8 +206,8 @@ class TableMaintenance:
         if spark is not None and sum(f.file_size_in_bytes for group in groups for f in group) < self.config.merge_on_spark_min_bytes:
             spark = None  # a Spark job would cost more than the whole rewrite (merge_on_spark_min_bytes)
         if spark is not None:
-            from .catalog import catalog_target
-            from .spark import register_catalog
+            from ..catalog import catalog_target
+            from ..files.spark import register_catalog
 
             catalog = register_catalog(spark, catalog_target(self.config))
             # the table as pyiceberg resolved it (namespace levels, name), never re-parsed from text

@@ -35,7 +35,7 @@ if __name__ == "__main__":
 
     from pyspark import daemon
 
-    import compactor.job  # noqa: F401  (imported for the workers the daemon forks)
+    import compactor.files.job  # noqa: F401  (imported for the workers the daemon forks)
 
     # A reused worker runs gc.collect() after every task: over all of the modules above, 60-70 ms
     # of CPU a task. Frozen, what the workers inherit is not traversed again (and its pages

@@ -28,11 +28,11 @@ from table.layout import BATCH_COMPRESSION, HEADERS, KAFKA, KEY_RAW, MAX_MS, MIN
 from wal.batch import BATCH_HEADER, BATCH_HEADER_SIZE, LOG_OVERHEAD, decompress
 from wal.store import load_object_store
 
-from .avro_columns import ValueColumns
-from .columns import RawRows, decode_batches
+from ..rows.avro_columns import ValueColumns
+from ..rows.columns import RawRows, decode_batches
+from ..rows.records import SERVED_LEADER_EPOCH, Batch, CorruptBatch, decode_records, iter_batches
+from ..rows.translator import COLUMNS, OUTCOMES, RAW, TOMBSTONE, Resolver, WriterSchema, kafka_columns, translate, writer_schema
 from .planner import Aborted, ObjectRead, Run, Task
-from .records import SERVED_LEADER_EPOCH, Batch, CorruptBatch, decode_records, iter_batches
-from .translator import COLUMNS, OUTCOMES, RAW, TOMBSTONE, Resolver, WriterSchema, kafka_columns, translate, writer_schema
 from .writer import TableWriter, WrittenFile
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def run_task(context: TaskContext, task: Task, index: int = 0, attempt: int = 0)
     )
     outcomes: dict[int, dict[str, int]] = {}
     malformed: list[tuple[int, int, str]] = []
-    # Batches decoded as columns many at once (values too, for Avro values avro_columns.py reads);
+    # Batches decoded as columns many at once (values too, for Avro values rows/avro_columns.py reads);
     # the others record by record.
     columnar = writer.takes_raw if resolve is None else writer.takes_columns
     values = ValueColumns(resolve, writer.arrow) if columnar and resolve is not None else None
@@ -545,7 +545,7 @@ def _check_offsets(batch: Batch) -> None:
 def _run_raw_rows(run: Run, ranges: _Ranges, schema: Any, values: ValueColumns | None = None) -> Iterator[tuple[Any, str | None]]:
     """_entry_rows' rows of every entry of `run`, except that consecutive batches whose records
     all decode (and, with `values`, whose values it reads) come as columns, ((RawRows, [(view,
-    batch)]), RAW_ROWS), decoded at once (columns.py, avro_columns.py); the others as _entry_rows
+    batch)]), RAW_ROWS), decoded at once (rows/columns.py, rows/avro_columns.py); the others as _entry_rows
     has them (with `values`' resolver)."""
     batches: list[tuple[memoryview, Batch]] = []
     payloads: list[Any] = []
@@ -646,7 +646,7 @@ def _header(view: memoryview, error: CorruptBatch, entry: IndexEntry) -> tuple[B
     Its size is 0 when its framing is broken; what does not parse is -1, its timestamps the entry's
     max."""
     at = error.position
-    fields = BATCH_HEADER.unpack_from(view, at) if len(view) - at >= BATCH_HEADER_SIZE else None  # a batch records.py refused
+    fields = BATCH_HEADER.unpack_from(view, at) if len(view) - at >= BATCH_HEADER_SIZE else None  # a batch rows/records.py refused
     if fields is None or fields[3] != 2:
         magic = view[at + 16] if len(view) - at > 16 else -1
         return Batch(error.index, at, 0, error.base_offset, SERVED_LEADER_EPOCH, magic, 0, 0, entry.max_timestamp, entry.max_timestamp, -1, -1, -1, -1), False

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .catalog import TABLE_EXTRA, CatalogTarget, catalog_target
-from .config import CompactorConfig
+from ..catalog import TABLE_EXTRA, CatalogTarget, catalog_target
+from ..config import CompactorConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,7 +36,7 @@ SPARK_CATALOG = "org.apache.iceberg.spark.SparkCatalog"
 # (an IAM role): nothing is handed on, and executors use their own machine's role.
 EXECUTOR_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION")
 S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
-DAEMON_MODULE = "compactor.spark_daemon"  # forks Python workers with the tasks' modules imported
+DAEMON_MODULE = "compactor.files.spark_daemon"  # forks Python workers with the tasks' modules imported
 
 
 class SparkStartError(RuntimeError):

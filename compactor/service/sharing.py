@@ -16,14 +16,14 @@ each to the member that weighs most after it.
 Handover: lists are read at the start of each run (`refresh`), so for up to a run after a change
 two live compactors may both work a topic (the old owner before it has read the new list). That
 is safe: the Iceberg commit keeps the offsets each cycle committed and refuses a cycle whose
-offsets the table holds already (committer.py, CycleOverlap), so of two cycles over the same
+offsets the table holds already (commits/committer.py, CycleOverlap), so of two cycles over the same
 entries one commits; the other deletes its files, and its compactor's next cycle of the topic
 finishes the committed cycle's index swap (reindex.finish_last_cycle) before planning again.
 Every offset is in the table once, and the index only ever points at committed cycles. A
 compactor that gains topics forgets which tables it had recovered (`refresh` says so), so its
 first cycle of each finishes whatever the last owner left unswapped.
 
-Dropping deleted topics' tables (retention.py TopicDrops) is work for one compactor of the
+Dropping deleted topics' tables (maintenance/retention.py TopicDrops) is work for one compactor of the
 cluster, not per topic (a deleted topic has no owner): the holder of the single-leader mode's
 "compactor" leadership does it, which each sharing compactor also campaigns for (`drops_tables`).
 """
@@ -37,7 +37,7 @@ from collections.abc import Iterable
 
 from metadata.store import Leadership, MetadataError, MetadataStore
 
-from .retention import TopicDrops
+from ..maintenance.retention import TopicDrops
 
 log = logging.getLogger("neve.compactor.sharing")
 

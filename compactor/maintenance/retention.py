@@ -1,12 +1,12 @@
 """Table retention and topic deletion: the two topic configs that let the compactor
 delete table rows, which nothing else in neve does.
 
-`neve.iceberg.retention.ms` (default -1, keep forever): every maintenance round (maintenance.py, at
+`neve.iceberg.retention.ms` (default -1, keep forever): every maintenance round (rounds.py, at
 `maintenance_interval_ms`) the rows of each Kafka partition are expired up to the first offset
 whose timestamp is not older than now - retention: the partition's log start moves there first
 (MetadataStore.advance_log_start, so no consumer is ever sent to offsets whose rows are going), then
 one Iceberg overwrite snapshot drops the files holding only expired offsets and rewrites the files
-holding some, and the re-index (rewrites.py) points the index at what remains. As Kafka keeps a
+holding some, and the re-index (commits/rewrites.py) points the index at what remains. As Kafka keeps a
 segment holding any record newer than its retention, expiry stops at the first record that has
 not expired: a record with an old timestamp after it stays, in the table and in the Kafka view
 (the Kafka view then never has a gap). Only what the table holds is expired; records still in
@@ -19,7 +19,7 @@ topics it has seen and drops the table of one that disappears. For a topic delet
 compactor ran, it also marks each table whose topic asks for this with table properties
 (`neve.drop-on-delete`, `neve.topic-id`): at its start a compactor drops every table of its
 namespace so marked whose topic id no longer exists. A table is purged only when it is bound to
-the deleted topic's id (binding.py): never another topic's table under the name, nor one set aside.
+the deleted topic's id (commits/binding.py): never another topic's table under the name, nor one set aside.
 """
 
 from __future__ import annotations
@@ -36,8 +36,9 @@ from metadata.model import IndexEntry, ObjectType, TopicInfo
 from metadata.store import MetadataError, MetadataStore
 from table.layout import KAFKA, OFFSET, PARTITION, TIMESTAMP
 
-from . import binding, metrics
-from .rewrites import OFFSET_COLUMN, PARTITION_COLUMN, bounds
+from .. import metrics
+from ..commits import binding
+from ..commits.rewrites import OFFSET_COLUMN, PARTITION_COLUMN, bounds
 
 log = logging.getLogger("neve.compactor.retention")
 

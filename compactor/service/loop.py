@@ -2,25 +2,25 @@
 manifest → one Iceberg commit → index swap, topic by topic (`neve compactor`, and inside `neve dev`).
 
 Each cycle of a topic: its table is loaded or created and evolved by the topic's registered value
-schemas; the last cycle's index swap is finished if a crash cut it short (reindex.py); the WAL
+schemas; the last cycle's index swap is finished if a crash cut it short (commits/reindex.py); the WAL
 entries older than the freshness setting, below each partition's last stable offset (an open
 transaction holds its partition's table back: `neve_compactor_transaction_held_offsets`), are
-planned into tasks with the aborted transactions they meet (planner.py); the job turns them into
-Parquet files, without control batches or aborted records (job.py, on Spark or in this process); the cycle's manifest is written; the
-committer appends the files in one snapshot naming the manifest (committer.py); the index swap
+planned into tasks with the aborted transactions they meet (files/planner.py); the job turns them into
+Parquet files, without control batches or aborted records (files/job.py, on Spark or in this process); the cycle's manifest is written; the
+committer appends the files in one snapshot naming the manifest (commits/committer.py); the index swap
 replaces the WAL entries by one PARQUET entry per partition. A crash or a failure anywhere is
 finished or redone by the next cycle: files written but not committed are orphans (never in the
 table), a commit without its swap is swapped (reindex.finish_last_cycle, run again after any
 failure past a commit), a swap is idempotent. After each topic's cycle its table is maintained
-(maintenance.py: expired rows deleted, small files merged, old snapshots expired, the index
+(maintenance/rounds.py: expired rows deleted, small files merged, old snapshots expired, the index
 re-pointed at the files any rewrite made); a deleted topic's table is dropped when its topic asked
-(retention.py). Blocking work (pyiceberg, Spark, Parquet) runs in threads, off the event loop.
+(maintenance/retention.py). Blocking work (pyiceberg, Spark, Parquet) runs in threads, off the event loop.
 
 Fenced: the service cycles as the holder of the "compactor" leadership (`leadership`), checks it
 before each step of a cycle and stops the run once it is lost; its index swaps carry the lead's
 fence, so a swap after the lead changed hands changes nothing. Its Iceberg commit cannot carry the
 fence; a deposed compactor's commit is harmless because the table keeps the offsets each topic's
-cycles committed (committer.py): the new leader's commit over the same offsets is refused and the
+cycles committed (commits/committer.py): the new leader's commit over the same offsets is refused and the
 new leader swaps the deposed one's cycle instead (finish_last_cycle), so every offset is in the
 table once.
 
@@ -52,12 +52,16 @@ from table import removals
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, Removal, WalRange, new_cycle_id, removal_key
 from wal.store import ObjectStore, ObjectStoreError
 
-from . import compacted_index, metrics, planner, tables, upsert, wal_expiry
-from .committer import CycleOverlap, DeletedFilesGone, TableChanged, commit_cycle_table
-from .config import CompactorConfig
-from .maintenance import TableMaintenance
-from .reindex import finish_last_cycle, swap
-from .retention import TopicDrops
+from .. import metrics
+from ..commits import compacted_index, upsert
+from ..commits.committer import CycleOverlap, DeletedFilesGone, TableChanged, commit_cycle_table
+from ..commits.reindex import finish_last_cycle, swap
+from ..config import CompactorConfig
+from ..files import planner
+from ..maintenance import wal_expiry
+from ..maintenance.retention import TopicDrops
+from ..maintenance.rounds import TableMaintenance
+from . import tables
 
 log = logging.getLogger("neve.compactor")
 
@@ -161,7 +165,7 @@ class CompactionService:
         self._checkpoints: dict[tuple, int] = {}
         self._recovered: set[str] = set()  # tables with no cycle committed and not swapped (as far as this process knows)
         self.leadership = None  # metadata.store.Leadership this service cycles under; None: it cycles regardless
-        # compactor.sharing.Sharing: the topics this compactor takes among the live compactors
+        # compactor.service.sharing.Sharing: the topics this compactor takes among the live compactors
         # sharing them (its `leadership` then its own membership); None: every topic
         self.sharing = None
         self._fence = None  # the lead's fence this run's swaps carry
@@ -201,7 +205,7 @@ class CompactionService:
         compactors share them): the tables of deleted topics that asked for it are dropped first;
         then every topic with something due is planned and the tasks of all of them run in one job
         (`_cycle`). A topic that fails is logged and counted; the others still run. A topic
-        without a table has what retention hid let go (wal_expiry.py)."""
+        without a table has what retention hid let go (maintenance/wal_expiry.py)."""
         done: list[TopicCycle] = []
         self.failed = []
         self._failed_now = set()
@@ -407,7 +411,7 @@ class CompactionService:
         self._tables.pop(identifier, None)  # read as it is now, not as this process last knew it
         table = await self._table(info, identifier, live)
         await finish_last_cycle(self.metadata, self.objects, table, self._fence)
-        if upsert.is_compacted(info.configs):  # a merge a crash cut short (compacted_index.py)
+        if upsert.is_compacted(info.configs):  # a merge a crash cut short (commits/compacted_index.py)
             await self._merge_compacted(info, identifier, range(info.partitions))
         self._recovered.add(identifier)
         return table
@@ -442,7 +446,7 @@ class CompactionService:
         `_read_pending` read), and when there are any, its table evolved by the topic's value
         schemas and the context its tasks need. A topic with nothing due costs no catalog, table
         metadata or registry read (its table loaded once, when this compactor takes it on)."""
-        from .job import TaskContext
+        from ..files.job import TaskContext
 
         started = time.monotonic()
         identifier = tables.table_identifier(self.config.namespace, info.name, info.configs)
@@ -470,7 +474,7 @@ class CompactionService:
         """The topic's table as this compactor last committed to it, or loaded (created, bound, a
         deleted topic's table set aside: tables.load_or_create) when it has not kept it. A table
         changed by another writer since is not wrong to start from: the commit finds the change
-        (its snapshot check fails) and re-reads the table before it tries again (committer.py)."""
+        (its snapshot check fails) and re-reads the table before it tries again (commits/committer.py)."""
         kept = self._tables.get(identifier)
         if kept is not None and kept[0] == _TableKey.of(info):
             return kept[1]
@@ -488,7 +492,7 @@ class CompactionService:
     async def _run_job(self, due: list[_Due]):
         """The tasks of every topic in `due` in one job: per topic its results, or the error that
         failed it. Raises when the job failed as a whole."""
-        from . import job
+        from ..files import job
 
         work = [(d.context, d.plan.tasks) for d in due]
         if self.config.runner == "in-process":
@@ -497,7 +501,7 @@ class CompactionService:
 
     async def _commit(self, d: _Due) -> TopicCycle:
         """A topic's part of a cycle after its tasks ran: the cycle's manifest, its one Iceberg
-        commit (committer.py) and the index swap (reindex.py)."""
+        commit (commits/committer.py) and the index swap (commits/reindex.py)."""
         info, cycle, identifier, results = d.info, d.cycle, d.cycle.table, d.results
         written = [f for r in results for f in r.files]
         self._fault("written")
@@ -554,7 +558,7 @@ class CompactionService:
 
     async def _commit_table(self, d: _Due, manifest: CycleManifest, data_files: list, deletes: upsert.Deletes | None):
         """The cycle's one Iceberg commit. A compacted topic's (`deletes` computed) also deletes,
-        in the same snapshot, the rows the cycle's records supersede (upsert.py); computed again
+        in the same snapshot, the rows the cycle's records supersede (commits/upsert.py); computed again
         against the table as the commit finds it when another writer committed meanwhile (a
         cycle of another compactor, a rewrite of a file they named) (the offsets they remove stay those the manifest names: they follow from the
         keys, not from the files)."""
@@ -598,7 +602,7 @@ class CompactionService:
 
     async def _merge_compacted(self, info: TopicInfo, identifier: str, partitions: Iterable[int]) -> None:
         """A compacted topic's partitions' PARQUET entries merged into one each, so that its Kafka
-        readers skip every record a cycle removed (compacted_index.py). A failure leaves the
+        readers skip every record a cycle removed (commits/compacted_index.py). A failure leaves the
         entries as they are (readers then see records later ones superseded) until the next try."""
         try:
             await compacted_index.merge_entries(self.metadata, self.objects, self.maintenance.manifests, info, identifier, partitions, self._fence)
@@ -705,7 +709,7 @@ class CompactionService:
             log.warning("topic's expired WAL entries kept this cycle", extra={"topic": info.name, "reason": repr(e)})
 
     async def maintain_topic(self, info: TopicInfo, committed: bool = False, rounds: bool = True):
-        """The table maintenance of `info`'s table (maintenance.py): merge and expiry when due
+        """The table maintenance of `info`'s table (maintenance/rounds.py): merge and expiry when due
         (and `rounds`: otherwise they stay due), the index re-pointed at the files any rewrite
         made (`committed`: a cycle just committed, and the table it left is read no more). A table
         maintenance changed is read again by the next cycle."""
@@ -719,7 +723,7 @@ class CompactionService:
         return outcome
 
     async def drop_deleted_tables(self) -> list[str]:
-        """Drop the tables of topics deleted with `neve.iceberg.drop.on.delete` (retention.py)."""
+        """Drop the tables of topics deleted with `neve.iceberg.drop.on.delete` (maintenance/retention.py)."""
         self._check_lead()
         try:
             dropped = await self.drops.check(await self._load_catalog())
@@ -788,14 +792,14 @@ class CompactionService:
 
     async def _load_catalog(self):
         if self._catalog is None:
-            from .catalog import load_catalog
+            from ..catalog import load_catalog
 
             self._catalog = await asyncio.to_thread(load_catalog, self.config)
         return self._catalog
 
     async def _spark_session(self):
         if self._spark is None:
-            from .spark import spark_session
+            from ..files.spark import spark_session
 
             self._spark = await asyncio.to_thread(spark_session, self.config)
             if gc.get_freeze_count():  # the process froze what it started with (neve/cli.py's tune_gc):

@@ -106,7 +106,7 @@ def parse(schema: str | dict | list) -> Any:
 
 def value_layout(parsed: Any, first_id: int = 1) -> ValueLayout:
     """The Iceberg type of values written with `parsed` (a fastavro-parsed schema), field ids
-    counted depth-first from `first_id` (layout.py gives the table's own ids to the whole schema).
+    counted depth-first from `first_id` (files/layout.py gives the table's own ids to the whole schema).
     Record fields are all optional: a later schema version may drop one, and a union never does."""
     names = dict(parsed.get("__named_schemas", {})) if isinstance(parsed, dict) else {}
     converter = _Converter(names, itertools.count(first_id))

@@ -31,10 +31,10 @@ from pyiceberg.utils.datetime import date_to_days, datetime_to_micros, time_to_m
 
 from table.layout import KAFKA, OFFSET, PARTITION, TIMESTAMP, VALUE, VALUE_ERROR, VALUE_RAW, VALUE_SCHEMA_ID
 
-from .columns import RawRows, records_to_rows
+from ..rows.columns import RawRows, records_to_rows
+from ..rows.records import Record
+from ..rows.translator import COLUMNS, OUTCOMES, PRODUCED_VALUE, RAW, TOMBSTONE
 from .layout import arrow_schema, rows_to_arrow
-from .records import Record
-from .translator import COLUMNS, OUTCOMES, PRODUCED_VALUE, RAW, TOMBSTONE
 
 MICROS_PER_DAY = 86_400_000_000
 MICROS_PER_HOUR = 3_600_000_000
@@ -189,7 +189,7 @@ class TableWriter:
 
     @property
     def takes_columns(self) -> bool:
-        """Whether add_raw_rows can take rows whose values are in the value column (avro_columns.py:
+        """Whether add_raw_rows can take rows whose values are in the value column (rows/avro_columns.py:
         a spec on kafka.timestamp alone or none)."""
         return self._raw_partition is not None and VALUE in self.arrow.names
 
@@ -209,7 +209,7 @@ class TableWriter:
     def add_raw_rows(self, partition: int, rows: RawRows) -> bool:
         """add_raw's rows as columns already (columns.decode_batches: consecutive batches of
         Kafka partition `partition`), or rows with their values in the value column alone
-        (avro_columns.py; `rows.schema_id` set), which add() would key by that schema id, and
+        (rows/avro_columns.py; `rows.schema_id` set), which add() would key by that schema id, and
         their tombstones by none. False, having added nothing, as for add_raw."""
         if rows.values is not None:
             raise ValueError("rows whose values were left apart (decode_batches(values_apart=True)) have no value_raw to write")
