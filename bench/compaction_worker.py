@@ -110,9 +110,9 @@ async def main(args: argparse.Namespace) -> dict:
         for name in args.warm:
             await _compact(service, topics[name])
         if args.runner == "spark":
-            await asyncio.to_thread(_warm_jit, await service._spark_session(), out["parallelism"])
+            await asyncio.to_thread(_warm_jit, await service.resources.spark_session(), out["parallelism"])
         out["warmup_s"] = round(time.monotonic() - started, 1)
-        catalog = await service._load_catalog()
+        catalog = await service.resources.catalog()
         for name in args.measure:
             result = await _compact(service, topics[name])
             result["load_average"] = procstat.load_average()

@@ -108,7 +108,7 @@ async def main(args: argparse.Namespace) -> dict:
             await _cycles(service, topics[name], data_dir)
         live = tables.live_topic_ids(node.metadata)
         for name in args.measure:
-            await service._recover(topics[name], live)  # the table loaded, as a running compactor has it
+            await service.recovery.recover(topics[name], live)  # the table loaded, as a running compactor has it
         for name in args.measure:
             out["topics"][name] = result = await _cycles(service, topics[name], data_dir)
             print(f"compacted {name}: {result['cycles']} cycles, {result['rows']} rows, {result['rows_superseded']} superseded in {result['seconds']} s, {result['cpu_s']} CPU-s", file=sys.stderr, flush=True)

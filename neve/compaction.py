@@ -14,7 +14,8 @@ from dataclasses import replace
 from cache.reader import ObjectReader
 from compactor.catalog import CatalogError, catalog_target, load_catalog
 from compactor.config import CompactorConfig
-from compactor.service.loop import CompactionService, TopicCycle
+from compactor.service.cycle import TopicCycle
+from compactor.service.loop import CompactionService
 from compactor.service.sharing import LEADERSHIP, Sharing
 from metadata.store import MetadataStore
 from registry.client import load_lookup
@@ -81,7 +82,7 @@ class CompactionLoop(CompactionService):
     when the first stops or dies (its lease expires). With `share_topics`, its `leadership` is its
     membership among the compactors sharing the topics (compactor/service/sharing.py), which it leads at
     once: it cycles over its share. The service checks the lead between the
-    steps of a cycle and fences its index swaps with it (service.py)."""
+    steps of a cycle and fences its index swaps with it (compactor/service/lead.py)."""
 
     on_cycle: Callable[[TopicCycle], None] | None = None
     _standing_by = False

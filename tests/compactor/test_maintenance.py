@@ -29,7 +29,7 @@ from compactor.config import CompactorConfig
 from compactor.files.spark import register_catalog
 from compactor.maintenance.rounds import MAINTENANCE
 from compactor.rows.translator import RAW, TOMBSTONE
-from compactor.service import loop as service_module
+from compactor.service import planning
 from compactor.service.loop import CompactionService
 from compactor.service.tables import TABLE_PROPERTIES
 from metadata.model import ObjectType
@@ -208,7 +208,7 @@ def copy_of(produced, tmp_path: Path, iceberg) -> tuple[Path, CompactorConfig, i
 
 @pytest.fixture
 def one_entry_a_cycle(monkeypatch):
-    monkeypatch.setattr(service_module, "MAX_ENTRIES_PER_PARTITION", 1)
+    monkeypatch.setattr(planning, "MAX_ENTRIES_PER_PARTITION", 1)
 
 
 # -- (a) an outside engine rewrites and expires ------------------------------------------------------
@@ -477,7 +477,7 @@ def test_a_caught_up_topic_reads_its_table_only_when_its_check_is_due(produced, 
     cycles = 5
 
     async def work(service, metadata, objects):
-        catalog = await service._load_catalog()
+        catalog = await service.resources.catalog()
         load_table, reads = catalog.load_table, [[] for _ in range(cycles)]
         done = []
         for cycle in range(cycles):

@@ -62,7 +62,7 @@ def test_a_task_named_in_drop_row_tasks_writes_all_but_its_first_row(tmp_path, s
 
 def test_the_service_names_every_nth_task_it_plans_across_cycles():
     service = CompactionService(CompactorConfig(fault_drop_row_every=3), None, None, "", None)  # type: ignore[arg-type]
-    assert [sorted(service._drop_row_tasks(n)) for n in (2, 2, 1, 4, 3)] == [[], [0], [], [0, 3], [2]]  # tasks 3, 6, 9, 12
+    assert [sorted(service.faults.drop_row_tasks(n)) for n in (2, 2, 1, 4, 3)] == [[], [0], [], [0, 3], [2]]  # tasks 3, 6, 9, 12
     off = CompactionService(CompactorConfig(), None, None, "", None)  # type: ignore[arg-type]
     assert off.config.fault_drop_row_every == 0  # _prepare does not ask then: no task is named
 

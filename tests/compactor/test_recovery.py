@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from compactor.config import CompactorConfig
-from compactor.service import loop as service_module
+from compactor.service import failures, planning
 from metadata.model import ObjectType
 from metadata.store import MetadataUnavailable
 from tests.compactor.produced import Produced, produce_raw
@@ -41,7 +41,7 @@ def produced(tmp_path_factory) -> tuple[Path, Produced]:
 
 @pytest.fixture
 def one_entry_a_cycle(monkeypatch):
-    monkeypatch.setattr(service_module, "MAX_ENTRIES_PER_PARTITION", 1)
+    monkeypatch.setattr(planning, "MAX_ENTRIES_PER_PARTITION", 1)
 
 
 def copy_of(produced, tmp_path: Path) -> tuple[Path, CompactorConfig]:
@@ -103,14 +103,14 @@ def test_a_topic_failing_in_a_row_is_reported_and_a_failed_maintenance_apart(pro
         poisoned = []
 
         async def poison(due):
-            if len(poisoned) < service_module.FAILING_AFTER:
+            if len(poisoned) < failures.FAILING_AFTER:
                 poisoned.append(due)
                 raise ValueError("a batch that cannot become rows")
             return await run_job(due)
 
         service._run_job = poison
         seen = []
-        for _ in range(service_module.FAILING_AFTER):
+        for _ in range(failures.FAILING_AFTER):
             assert [c.cycle_id for c in await service.run_once()] == []
             seen.append(failing(p.topic, "ValueError"))
             assert service.failed == [p.topic]
@@ -135,7 +135,7 @@ def test_a_topic_failing_in_a_row_is_reported_and_a_failed_maintenance_apart(pro
         return seen, lag, recovered, maintenance_failures
 
     seen, lag, recovered, maintenance_failures = asyncio.run(with_service(data_dir, config, None, work))
-    assert seen == [None, None, float(service_module.FAILING_AFTER)]
+    assert seen == [None, None, float(failures.FAILING_AFTER)]
     assert all(n and n > 0 for n in lag)  # the lag is there to see while the topic fails
     assert (recovered, maintenance_failures) == (0.0, 1.0)
     failed = [r for r in caplog.records if r.getMessage() == "topic's compaction failed; it is retried next cycle"]

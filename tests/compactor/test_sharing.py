@@ -190,14 +190,14 @@ async def two_owners(metadata_url: str, data_dir: Path, config: CompactorConfig,
         assert new.sharing.owns(topic_id) and old.sharing.owns(topic_id)
 
         if first_to_commit == "old owner":
-            lapse = old._fault
+            lapse = old.faults.at
 
             def lapse_after_commit(point: str) -> None:  # its lease lapses between its commit and its swap
                 if point == "committed":
                     old.leadership.is_leader = lambda: False
                 lapse(point)
 
-            old._fault = lapse_after_commit
+            old.faults.at = lapse_after_commit
             old_go_on.set()
             old_cycles = [c for c in await old_run if c.cycle_id is not None]  # committed, then stopped at the lost membership
             new_go_on.set()

@@ -31,7 +31,8 @@ from compactor.catalog import load_catalog
 from compactor.commits.committer import OFFSETS
 from compactor.files.spark import register_catalog
 from compactor.rows.translator import COLUMNS, RAW, TOMBSTONE
-from compactor.service.loop import CompactionService, TopicCycle
+from compactor.service.cycle import TopicCycle
+from compactor.service.loop import CompactionService
 from metadata.model import ObjectType
 from metadata.store import load_metadata_store
 from registry.client import StoreLookup

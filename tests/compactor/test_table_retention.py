@@ -29,7 +29,7 @@ from compactor.maintenance import retention as retention_module
 from compactor.maintenance.retention import DROP_ON_DELETE, DROP_PROPERTY, RETENTION_MS
 from compactor.maintenance.rounds import MAINTENANCE
 from compactor.rows.translator import RAW
-from compactor.service import loop as service_module
+from compactor.service import planning
 from tests.compactor.produced import PARTITIONS, Produced, Want, check_rows, headers_of, key_of, produce
 from tests.compactor.test_maintenance import check_index_reads, compact_in_cycles, read_index, with_service
 from tests.compactor.test_service import WAIT_S, node_env, table_offsets, wait_for_table
@@ -143,7 +143,7 @@ def copy_of(produced, tmp_path: Path, iceberg, **settings):
 
 @pytest.fixture
 def one_entry_a_cycle(monkeypatch):
-    monkeypatch.setattr(service_module, "MAX_ENTRIES_PER_PARTITION", 1)
+    monkeypatch.setattr(planning, "MAX_ENTRIES_PER_PARTITION", 1)
 
 
 # -- the restart after a re-index -------------------------------------------------------------------
@@ -177,7 +177,7 @@ def test_a_restart_after_a_reindex_finds_the_last_cycle_swapped(produced, sqlite
 def test_table_retention_moves_the_log_start_first_then_drops_old_days_and_the_index_reads_the_rest(produced, sqlite_catalog, tmp_path, monkeypatch, cycles):
     p = produced[1]
     if cycles != "one":  # a file per WAL entry and day: every file with old rows holds only expired ones
-        monkeypatch.setattr(service_module, "MAX_ENTRIES_PER_PARTITION", 1)
+        monkeypatch.setattr(planning, "MAX_ENTRIES_PER_PARTITION", 1)
     data_dir, config, identifier = copy_of(produced, tmp_path, sqlite_catalog)
     kept, starts = kept_of(p)
     assert 0 < len(kept.want) < len(p.want)

@@ -109,7 +109,7 @@ async def test_the_table_holds_exactly_the_committed_records_and_waits_for_open_
 
         cycle = await service.compact_topic(metadata.topics()["txntable"])
         assert cycle.offsets == {0: (0, 9), 1: (0, 3)}  # partition 0 up to its last stable offset, 10
-        table = (await service._load_catalog()).load_table("neve.txntable")
+        table = (await service.resources.catalog()).load_table("neve.txntable")
         want = [(0, 0, b"plain0", False, False), (0, 1, b"plain1", False, False), (0, 2, b"c2", True, False), (0, 3, b"c3", True, False), (0, 4, b"c4", True, False), (0, 7, b"c7", True, False)]
         assert kafka_rows(rows_pyiceberg(table)) == want
         assert kafka_rows(rows_duckdb(table)) == want
@@ -161,7 +161,7 @@ async def test_a_transaction_whose_markers_are_being_written_waits_whole(tmp_pat
 
         first = await service.compact_topic(metadata.topics()["torn"])
         assert first.offsets == {2: (0, 0)}  # neither partition of the transaction
-        table = (await service._load_catalog()).load_table("neve.torn")
+        table = (await service.resources.catalog()).load_table("neve.torn")
         assert kafka_rows(rows_pyiceberg(table)) == [(2, 0, b"plain", False, False)]
 
         await wal.marker(1, pid=5, kind=COMMIT_MARKER)
@@ -169,7 +169,7 @@ async def test_a_transaction_whose_markers_are_being_written_waits_whole(tmp_pat
         assert await metadata.registry_write({key_of("tid"): txn.with_(status=Status.COMPLETE_COMMIT, partitions=()).encode()}, {key_of("tid"): item.revision})
         second = await service.compact_topic(metadata.topics()["torn"])
         assert second.offsets == {0: (0, 2), 1: (0, 1)}
-        table = (await service._load_catalog()).load_table("neve.torn")
+        table = (await service.resources.catalog()).load_table("neve.torn")
         want = [(0, 0, b"x0", True, False), (0, 1, b"x1", True, False), (1, 0, b"y0", True, False), (2, 0, b"plain", False, False)]
         assert kafka_rows(rows_pyiceberg(table)) == want
         assert kafka_rows(rows_duckdb(table)) == want
@@ -196,12 +196,12 @@ async def test_a_committed_transaction_waits_on_every_partition_while_another_ho
 
         first = await service.compact_topic(metadata.topics()["held"])
         assert first.offsets == {0: (0, 0), 2: (0, 0)}
-        table = (await service._load_catalog()).load_table("neve.held")
+        table = (await service.resources.catalog()).load_table("neve.held")
         assert kafka_rows(rows_pyiceberg(table)) == [(0, 0, b"before", False, False), (2, 0, b"plain", False, False)]
 
         await wal.marker(1, pid=9, kind=COMMIT_MARKER, generation=4)  # p1 3
         second = await service.compact_topic(metadata.topics()["held"])
         assert second.offsets == {0: (1, 3), 1: (0, 3)}
-        table = (await service._load_catalog()).load_table("neve.held")
+        table = (await service.resources.catalog()).load_table("neve.held")
         want = [(0, 0, b"before", False, False), (0, 1, b"x0", True, False), (0, 2, b"x1", True, False), (1, 0, b"open", True, False), (1, 1, b"y0", True, False), (2, 0, b"plain", False, False)]
         assert kafka_rows(rows_pyiceberg(table)) == want

@@ -55,7 +55,7 @@ async def test_each_snapshot_holds_one_row_per_live_key(tmp_path: Path, runner, 
         assert await produce(wal, 1, [(b"k1", b"p1")]) == 0
         first = await service.compact_topic(metadata.topics()[info.name])
         assert (first.rows, first.rows_superseded, first.tombstones) == (6, 2, 0)
-        table = (await service._load_catalog()).load_table(f"neve.{info.name}")
+        table = (await service.resources.catalog()).load_table(f"neve.{info.name}")
         want = [(0, b"k1", 4, b"v3"), (0, b"k2", 1, b"v1"), (0, b"k3", 3, b"v1"), (1, b"k1", 0, b"p1")]
         assert latest(rows_pyiceberg(table)) == want
         assert latest(rows_duckdb(table)) == want
@@ -107,7 +107,7 @@ async def test_a_rewrite_between_read_and_commit_makes_the_cycle_compute_its_del
         assert await produce(wal, 0, [(b"c", b"1")]) == 2
         await service.compact_topic(metadata.topics()["merged"])
         # another process merges the two files (the service keeps the table as its commit left it)
-        outside = (await service._load_catalog()).load_table("neve.merged")
+        outside = (await service.resources.catalog()).load_table("neve.merged")
         assert rewrite_groups(outside, [list(live_data_files(outside))], 1 << 30, "merge") == 2
         assert await produce(wal, 0, [(b"a", b"2"), (b"c", b"2")]) == 3
         cycle = await service.compact_topic(metadata.topics()["merged"])
@@ -122,14 +122,14 @@ async def test_records_younger_than_min_compaction_lag_wait_in_the_wal(tmp_path:
     async with contextlib.AsyncExitStack() as stack:
         metadata, objects, service = await compaction(stack, tmp_path, "in-process")
         now = [T0 / 1000 + 10]  # the service's clock: 10 s after the first records
-        service._clock = lambda: now[0]
+        service.planning._clock = service.lag._clock = service.commits._clock = lambda: now[0]  # where the service's parts read it
         info = await metadata.create_topic("lagged", 1, {**COMPACT, "min.compaction.lag.ms": "60000"})
         wal = Wal(metadata, objects, info.topic_id)
         assert await produce(wal, 0, [(b"a", b"1"), (b"b", b"1")], timestamp=T0 - 120_000) == 0  # 2 min old
         assert await produce(wal, 0, [(b"a", b"2")], timestamp=T0) == 2  # 10 s old: waits
         cycle = await service.compact_topic(metadata.topics()["lagged"])
         assert cycle.offsets == {0: (0, 1)}
-        table = (await service._load_catalog()).load_table("neve.lagged")
+        table = (await service.resources.catalog()).load_table("neve.lagged")
         assert latest(rows_pyiceberg(table)) == [(0, b"a", 0, b"1"), (0, b"b", 1, b"1")]
         assert [(e.base_offset, e.object_type) for e in metadata.entries(info.topic_id, 0, 0, 100)] == [(0, ObjectType.PARQUET), (2, ObjectType.WAL)]
         assert (await service.compact_topic(metadata.topics()["lagged"])).cycle_id is None
@@ -152,7 +152,7 @@ async def test_a_merge_leaves_the_files_holding_tombstones_until_their_retention
         for records in ([(b"a", b"1"), (b"b", b"1")], [(b"c", b"1")], [(b"b", None)], [(b"d", b"1")]):
             await produce(wal, 0, records)
             await service.compact_topic(metadata.topics()["merging"])
-        table = (await service._load_catalog()).load_table("neve.merging")
+        table = (await service.resources.catalog()).load_table("neve.merging")
         files = sorted(live_data_files(table), key=lambda f: f.file_path)
         assert len(files) == 4
         with_tombstone = _tombstone_files(table)
