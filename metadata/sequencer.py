@@ -210,8 +210,10 @@ def sequence(
                     close_run()
                     run_tp = None
                 continue
-            if state is not None and state.holds_another(a.txn_generation) or a.txn_guard is not None and (state is None or state.txn_first_offset != a.txn_guard):
-                # late: the transaction it ends ended here already, or the next one is open
+            named_elsewhere = state is not None and state.holds_another(a.txn_generation)
+            if named_elsewhere or (a.txn_guard is not None and (state is None or state.txn_first_offset != a.txn_guard)):
+                # late: the transaction it ends (by generation, or by first offset) ended here
+                # already, or the next one is open
                 results.append(AppendResult(ErrorCode.none, -1, log_start))
                 if run_tp is not None:
                     close_run()
