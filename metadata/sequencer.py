@@ -222,13 +222,12 @@ def sequence(
             if state is None:
                 new_producers[pkey] = ProducerState(a.producer_epoch, (), -1, next_offset, a.txn_generation)
             else:
+                ended = new_producers[pkey] = state.ended(a.producer_epoch, next_offset, a.txn_generation)
                 if state.txn_first_offset >= 0:
                     if a.control == ABORT_MARKER:
                         new_aborted.setdefault(tp, []).append(AbortedTransaction(next_offset, state.txn_first_offset, a.producer_id))
                     else:
-                        generation = a.txn_generation if a.txn_generation >= 0 else state.txn_generation
-                        new_committed.setdefault(tp, []).append(CommittedTransaction(next_offset, state.txn_first_offset, a.producer_id, generation))
-                new_producers[pkey] = state.ended(a.producer_epoch, next_offset, a.txn_generation)
+                        new_committed.setdefault(tp, []).append(CommittedTransaction(next_offset, state.txn_first_offset, a.producer_id, ended.txn_generation))
         elif a.producer_id >= 0:
             pkey = (a.producer_id, a.topic_id, a.partition)
             state = new_producers.get(pkey) or producers.get(pkey)
