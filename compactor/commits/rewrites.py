@@ -17,13 +17,15 @@ offset range (the index never shrinks under consumers), and the read path serves
 exist: a consumer reading across the gap gets the next offset that exists, as after Kafka's
 compaction of a topic. A range whose rows are all gone is an entry whose manifest has no slice
 for it. Delete files (merge-on-read deletes) are not read here: a data file with deletes attached
-stays named, and the read path must apply them.
+stays named, and the read path must apply them. A compacted topic's tombstones a rewrite took
+while its Kafka readers are still served them are kept in a file of their own (kept_tombstones.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -33,7 +35,7 @@ from table.layout import KAFKA, OFFSET, PARTITION
 from wal.manifest import CycleManifest, FileSlice, PartitionCompaction, new_cycle_id
 from wal.store import ObjectStore
 
-from . import binding
+from . import binding, kept_tombstones
 
 log = logging.getLogger("neve.compactor.rewrites")
 
@@ -208,7 +210,7 @@ async def stale_runs(store: MetadataStore, manifests: ManifestCache, info: Topic
                 if part is None or (e.start, e.size) != (await manifests.get(e.object_key)).partition_range(p):
                     log.error("a PARQUET entry does not match its manifest; left as it is", extra={"topic": info.name, "partition": p, "manifest": e.object_key})
                     part = None
-            if part is None or all(s.path in files for s in part.slices):
+            if part is None or all(s.path in files or kept_tombstones.is_kept(s.path) for s in part.slices):
                 run = None
                 continue
             if run is None:
@@ -233,9 +235,12 @@ def rounds(runs: list[Stale]) -> list[list[Stale]]:
     return out
 
 
-async def reindex(store: MetadataStore, objects: ObjectStore, manifests: ManifestCache, table, info: TopicInfo, identifier: str) -> ReindexOutcome:
+async def reindex(store: MetadataStore, objects: ObjectStore, manifests: ManifestCache, table, info: TopicInfo, identifier: str, now_ms: int | None = None) -> ReindexOutcome:
     """One pass over `info`'s index against `table`'s current snapshot (refreshed here): every
-    stale run swapped to a new manifest over the current files."""
+    stale run swapped to a new manifest over the current files, and the tombstones its Kafka
+    readers are still served (at `now_ms`, by default now) kept where the rewrite took them
+    (kept_tombstones.py)."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     table = await asyncio.to_thread(table.refresh)
     binding.require(table, info.topic_id, info.name)  # rows are found by (partition, offset) alone: only this topic's table may be read so
     files = await asyncio.to_thread(current_files, table)
@@ -246,8 +251,12 @@ async def reindex(store: MetadataStore, objects: ObjectStore, manifests: Manifes
     listed = sorted(files.values(), key=lambda f: f.path)
     for group in rounds(runs):
         parts = []
+        found = {}
         for run in group:
-            slices = await asyncio.to_thread(slices_for, table.io, listed, run.partition, run.first_offset, run.last_offset, columns)
+            found[run.partition] = await asyncio.to_thread(slices_for, table.io, listed, run.partition, run.first_offset, run.last_offset, columns)
+        kept = await _keep_tombstones(objects, table, group, found, columns, now_ms)
+        for run in group:
+            slices = sorted(found[run.partition] + kept.get(run.partition, []), key=lambda s: (s.first_offset, s.path))
             replaced = tuple(r for part in run.parts for r in part.replaced)
             # a compacted topic's removals apply to the rows wherever they now are
             removed = tuple(dict.fromkeys(r for part in run.parts for r in part.removed))
@@ -275,3 +284,30 @@ async def reindex(store: MetadataStore, objects: ObjectStore, manifests: Manifes
             extra={"topic": info.name, "table": identifier, "partitions": len(outcome.partitions), "entries": outcome.entries_replaced, "manifests": len(outcome.manifests)},
         )
     return outcome
+
+
+async def _keep_tombstones(objects: ObjectStore, table, group: list[Stale], found: dict[int, list[FileSlice]], columns: dict, now_ms: int) -> dict[int, list[FileSlice]]:
+    """The slices of kept tombstones (kept_tombstones.py) each run of `group` adds to the current
+    files' slices `found` for it: none but a compacted topic's where a rewrite took tombstones
+    still served."""
+    wanted = []
+    for run in group:
+        refs = [r for part in run.parts for r in part.removed]
+        if not refs:
+            continue
+        served = await kept_tombstones.served(objects, refs, run.first_offset, run.last_offset, now_ms)
+        if not len(served):
+            continue
+        missing = await asyncio.to_thread(kept_tombstones.missing, run.partition, served, found[run.partition], lambda path: _offsets_of(table.io, path, columns))
+        if len(missing):
+            wanted.append(kept_tombstones.Wanted(run.partition, missing, [s for part in run.parts for s in part.slices]))
+    if not wanted:
+        return {}
+    data = table.metadata.properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
+    return await asyncio.to_thread(kept_tombstones.keep, table.io, data, wanted)
+
+
+def _offsets_of(io, path: str, columns: dict):
+    if path not in columns:
+        columns[path] = kafka_columns(io, path)
+    return columns[path]

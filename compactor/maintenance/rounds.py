@@ -138,7 +138,7 @@ class TableMaintenance:
                 outcome.files_rewritten += applied
                 metrics.FILES_REWRITTEN.labels(info.name).inc(applied)
                 table = await asyncio.to_thread(table.refresh)
-            done = await reindex(self.metadata, self.objects, self.manifests, table, info, identifier)
+            done = await reindex(self.metadata, self.objects, self.manifests, table, info, identifier, now_ms=int(self._clock() * 1000))
             outcome.reindexed_partitions = len(done.partitions)
             metrics.PARTITIONS_REINDEXED.labels(info.name).inc(len(done.partitions))
             if not done.conflicts:
