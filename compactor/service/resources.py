@@ -58,8 +58,10 @@ class Resources:
             self._spark = await asyncio.to_thread(spark_session, self.config)
             if gc.get_freeze_count():  # the process froze what it started with (neve/cli.py's tune_gc):
                 # pyspark and py4j, imported for the session, are never garbage either; unfrozen,
-                # the full collection each job ends with (job.run_tasks) traversed them (70 ms)
-                gc.collect()
+                # the full collection each job ends with (job.run_tasks) traversed them (70 ms).
+                # Frozen without a collection first: one over the whole heap held the event loop
+                # of a node with its compactor in it for about a second (bench/RESULTS.md, Nov 29);
+                # the little garbage the imports left is frozen with them.
                 gc.freeze()
         return self._spark
 
