@@ -22,6 +22,12 @@ class BrokerConfig:
     are served by brokers of their zone. Empty: no zone."""
     max_frame_bytes: int = 100 * 1024 * 1024
     """Largest request frame accepted (Kafka's socket.request.max.bytes); larger closes the connection."""
+    sasl_max_receive_bytes: int = 512 * 1024
+    """Largest request frame a SASL listener's connection may send before it has authenticated
+    (Kafka's sasl.server.max.receive.size); larger closes the connection unread. Only ApiVersions,
+    SaslHandshake and SaslAuthenticate are taken then, each only once its header has arrived."""
+    authentication_timeout_ms: int = 30_000
+    """How long a SASL listener's connection may take to authenticate before it is closed."""
     max_inflight_requests: int = 64
     """Pipelined requests other than Produce (Fetch, Metadata, ...) read ahead per connection
     before the reader waits (backpressure): each may hold a response of up to fetch_max_bytes."""

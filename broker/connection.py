@@ -32,11 +32,11 @@ from auth.tls import MappingRule, certificate_subject, map_subject
 from .codec import PRODUCE, MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
 from .forwarding import GROUP_APIS, GroupForwarder, relayed_for
-from .framing import FrameSizeError, FrameStream
+from .framing import FrameRefused, FrameSizeError, FrameStream
 from .handlers.api18_api_versions import unsupported_version_response
 from .listeners import Listener
 from .locality import known_zone
-from .metrics import CLIENT_TRAFFIC, PEER_BROKER, LoopCounter, requests_of
+from .metrics import CLIENT_TRAFFIC, CONNECTIONS, PEER_BROKER, LoopCounter, requests_of
 from .registry import HANDLERS
 
 log = logging.getLogger("neve.broker.connection")
@@ -61,6 +61,7 @@ class CloseReason(enum.Enum):
     NOT_AUTHENTICATED = "request before authentication"
     AUTHENTICATION_FAILED = "authentication failed"
     AUTHENTICATION_EXPIRED = "authentication expired"
+    AUTHENTICATION_TIMEOUT = "not authenticated in time"
     CERTIFICATE_UNMAPPED = "no principal mapping rule matches the client certificate"
     UNTRUSTED_RELAY = "a relayed request from a connection that is not a broker's"
     FAULT_INJECTED = "fault injection"
@@ -75,14 +76,13 @@ class _Close(Exception):
 
 
 class Connection:
-    def __init__(
-        self, services: Services, stream: FrameStream, forwarder: GroupForwarder | None = None, listener: Listener | None = None, principal_rules: list[MappingRule] | None = None
-    ) -> None:
+    def __init__(self, services: Services, stream: FrameStream, forwarder: GroupForwarder | None = None, listener: Listener | None = None, principal_rules: list[MappingRule] | None = None) -> None:
         self.services = services
         self.stream = stream
         self.forwarder = forwarder
         self.peer = stream.peer
         self.session = _session(stream, listener, principal_rules)
+        stream.authenticated = lambda: self.session.authenticated  # a SASL listener's stream opens then (framing.Gate)
         settings = services.settings
         # Produce requests are bounded by the WAL buffer's bytes (`wal.room()`) and their own
         # count; the others, whose responses can be large, by a small count of their own.
@@ -100,9 +100,15 @@ class Connection:
         self._bytes_out = LoopCounter()
         self._open: LoopCounter | None = None  # this connection's zones' open connections, once placed
         self._relay_link = False  # carries requests another broker relays (answered out of order)
+        self._listener = listener.name if listener is not None else ""
+        self._state = "authenticated" if self.session.authenticated else "authenticating"
+        CONNECTIONS.labels(self._listener, self._state).inc()
 
     async def serve(self) -> None:
         sender = asyncio.create_task(self._send_replies())
+        deadline = None
+        if self.session.uses_sasl and not self.session.authenticated:
+            deadline = asyncio.get_running_loop().call_later(self.services.settings.authentication_timeout_ms / 1000, self._authentication_deadline)
         try:
             if self.session.principal is None:
                 raise _Close(CloseReason.CERTIFICATE_UNMAPPED)
@@ -115,6 +121,8 @@ class Connection:
             self._note_close(CloseReason.SHUTDOWN)
             raise
         finally:
+            if deadline is not None:
+                deadline.cancel()
             # Let already-accepted requests finish and be answered unless the protocol broke.
             if self.close_reason in (None, CloseReason.CLIENT_CLOSED):
                 await self._replies.put(None)
@@ -128,6 +136,12 @@ class Connection:
             self.stream.close()
             if self._open is not None:
                 self._open.inc(-1)
+            CONNECTIONS.labels(self._listener, self._state).dec()
+
+    def _authentication_deadline(self) -> None:
+        if not self.session.authenticated and self.close_reason is None:
+            self._note_close(CloseReason.AUTHENTICATION_TIMEOUT, f"{self.services.settings.authentication_timeout_ms} ms")
+            self._abort()
 
     def _note_close(self, reason: CloseReason, detail: str = "") -> None:
         if self.close_reason is None:
@@ -149,7 +163,9 @@ class Connection:
             except FrameSizeError as e:
                 if e.size < 8:
                     raise _Close(CloseReason.BAD_FRAME, f"frame length {e.size}") from None
-                raise _Close(CloseReason.FRAME_TOO_LARGE, f"{e.size} > {self.stream.max_frame_bytes}") from None
+                raise _Close(CloseReason.FRAME_TOO_LARGE, f"{e.size} > {e.limit}") from None
+            except FrameRefused as e:  # Kafka closes a SASL connection that asks anything else first
+                raise _Close(CloseReason.NOT_AUTHENTICATED, f"api {e.api_key}") from None
             produce = frame[:2] == b"\x00\x00"
             slotted = False
             if produce:  # wait while the WAL buffer is full
@@ -171,6 +187,18 @@ class Connection:
                     replies.put_nowait(task)
             elif slotted:
                 self._other_slots.release()
+            if task is not None and task[1] in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and not self.session.authenticated:
+                # one exchange at a time before authentication, as Kafka's authenticator mutes the
+                # channel meanwhile: pipelined attempts do not queue password hashes; after a
+                # failed one nothing more is read (the reply is sent, then the connection closed)
+                await asyncio.wait([task[0]])
+                if self.session.close_after_reply:
+                    self.stream.stop_reading()
+                    return
+                if self.session.authenticated:
+                    CONNECTIONS.labels(self._listener, self._state).dec()
+                    self._state = "authenticated"
+                    CONNECTIONS.labels(self._listener, self._state).inc()
 
     def _dispatch(self, frame: bytes | memoryview):
         """Decode one frame and start its handler; returns (task, api_key, version, correlation id)."""

@@ -33,6 +33,14 @@ linger deadline, or sooner when the object fills at a rate that reaches its size
 a quarter of a pause before it, so the requests it held back still join that object, and within
 that margin of the seal reading does not pause at all. A request held back past a linger seal
 would wait a whole linger more for the next object.
+
+Before a SASL listener's connection has authenticated, its stream is gated (`Gate`): it reads
+into a buffer of PRE_AUTH_BUFFER_BYTES, takes a frame only once its api key has arrived and is one
+of those allowed before authentication (anything else ends the stream), refuses a frame over the
+gate's limit (Kafka's `sasl.server.max.receive.size`), and reads a frame larger than its buffer by
+appending what arrives, so that a length prefix alone takes no memory and a frame's bytes take
+only as much as has arrived. The gate opens (the full buffer, limit and chunks) once the stream's
+`authenticated` says so, checked before every read.
 """
 
 from __future__ import annotations
@@ -42,9 +50,11 @@ import collections
 import socket
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 
 _SIZE = struct.Struct(">i")
 READ_BUFFER_BYTES = 64 * 1024  # frames that fit are sliced out of it; larger ones are read in chunks
+PRE_AUTH_BUFFER_BYTES = 4 * 1024  # a gated stream's read buffer (before authentication)
 CHUNK_BYTES = 1024 * 1024
 MAX_QUEUED_BYTES = 2 * 1024 * 1024
 MIN_FREE_BYTES = 16 * 1024  # compact the read buffer when less than this is free at its end
@@ -63,11 +73,29 @@ def _give_chunk(chunk: bytearray) -> None:
 
 
 class FrameSizeError(Exception):
-    """A frame's length prefix is below the smallest request or above the configured limit."""
+    """A frame's length prefix is below the smallest request or above the limit (`limit`)."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, limit: int = 0) -> None:
         super().__init__(f"frame length {size}")
         self.size = size
+        self.limit = limit
+
+
+class FrameRefused(Exception):
+    """A gated stream's frame is a request not allowed before authentication (its api key)."""
+
+    def __init__(self, api_key: int) -> None:
+        super().__init__(f"api key {api_key} before authentication")
+        self.api_key = api_key
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """What a stream takes before its connection has authenticated: frames of at most
+    `max_frame_bytes` of the `api_keys`."""
+
+    max_frame_bytes: int
+    api_keys: frozenset[int]
 
 
 class FrameStream(asyncio.BufferedProtocol):
@@ -77,8 +105,12 @@ class FrameStream(asyncio.BufferedProtocol):
         on_connected: Callable[[FrameStream], None],
         read_pause_s: float = 0.0,
         seal_at: Callable[[float], float | None] | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
+        self._gate = gate
+        # whether the connection has authenticated (set by it; a gated stream opens once it has)
+        self.authenticated: Callable[[], bool] = lambda: False
         self._on_connected = on_connected
         self._read_pause_s = read_pause_s
         self._seal_at = seal_at  # (loop time now) -> when the open WAL object is sealed, None if none is open
@@ -86,8 +118,10 @@ class FrameStream(asyncio.BufferedProtocol):
         self._between_reads = False  # paused for read_pause_s (its timer resumes reading)
         self.transport: asyncio.Transport | None = None
         self.peer = None
-        self._buf = bytearray(READ_BUFFER_BYTES)
+        self._buf = bytearray(READ_BUFFER_BYTES if gate is None else PRE_AUTH_BUFFER_BYTES)
         self._start = self._end = 0  # unparsed bytes are _buf[_start:_end]
+        self._gated_size = 0  # a gated stream's frame larger than _buf being read (0: none): its size,
+        self._gated = bytearray()  # and its bytes so far
         self._big_size = 0  # a frame larger than _buf being read (0: none): its size,
         self._big_chunks: list[bytearray] = []  # the chunks it is read into (see _parse),
         self._big_filled = 0  # and how much of it has arrived
@@ -112,6 +146,11 @@ class FrameStream(asyncio.BufferedProtocol):
         self._on_connected(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
+        if self._gate is not None:
+            if self._gated_size:  # a frame begun before authentication: read to its end, no further
+                return memoryview(self._buf)[: min(len(self._buf), self._gated_size - len(self._gated))]
+            if self.authenticated():
+                self._open_gate()
         if self._big_size:
             chunk = self._big_chunks[-1]
             if self._chunk_filled == len(chunk):
@@ -127,6 +166,13 @@ class FrameStream(asyncio.BufferedProtocol):
         return memoryview(self._buf)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
+        if self._gated_size:
+            self._gated += memoryview(self._buf)[:nbytes]
+            if len(self._gated) == self._gated_size:
+                frame, size = bytes(self._gated), self._gated_size
+                self._gated_size, self._gated = 0, bytearray()
+                self._deliver(frame, size)
+            return
         if self._big_size:
             self._big_filled += nbytes
             self._chunk_filled += nbytes
@@ -200,6 +246,10 @@ class FrameStream(asyncio.BufferedProtocol):
             frame.release()
             _give_chunk(chunk)
 
+    def stop_reading(self) -> None:
+        """Read nothing more of the socket (the connection is about to close)."""
+        self._pause_reading()
+
     def write(self, data: bytes) -> None:
         self.transport.write(data)
 
@@ -237,14 +287,25 @@ class FrameStream(asyncio.BufferedProtocol):
         them were Produce requests (api key 0)."""
         buf = self._buf
         frames, others = 0, False
+        gate = self._gate
         while self._end - self._start >= 4:
             (size,) = _SIZE.unpack_from(buf, self._start)
-            if size < 8 or size > self.max_frame_bytes:
-                self._finish(FrameSizeError(size))
-                self._pause_reading()
-                self._start = self._end = 0
-                return False
+            limit = self.max_frame_bytes if gate is None else gate.max_frame_bytes
+            if size < 8 or size > limit:
+                return self._end_with(FrameSizeError(size, limit))
             body = self._start + 4
+            if gate is not None:
+                if self._end - body < 2:  # taken only once its api key shows it is allowed
+                    break
+                api_key = int.from_bytes(buf[body : body + 2], "big", signed=True)
+                if api_key not in gate.api_keys:
+                    return self._end_with(FrameRefused(api_key))
+                if 4 + size > len(buf):  # appended to as its bytes arrive
+                    with memoryview(buf) as view:
+                        self._gated = bytearray(view[body : self._end])
+                    self._gated_size = size
+                    self._start = self._end = 0
+                    break
             if self._end - body >= size:
                 frames += 1
                 others = others or buf[body] != 0 or buf[body + 1] != 0
@@ -267,6 +328,22 @@ class FrameStream(asyncio.BufferedProtocol):
         if self._start == self._end:
             self._start = self._end = 0
         return frames > 0 and not others
+
+    def _end_with(self, error: BaseException) -> bool:
+        """End the stream after the frames already taken: nothing more of it is read."""
+        self._finish(error)
+        self._pause_reading()
+        self._start = self._end = 0
+        return False
+
+    def _open_gate(self) -> None:
+        """The connection has authenticated: the full read buffer (holding the bytes not yet
+        parsed), the full frame limit, large frames in chunks."""
+        self._gate = None
+        pending = self._buf[self._start : self._end]
+        self._buf = bytearray(READ_BUFFER_BYTES)
+        self._buf[: len(pending)] = pending
+        self._start, self._end = 0, len(pending)
 
     def _begun_produce(self) -> bool:
         """The read buffer holds no part of a frame, or the start of one that is not known to

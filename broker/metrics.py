@@ -195,6 +195,11 @@ def expose_metadata_ops(store) -> None:
 
 
 _metadata_ops: MetadataOpsCollector | None = None
+CONNECTIONS = Gauge(
+    "neve_connections",
+    "Open client connections by listener and state: authenticating (a SASL listener's, not yet authenticated) or authenticated",
+    ["listener", "state"],
+)
 SASL_AUTHENTICATIONS = Counter(
     "neve_sasl_authentications_total",
     "SASL authentications (and KIP-368 re-authentications) by mechanism and result: success, or failure (answered SASL_AUTHENTICATION_FAILED, then the connection closed)",

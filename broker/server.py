@@ -11,10 +11,10 @@ from collections.abc import Mapping
 
 from auth.tls import MappingRule, ReloadingServerContext
 
-from .connection import Connection
+from .connection import BEFORE_AUTHENTICATION, Connection
 from .context import Services
 from .forwarding import GroupForwarder
-from .framing import FrameStream
+from .framing import FrameStream, Gate
 from .listeners import Listener
 from .peer_dial import PeerDialer
 from .registry import load_handlers
@@ -53,8 +53,10 @@ class KafkaServer:
                 raise ValueError(f"listener {listener.name} is {listener.protocol} and no TLS certificate is configured")
             ssl = self.tls[listener.protocol].context if listener.uses_tls else None
 
-            def protocol(listener=listener) -> FrameStream:
-                return FrameStream(s.max_frame_bytes, lambda stream: self._accept(stream, listener), pause, seal_at)
+            gate = Gate(s.sasl_max_receive_bytes, BEFORE_AUTHENTICATION) if listener.uses_sasl else None
+
+            def protocol(listener=listener, gate=gate) -> FrameStream:
+                return FrameStream(s.max_frame_bytes, lambda stream: self._accept(stream, listener), pause, seal_at, gate)
 
             self._servers[listener.name] = await loop.create_server(protocol, listener.host, listener.port, reuse_address=True, ssl=ssl)
 

@@ -298,3 +298,73 @@ async def test_a_decoded_request_keeps_its_bytes_after_its_chunk_takes_the_next_
     assert body.topic_data[0].partition_data[0].records == records[0]
     assert second.topic_data[0].partition_data[0].records == records[1]
     framing._spare_chunks.clear()
+
+
+# -- before authentication (framing.Gate) ------------------------------------------------------------
+
+GATE = framing.Gate(600, frozenset((18, 17, 36)))
+
+
+class GatedServer(Server):
+    """A server whose streams are gated as a SASL listener's are before authentication; `opened`
+    says whether the connection counts as authenticated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = False
+
+    async def __aenter__(self):
+        loop = asyncio.get_running_loop()
+
+        def made() -> FrameStream:
+            stream = FrameStream(self.max_frame, self.streams.put_nowait, gate=GATE)
+            stream.authenticated = lambda: self.opened
+            return stream
+
+        self.server = await loop.create_server(made, "127.0.0.1", 0)
+        port = self.server.sockets[0].getsockname()[1]
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", port)
+        self.stream = await asyncio.wait_for(self.streams.get(), 5)
+        return self
+
+
+async def test_before_authentication_only_the_sasl_requests_are_taken_and_the_rest_ends_the_stream():
+    async with GatedServer() as s:
+        s.writer.write(b"".join(framed(request(k, n)) for k, n in ((18, 20), (17, 30), (3, 20), (18, 20))))
+        assert [f[:2] for f in await read(s.stream, 2)] == [b"\x00\x12", b"\x00\x11"]
+        with pytest.raises(framing.FrameRefused) as e:
+            await asyncio.wait_for(s.stream.read_frame(), 10)
+        assert e.value.api_key == 3
+        assert not s.stream.transport.is_reading()  # nothing more of it is read
+
+
+async def test_before_authentication_a_frame_over_the_gates_limit_ends_the_stream_unread():
+    async with GatedServer() as s:
+        s.writer.write(framed(request(36, 600)) + struct.pack(">i", 601))
+        assert [len(f) for f in await read(s.stream, 1)] == [600]
+        with pytest.raises(FrameSizeError) as e:
+            await asyncio.wait_for(s.stream.read_frame(), 10)
+        assert (e.value.size, e.value.limit) == (601, 600)
+
+
+@pytest.mark.parametrize("piece", [1, 5, 7, 4096])
+async def test_a_gated_frame_larger_than_its_buffer_comes_out_whole_whatever_the_read_boundaries(piece, monkeypatch):
+    monkeypatch.setattr(framing, "PRE_AUTH_BUFFER_BYTES", 64)  # frames of 600 bytes are then larger than the buffer
+    bodies = [b"\x00\x24" + os.urandom(n - 2) for n in (60, 598, 61, 600, 8)]
+    wire = b"".join(framed(b) for b in bodies)
+    async with GatedServer() as s:
+        for i in range(0, len(wire), piece):
+            s.writer.write(wire[i : i + piece])
+            await s.writer.drain()
+        assert await read(s.stream, len(bodies)) == bodies
+
+
+async def test_once_authenticated_the_stream_takes_any_request_of_any_size():
+    async with GatedServer() as s:
+        s.writer.write(framed(request(36, 100)))
+        assert len((await read(s.stream, 1))[0]) == 100
+        s.opened = True  # the SaslAuthenticate succeeded
+        big = b"\x00\x00" + os.urandom(framing.CHUNK_BYTES + 5)
+        s.writer.write(framed(request(3, 50)) + framed(big))
+        got = await read(s.stream, 2)
+        assert got[0][:2] == b"\x00\x03" and bytes(got[1]) == big
