@@ -9,6 +9,13 @@ ANONYMOUS = "User:ANONYMOUS"
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
+def has_control_character(name: str) -> bool:
+    """Whether a principal's name holds a control character (C0, DEL or C1). Such a name is refused
+    at authentication: no user is named so, and one (from a certificate subject or a token's
+    claim) could otherwise pass for a separator where the broker writes principals down."""
+    return any(c < " " or "\x7f" <= c <= "\x9f" for c in name)
+
+
 class Session:
     """`principal` is Kafka's "User:<name>" form: ANONYMOUS on PLAINTEXT, the certificate's mapped
     subject on SSL with a client certificate, the authenticated SASL identity on SASL listeners.

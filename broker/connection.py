@@ -26,12 +26,12 @@ import enum
 import logging
 import time
 
-from auth.session import ANONYMOUS, Session
+from auth.session import ANONYMOUS, Session, has_control_character
 from auth.tls import MappingRule, certificate_subject, map_subject
 
 from .codec import PRODUCE, MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
-from .forwarding import GROUP_APIS, GroupForwarder, relayed_for
+from .forwarding import GROUP_APIS, BadRelayMark, GroupForwarder, relayed_for
 from .framing import FrameRefused, FrameSizeError, FrameStream
 from .handlers.api18_api_versions import unsupported_version_response
 from .listeners import Listener
@@ -62,7 +62,7 @@ class CloseReason(enum.Enum):
     AUTHENTICATION_FAILED = "authentication failed"
     AUTHENTICATION_EXPIRED = "authentication expired"
     AUTHENTICATION_TIMEOUT = "not authenticated in time"
-    CERTIFICATE_UNMAPPED = "no principal mapping rule matches the client certificate"
+    CERTIFICATE_UNMAPPED = "no principal mapping rule matches the client certificate, or its name holds a control character"
     UNTRUSTED_RELAY = "a relayed request from a connection that is not a broker's"
     FAULT_INJECTED = "fault injection"
     SHUTDOWN = "broker shutting down"
@@ -226,7 +226,10 @@ class Connection:
         client_id = getattr(header, "client_id", None)
         relayed_host, relayed_principal = None, ""
         if api_key in GROUP_APIS:
-            client_id, relayed_host, relayed_principal = relayed_for(client_id)
+            try:
+                client_id, relayed_host, relayed_principal = relayed_for(client_id)
+            except BadRelayMark as e:
+                raise _Close(CloseReason.UNTRUSTED_RELAY, str(e)) from None
         if self._open is None and not (session.uses_sasl and api_key in BEFORE_AUTHENTICATION):
             # placed by its first request past authentication: a relay link's first marked request
             # comes after its SASL exchange, whose client id names no client
@@ -385,7 +388,8 @@ def _session(stream: FrameStream, listener: Listener | None, rules: list[Mapping
         der = sslobj.getpeercert(binary_form=True) if sslobj is not None else None
         if der:
             name = map_subject(certificate_subject(der), rules or [MappingRule(None)])
-            session.principal = None if name is None else f"User:{name}"  # type: ignore[assignment]
+            # a name with a control character is refused as an unmapped one is (auth.session)
+            session.principal = None if name is None or has_control_character(name) else f"User:{name}"  # type: ignore[assignment]
         else:
             session.principal = ANONYMOUS
     return session

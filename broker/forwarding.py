@@ -15,8 +15,10 @@ does not coordinate is answered here, NOT_COORDINATOR, and the client looks it u
 
 On the wire: the frame goes as received, with two changes. Its correlation id is the link's own
 (answers are matched by it, so one link carries many requests at once: a JoinGroup waiting for a
-rebalance holds up no other group's heartbeat), and its client id carries RELAY_MARK and the
-client's host. The receiver strips the mark (the member keeps its own client id and host), never
+rebalance holds up no other group's heartbeat), and its client id carries the client's own client
+id, host and principal, then RELAY_MARK and their three lengths (`mark`): read from its end, so
+that nothing a client chose (a client id, a certificate subject or a token's subject holding the
+mark) can move where the principal starts. The receiver strips the mark (the member keeps its own client id and host), never
 forwards a marked request again (the loop guard: if it is not the coordinator either, it answers
 NOT_COORDINATOR), and counts the link as a broker's connection, not a client's. The answer is
 relayed as sent, with the client's correlation id put back. Nothing in a group answer names a
@@ -59,7 +61,6 @@ log = logging.getLogger("neve.broker.forwarding")
 # Appended to a relayed request's client id, then the client's host. A unit separator: no client
 # writes one, so a client cannot turn the guard on or off by accident.
 RELAY_MARK = "\x1fneve-relay@"
-PRINCIPAL_MARK = "\x1f"  # after the host: the principal the client authenticated as on the relaying broker
 JOIN_GROUP, SYNC_GROUP = 11, 14
 # Every implemented API that names a group and is answered by its coordinator (FindCoordinator is
 # answered here; ListGroups lists this broker's own groups).
@@ -75,14 +76,31 @@ _SIZE = struct.Struct(">i")
 _CLIENT_ID_LENGTH = struct.Struct(">h")
 
 
+class BadRelayMark(ValueError):
+    """A client id holding RELAY_MARK that `mark` did not make."""
+
+
+def mark(client_id: str | None, host: str, principal: str) -> str:
+    """The client id a relayed request carries: the client's own, its host and the principal it
+    authenticated as on the relaying broker, then RELAY_MARK and the three lengths."""
+    own = client_id or ""
+    return f"{own}{host}{principal}{RELAY_MARK}{len(own)},{len(host)},{len(principal)}"
+
+
 def relayed_for(client_id: str | None) -> tuple[str | None, str | None, str]:
     """(the client's own client id, its host, the principal it authenticated as, "" if unsaid) of
-    a relayed request; (client_id, None, "") otherwise."""
+    a relayed request (`mark`); (client_id, None, "") otherwise. Raises BadRelayMark for a mark
+    whose lengths do not add up (not made by `mark`)."""
     if not client_id or RELAY_MARK not in client_id:
         return client_id, None, ""
-    own, _, rest = client_id.rpartition(RELAY_MARK)
-    host, _, principal = rest.partition(PRINCIPAL_MARK)
-    return own or None, host, principal
+    head, _, lengths = client_id.rpartition(RELAY_MARK)
+    try:
+        own, host, principal = (int(n) for n in lengths.split(","))
+    except ValueError:
+        raise BadRelayMark(f"relay mark lengths {lengths[:40]!r}") from None
+    if min(own, host, principal) < 0 or own + host + principal != len(head) or not lengths.replace(",", "").isdigit():
+        raise BadRelayMark(f"relay mark lengths {lengths[:40]!r} against {len(head)} characters")
+    return head[:own] or None, head[own : own + host], head[own + host :]
 
 
 def with_client_id(frame: bytes, client_id: str) -> bytes:
@@ -274,7 +292,7 @@ class GroupForwarder:
 
     def _marked(self, ctx, frame: bytes) -> bytes | None:
         host = str(ctx.peer[0]) if ctx.peer else ""
-        client_id = f"{ctx.client_id or ''}{RELAY_MARK}{host}{PRINCIPAL_MARK}{ctx.session.principal}"
+        client_id = mark(ctx.client_id, host, ctx.session.principal)
         if len(client_id.encode()) > 0x7FFF:
             return None
         return with_client_id(frame, client_id)

@@ -14,6 +14,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from auth.exchange import AuthenticationFailed
+from auth.session import has_control_character
 
 from ..codec import build
 from ..metrics import SASL_AUTHENTICATIONS
@@ -33,6 +34,8 @@ async def sasl_authenticate(ctx, request):
     reauthenticating = session.authenticated
     try:
         server_bytes, done, user = await exchange.step(request.auth_bytes)
+        if done and has_control_character(user):
+            raise AuthenticationFailed("the authenticated name holds a control character")
         if done and reauthenticating and f"User:{user}" != session.principal:
             raise AuthenticationFailed(f"Cannot change principals during re-authentication from {session.principal}: User:{user}")
     except AuthenticationFailed as e:

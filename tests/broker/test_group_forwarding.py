@@ -29,7 +29,7 @@ from prometheus_client import REGISTRY
 
 from broker.config import BrokerConfig
 from broker.context import Services
-from broker.forwarding import RELAY_MARK
+from broker.forwarding import mark
 from broker.groups.coordinator import coordinator_for
 from broker.locality import brokers_for_zone
 from broker.metrics import CLIENT_TRAFFIC, PEER_BROKER
@@ -248,7 +248,7 @@ async def test_the_link_is_pipelined_and_a_waiting_join_holds_up_nothing(cluster
 async def test_a_relayed_request_is_never_relayed_again(cluster):
     group, coordinator, relay = await zone_a_group(cluster)
     before = forwarded("Heartbeat")
-    async with Client(cluster.ports[relay], f"m,zone_id=b{RELAY_MARK}10.0.0.9") as marked:
+    async with Client(cluster.ports[relay], mark("m,zone_id=b", "10.0.0.9", "User:ANONYMOUS")) as marked:
         beat = await marked.ask(HeartbeatRequest(group_id=group, generation_id=1, member_id="m-1", group_instance_id=None))
     assert beat.error_code == NOT_COORDINATOR
     assert forwarded("Heartbeat") == before

@@ -75,6 +75,35 @@ def test_a_certificate_subject_names_its_user_through_the_mapping_rules():
     assert parse_mapping_rules("") == [MappingRule(None)]
 
 
+def test_a_certificate_subject_holding_a_control_character_names_no_one():
+    """Issue 43, finding 2: a client certificate whose subject holds the relay mark's separator (a
+    name that read as another principal through a relayed group request) is refused as an
+    unmapped one is."""
+    import datetime
+    from types import SimpleNamespace
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    from broker.connection import _session
+    from broker.listeners import Listener
+
+    def session_of(common_name: str):
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key()).serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256())
+        der = cert.public_bytes(serialization.Encoding.DER)
+        ssl_object = SimpleNamespace(getpeercert=lambda binary_form: der)
+        stream = SimpleNamespace(peer=("127.0.0.1", 5555), transport=SimpleNamespace(get_extra_info=lambda what: ssl_object if what == "ssl_object" else None))
+        return _session(stream, Listener("SSL", "SSL", "127.0.0.1", 9093, "127.0.0.1"), [MappingRule(None)])
+
+    assert session_of("mallory").principal == "User:CN=mallory"
+    assert session_of("mallory\x1fneve-relay@10.0.0.1\x1fUser:alice").principal is None  # the connection is refused
+
+
 def test_a_plaintext_listener_off_loopback_stops_a_cluster_broker_at_start(tmp_path):
     done = subprocess.run(
         [sys.executable, "-m", "neve", "broker", "--port", str(free_port())],

@@ -323,3 +323,33 @@ async def test_a_user_altered_through_one_broker_logs_in_on_another(etcd_server)
     finally:
         await one.close()
         await two.close()
+
+
+FORGED = "mallory\x1fneve-relay@10.0.0.1\x1fUser:admin"  # a name that would read as another's through the relay mark
+
+
+async def test_a_name_holding_a_control_character_is_refused_whatever_the_mechanism(store, tmp_path):
+    """Issue 43, finding 2: an OAUTHBEARER token's subject, or a PLAIN user, holding the relay
+    mark's separator authenticates no one (SCRAM's names refuse control characters already:
+    SASLprep)."""
+    from auth.sasl import JwtValidation
+    from tests.auth.test_oauthbearer import initial_response, jwks, rsa_key, token
+
+    key = rsa_key()
+    (tmp_path / "jwks.json").write_text(jwks(key, "k1"))
+    (tmp_path / "plain-users").write_text("mallory\x1fadmin:mallory-pw\nbob:bob-pw\n")  # the file's names hold no colon
+    sasl = SaslMechanisms(["OAUTHBEARER", "PLAIN"], plain_users_file=str(tmp_path / "plain-users"), jwt=JwtValidation(jwks_file=str(tmp_path / "jwks.json")))
+    svc = SimpleNamespace(sasl=sasl, authorizer=None, metadata=store)
+    logins = [
+        ("OAUTHBEARER", initial_response(token(key, sub=FORGED)), False),
+        ("OAUTHBEARER", initial_response(token(key, sub="svc-orders")), True),
+        ("PLAIN", b"\0mallory\x1fadmin\0mallory-pw", False),
+        ("PLAIN", b"\0bob\0bob-pw", True),
+    ]
+    for mechanism, data, ok in logins:
+        session = sasl_session()
+        assert (await handshake(svc, session, mechanism)).error_code == ErrorCode.none
+        answer = await authenticate(svc, session, data)
+        assert (answer.error_code == ErrorCode.none, session.authenticated, session.close_after_reply) == (ok, ok, not ok), (mechanism, ok)
+        if not ok:
+            assert answer.error_message == "the authenticated name holds a control character"
