@@ -31,7 +31,7 @@ from auth.tls import MappingRule, certificate_subject, map_subject
 
 from .codec import PRODUCE, MalformedRequest, decode_request, encode_response, peek_header, response_module
 from .context import RequestContext, Services
-from .forwarding import GROUP_APIS, BadRelayMark, GroupForwarder, relayed_for
+from .forwarding import GROUP_APIS, MAX_IN_FLIGHT, BadRelayMark, GroupForwarder, relayed_for
 from .framing import FrameRefused, FrameSizeError, FrameStream
 from .handlers.api18_api_versions import unsupported_version_response
 from .listeners import Listener
@@ -76,7 +76,15 @@ class _Close(Exception):
 
 
 class Connection:
-    def __init__(self, services: Services, stream: FrameStream, forwarder: GroupForwarder | None = None, listener: Listener | None = None, principal_rules: list[MappingRule] | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        stream: FrameStream,
+        forwarder: GroupForwarder | None = None,
+        listener: Listener | None = None,
+        principal_rules: list[MappingRule] | None = None,
+        relays: bool = True,
+    ) -> None:
         self.services = services
         self.stream = stream
         self.forwarder = forwarder
@@ -100,6 +108,8 @@ class Connection:
         self._bytes_out = LoopCounter()
         self._open: LoopCounter | None = None  # this connection's zones' open connections, once placed
         self._relay_link = False  # carries requests another broker relays (answered out of order)
+        self._relays = relays  # on the listener brokers relay to: the only one a relay mark is trusted on
+        self._relay_slots = asyncio.Semaphore(MAX_IN_FLIGHT)  # a relay link's requests in flight (the relaying broker's own bound)
         self._listener = listener.name if listener is not None else ""
         self._state = "authenticated" if self.session.authenticated else "authenticating"
         CONNECTIONS.labels(self._listener, self._state).inc()
@@ -174,11 +184,15 @@ class Connection:
             elif not self._relay_link:  # a slot, given back when the handler is done (see _send_replies)
                 await self._other_slots.acquire()
                 slotted = True
+            else:  # a relay link's: given back once its answer is sent (_answer_relayed)
+                await self._relay_slots.acquire()
             task = self._dispatch(frame)
             self._bytes_in.inc(len(frame) + 4)
             self.stream.recycle(frame)  # decoded: kio copied out everything the handler uses
             if task is not None and self._relay_link:
-                task[0].add_done_callback(lambda done, item=task, slotted=slotted: self._answer_relayed(item, slotted))
+                # the link's first relayed request took a client's slot; a produce request none
+                slots = self._other_slots if slotted else None if produce else self._relay_slots
+                task[0].add_done_callback(lambda done, item=task, slots=slots: self._answer_relayed(item, slots))
             elif task is not None:
                 # no coroutine per request (thousands a second) unless the queue is full
                 if replies.full():
@@ -187,6 +201,8 @@ class Connection:
                     replies.put_nowait(task)
             elif slotted:
                 self._other_slots.release()
+            elif self._relay_link and not produce:
+                self._relay_slots.release()
             if task is not None and task[1] in (SASL_HANDSHAKE, SASL_AUTHENTICATE) and not self.session.authenticated:
                 # one exchange at a time before authentication, as Kafka's authenticator mutes the
                 # channel meanwhile: pipelined attempts do not queue password hashes; after a
@@ -236,6 +252,8 @@ class Connection:
             self._place(client_id, relayed=relayed_host is not None)
         ctx = self._contexts.get((api_key, version, client_id))
         if relayed_host is not None:  # the member's own host and principal, not the relaying broker's
+            if not self._relays:
+                raise _Close(CloseReason.UNTRUSTED_RELAY, f"a relayed request on listener {self._listener}, not the inter-broker one")
             authorizer = self.services.authorizer
             if authorizer is not None and session.principal not in authorizer.super_users:
                 # only a broker (a super user) may speak for a client it authenticated
@@ -276,11 +294,11 @@ class Connection:
         self._bytes_in, self._bytes_out = bytes_in, bytes_out
         self._open.inc()
 
-    def _answer_relayed(self, item, slotted: bool) -> None:
+    def _answer_relayed(self, item, slots: asyncio.Semaphore | None) -> None:
         """Send the answer of a relay link's request as soon as it is ready (see the module doc)."""
         task, api_key, version, correlation_id = item
-        if slotted:
-            self._other_slots.release()
+        if slots is not None:
+            slots.release()
         if self.close_reason is not None or task.cancelled():
             return
         try:

@@ -42,6 +42,9 @@ class KafkaServer:
         self._servers: dict[str, asyncio.Server] = {}
         self._tasks: set[asyncio.Task] = set()
         self.forwarder = GroupForwarder(services, dialer=dialer)  # zoned clients' group requests, to their coordinators
+        # the listener other brokers relay group requests to: a relay mark is trusted there only
+        named = s.inter_broker_listener_name.upper()
+        self.inter_broker_listener = next((item.name for item in self.listeners if item.name == named), self.listeners[0].name)
         load_handlers()
 
     async def start(self) -> None:
@@ -77,7 +80,8 @@ class KafkaServer:
 
     async def _serve(self, stream: FrameStream, listener: Listener) -> None:
         try:
-            await Connection(self.services, stream, self.forwarder, listener=listener, principal_rules=self.principal_rules).serve()
+            relays = listener.name == self.inter_broker_listener
+            await Connection(self.services, stream, self.forwarder, listener=listener, principal_rules=self.principal_rules, relays=relays).serve()
         except asyncio.CancelledError:
             pass
         except Exception:

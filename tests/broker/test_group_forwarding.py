@@ -260,6 +260,32 @@ async def test_a_relayed_request_is_never_relayed_again(cluster):
     assert forwarded("Heartbeat") == before
 
 
+async def test_a_relay_mark_is_trusted_on_the_inter_broker_listener_only(cluster):
+    """Issue 43, finding 8: with the authorizer off, a client on another listener that marks its
+    requests as relayed (speaking for a member, out of order and past its in-flight bound) is
+    closed; on the listener brokers relay to, the request is answered."""
+    from broker.listeners import Listener
+
+    group, coordinator, _ = await zone_a_group(cluster)
+    services = cluster.services[coordinator]
+    services.settings.inter_broker_listener_name = "internal"
+    internal, external = free_port(), free_port()
+    server = KafkaServer(services, [Listener("EXTERNAL", "PLAINTEXT", "127.0.0.1", external, "127.0.0.1"), Listener("INTERNAL", "PLAINTEXT", "127.0.0.1", internal, "127.0.0.1")])
+    await server.start()
+    try:
+        beat = HeartbeatRequest(group_id=group, generation_id=1, member_id="m-1", group_instance_id=None)
+        async with Client(external, mark("m", "10.0.0.9", "User:ANONYMOUS")) as outside:
+            outside.send(beat)
+            with pytest.raises(asyncio.IncompleteReadError):
+                await outside.frame()  # closed: no broker relays to this listener
+        async with Client(internal, mark("m", "10.0.0.9", "User:ANONYMOUS")) as relay:
+            assert (await relay.ask(beat)).error_code == UNKNOWN_MEMBER_ID  # answered by the coordinator
+        async with Client(external, "m") as member:  # an unmarked request on the other listener is served
+            assert (await member.ask(beat)).error_code == UNKNOWN_MEMBER_ID
+    finally:
+        await server.stop()
+
+
 async def test_a_silent_coordinator_is_answered_unavailable_at_the_deadline(cluster):
     group, coordinator, relay = await zone_a_group(cluster)
     received = asyncio.Event()
