@@ -111,12 +111,9 @@ async def test_write_on_a_prefix_lets_a_user_produce_there_and_nowhere_else(brok
 async def test_fetch_needs_read_on_the_topic(broker, store):
     await broker.allow(ResourceType.TOPIC, "orders-eu", Operation.READ)
     topics = tuple(
-        fetch_v12.FetchTopic(topic=t, partitions=(fetch_v12.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),))
-        for t in ("orders-eu", "payments")
+        fetch_v12.FetchTopic(topic=t, partitions=(fetch_v12.FetchPartition(partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1, partition_max_bytes=1 << 20),)) for t in ("orders-eu", "payments")
     )
-    request = fetch_v12.FetchRequest(
-        cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1, topics=topics, forgotten_topics_data=(), rack_id=""
-    )
+    request = fetch_v12.FetchRequest(cluster_id=None, replica_id=-1, max_wait=datetime.timedelta(0), min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1, topics=topics, forgotten_topics_data=(), rack_id="")
     answer = await broker.call(1, 12, request)
     assert [(t, [p[1] for p in parts]) for t, parts in answer.topics] == [("orders-eu", [ErrorCode.none]), ("payments", [ErrorCode.topic_authorization_failed])]
 
@@ -132,6 +129,15 @@ async def test_metadata_leaves_out_topics_the_user_may_not_describe(broker, stor
     named = metadata_v12.MetadataRequest(topics=tuple(metadata_v12.MetadataRequestTopic(topic_id=None, name=n) for n in ("payments", "nope")), allow_auto_topic_creation=False, include_topic_authorized_operations=False)
     answer = await broker.call(3, 12, named)
     assert [(t.name, t.error_code, t.partitions) for t in answer.topics] == [("payments", ErrorCode.topic_authorization_failed, ()), ("nope", ErrorCode.topic_authorization_failed, ())]
+    # by id: refused without its name (issue 43, finding 7); a described one is named
+    by_id = metadata_v12.MetadataRequest(
+        topics=tuple(metadata_v12.MetadataRequestTopic(topic_id=store.topics()[n].topic_id, name=None) for n in ("payments", "orders-eu")), allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
+    answer = await broker.call(3, 12, by_id)
+    assert [(t.name, t.topic_id, t.error_code) for t in answer.topics] == [
+        (None, store.topics()["payments"].topic_id, ErrorCode.topic_authorization_failed),
+        ("orders-eu", store.topics()["orders-eu"].topic_id, ErrorCode.none),
+    ]
     # a super user sees everything
     answer = await broker.call(3, 12, everything, principal=ADMIN)
     assert [t.name for t in answer.topics] == ["orders-eu", "payments"]
