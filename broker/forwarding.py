@@ -49,6 +49,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
+from .authorization import DESCRIBE, GROUP, allowed
 from .codec import OwnFrame, has_field, request_codec
 from .groups.coordinator import coordinator_for
 from .groups.group import GroupError
@@ -264,7 +265,7 @@ class GroupForwarder:
         if zone is None:
             return await handler.fn(ctx, body)
         groups = group_ids(ctx.api_key, body)
-        targets = [await self._target(g, zone, live) for g in groups]
+        targets = [await self._target(ctx, g, zone, live) for g in groups]
         if all(t is None for t in targets):
             return await handler.fn(ctx, body)
         marked = self._marked(ctx, frame)
@@ -275,9 +276,11 @@ class GroupForwarder:
             return Relayed(answer) if answer is not None else await self._refused(ctx, handler, body)
         return await self._split(ctx, handler, body, marked, groups, targets)
 
-    async def _target(self, group_id: str, zone: str, live: Sequence):
-        """The coordinator to relay `group_id`'s requests to, or None to answer them here."""
-        if not group_id:
+    async def _target(self, ctx, group_id: str, zone: str, live: Sequence):
+        """The coordinator to relay `group_id`'s requests to, or None to answer them here. A
+        principal that may not DESCRIBE the group is answered here (the handler refuses it)
+        before its request can record the group's home zone."""
+        if not group_id or not allowed(ctx, DESCRIBE, GROUP, group_id):
             return None
         coordinator = self.services.coordinator
         try:

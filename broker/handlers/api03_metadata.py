@@ -70,7 +70,8 @@ async def metadata(ctx, request):
     for name, asked_id in wanted:
         if described is not None and name is not None and name not in described:
             # asked by id: the name is not told (Kafka answers null), as it is not for an unknown id
-            out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.topic_authorization_failed, name=None if asked_id else name, topic_id=asked_id or ZERO_UUID, is_internal=False, partitions=(), topic_authorized_operations=NOT_REPORTED))
+            told = None if asked_id else name
+            out.append(build(r.MetadataResponseTopic, error_code=ErrorCode.topic_authorization_failed, name=told, topic_id=asked_id or ZERO_UUID, is_internal=False, partitions=(), topic_authorized_operations=NOT_REPORTED))
             continue
         info = topics.get(name) if name is not None else None
         if info is None and name is not None and allow_auto and s.settings.auto_create_topics:

@@ -159,3 +159,20 @@ async def test_a_principal_holding_the_relay_mark_cannot_pass_for_another(secure
     # whatever a client id or a principal holds, the coordinator reads back what the relay wrote
     for own, principal in ((f"c{RELAY_MARK}1,2,3", "User:x"), ("c", f"User:m{RELAY_MARK}10.0.0.1\x1fUser:alice"), (None, "User:a,b")):
         assert relayed_for(mark(own, "10.0.0.7", principal)) == (own, "10.0.0.7", principal)
+
+
+async def test_a_principal_without_rights_on_a_group_records_nothing_of_it(secured):
+    """Issue 43, finding 3: a zoned client's group request reached the relay's placement, which
+    wrote the group's home zone to the store, before the handler's ACL check: one lasting key per
+    group id a client names, and a victim's future group pinned to the asker's zone. Now the
+    request is refused first and nothing is written."""
+    from broker.groups.coordinator import HOME_ZONES
+
+    cluster, _ = secured
+    group = f"victim-{uuid.uuid4().hex[:8]}"
+    async with SaslClient(cluster.ports[2], "bob-b,zone_id=b", "bob") as bob:
+        refused = await bob.ask(join_request(group))
+        assert refused.error_code == GROUP_AUTHORIZATION_FAILED
+        described = await bob.ask(FindCoordinatorRequest(key_type=0, coordinator_keys=(group,)))
+        assert described.coordinators[0].error_code == GROUP_AUTHORIZATION_FAILED
+    assert await cluster.store.registry_get(HOME_ZONES + group) is None
