@@ -144,10 +144,16 @@ class BrokerConfig:
     mechanisms; a mounted Secret): the first administrator and the brokers' own user."""
     sasl_oauthbearer_jwks: str = ""
     """Where OAUTHBEARER's signing keys are: a JWKS file or an https URL (fetched and cached)."""
+    sasl_oauthbearer_allow_http_jwks: bool = False
+    """Accept an http:// JWKS URL (whoever can answer on its path can then sign tokens): off, the
+    broker does not start with one."""
     sasl_oauthbearer_issuer: str = ""
     """The `iss` OAUTHBEARER tokens must carry; empty: not checked."""
     sasl_oauthbearer_audience: str = ""
-    """An `aud` OAUTHBEARER tokens must include; empty: not checked."""
+    """An `aud` OAUTHBEARER tokens must include (a token the identity provider issued for another
+    service is refused). Required with signed tokens unless `sasl_oauthbearer_allow_any_audience`."""
+    sasl_oauthbearer_allow_any_audience: bool = False
+    """Accept signed tokens whatever their audience, with no `sasl_oauthbearer_audience` set."""
     sasl_oauthbearer_sub_claim: str = "sub"
     """The token claim that names the principal (KIP-768's sasl.oauthbearer.sub.claim.name)."""
     sasl_oauthbearer_clock_skew_s: int = 30

@@ -31,6 +31,13 @@ def sasl_mechanisms(settings: BrokerConfig, credentials: ScramCredentials) -> Sa
     if "OAUTHBEARER" in names:
         source = settings.sasl_oauthbearer_jwks
         remote = source.startswith(("https://", "http://"))
+        if source.startswith("http://") and not settings.sasl_oauthbearer_allow_http_jwks:
+            raise ValueError(f"OAUTHBEARER's JWKS URL {source} is not https: anyone on its path could sign tokens (broker.sasl_oauthbearer_allow_http_jwks allows it)")
+        if source and not settings.sasl_oauthbearer_audience and not settings.sasl_oauthbearer_allow_any_audience:
+            raise ValueError(
+                "OAUTHBEARER needs broker.sasl_oauthbearer_audience: without it a token issued for any other service is accepted "
+                "(broker.sasl_oauthbearer_allow_any_audience allows that)"
+            )
         jwt = JwtValidation(
             allow_unsecured=settings.sasl_oauthbearer_allow_unsecured,
             jwks_file=None if remote or not source else source,

@@ -165,3 +165,23 @@ async def test_jwks_fetched_from_a_url(signing_key):
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+def test_the_settings_refuse_an_http_jwks_url_and_a_missing_audience_unless_relaxed(jwks_file):
+    """Issue 43, finding 11: the broker does not start with OAUTHBEARER checking tokens against an
+    http:// JWKS URL, or accepting any audience, unless told to."""
+    from broker.config import BrokerConfig
+    from broker.security import sasl_mechanisms
+
+    def settings(**more) -> BrokerConfig:
+        return BrokerConfig(sasl_enabled_mechanisms="OAUTHBEARER", **more)
+
+    with pytest.raises(ValueError, match="is not https"):
+        sasl_mechanisms(settings(sasl_oauthbearer_jwks="http://idp.example/jwks.json", sasl_oauthbearer_audience="kafka"), None)
+    with pytest.raises(ValueError, match="needs broker.sasl_oauthbearer_audience"):
+        sasl_mechanisms(settings(sasl_oauthbearer_jwks=jwks_file), None)
+    assert sasl_mechanisms(settings(sasl_oauthbearer_jwks=jwks_file, sasl_oauthbearer_audience="kafka"), None).enabled == ("OAUTHBEARER",)
+    assert sasl_mechanisms(settings(sasl_oauthbearer_jwks=jwks_file, sasl_oauthbearer_allow_any_audience=True), None).enabled == ("OAUTHBEARER",)
+    relaxed = settings(sasl_oauthbearer_jwks="http://idp.example/jwks.json", sasl_oauthbearer_allow_http_jwks=True, sasl_oauthbearer_audience="kafka")
+    assert sasl_mechanisms(relaxed, None).enabled == ("OAUTHBEARER",)
+    assert sasl_mechanisms(settings(sasl_oauthbearer_allow_unsecured=True), None).enabled == ("OAUTHBEARER",)  # development tokens: no keys, no audience
