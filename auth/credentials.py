@@ -75,6 +75,11 @@ def key_of(mechanism: str, user: str) -> str:
     return f"{PREFIX}{mechanism}/{user}"
 
 
+# The cluster's secret for the made-up credentials of unknown users (scram.py), in the security
+# family beside the credentials: every broker answers an unknown name with the same salt.
+UNKNOWN_USER_KEY = "scram-unknown-user-key"
+
+
 def salted_password(mechanism: str, password: str, salt: bytes, iterations: int) -> bytes:
     """RFC 5802's Hi(Normalize(password), salt, i): what a Kafka client sends in AlterUserScramCredentials.
     PBKDF2: milliseconds of CPU, never on the event loop."""
@@ -135,6 +140,18 @@ class ScramCredentials:
 
     def lookup(self, mechanism: str, user: str) -> ScramCredential | None:
         return self._view().get((mechanism, user))
+
+    def unknown_user_key(self) -> bytes:
+        """The cluster's key for unknown users' made-up credentials (`ensure_unknown_user_key`);
+        this process's own until the store has one."""
+        return self.store.security_items(UNKNOWN_USER_KEY).get(UNKNOWN_USER_KEY) or self._hash_key
+
+    async def ensure_unknown_user_key(self) -> None:
+        """Store a random key for unknown users' made-up credentials if the cluster has none (at a
+        broker's start; two brokers starting at once may both write one: the last stays, and
+        every broker's view follows it)."""
+        if UNKNOWN_USER_KEY not in self.store.security_items(UNKNOWN_USER_KEY):
+            await self.store.security_write({UNKNOWN_USER_KEY: secrets.token_bytes(32)})
 
     def users(self) -> dict[str, dict[str, int]]:
         """Every user with a credential: {user: {mechanism: iterations}}."""

@@ -3,7 +3,6 @@ with the mechanism its SaslHandshake chose."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable
 
 from .credentials import MECHANISM_IDS, ScramCredentials
@@ -46,7 +45,6 @@ class SaslMechanisms:
         self.connections_max_reauth_ms = connections_max_reauth_ms
         self._plain_file = PlainUsersFile(plain_users_file) if plain_users_file and "PLAIN" in self.enabled else None
         self._jwt = JwtValidator(jwt) if jwt is not None and "OAUTHBEARER" in self.enabled else None
-        self._unknown_user_key = secrets.token_bytes(32)
 
     def offers(self, mechanism: str) -> bool:
         return mechanism in self.enabled
@@ -58,7 +56,7 @@ class SaslMechanisms:
         reauth = self.connections_max_reauth_ms
         if mechanism in MECHANISM_IDS:
             assert self.credentials is not None
-            return ScramExchange(mechanism, self.credentials, self._unknown_user_key, reauth)
+            return ScramExchange(mechanism, self.credentials, reauth)
         if mechanism == "PLAIN":
             source = self._plain_file if self._plain_file is not None else self.credentials
             assert source is not None

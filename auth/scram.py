@@ -2,7 +2,11 @@
 variations: the client-first message may carry extensions (Kafka's `tokenauth`, for delegation
 tokens, which neve does not issue: refused), and no authorization id is taken.
 An unknown user is answered like a known one with a wrong password: the exchange goes on with a
-made-up credential and fails on the proof, so user names cannot be probed."""
+made-up credential and fails on the proof, so user names cannot be probed. The made-up salt is
+the same from every broker (a key the cluster keeps: `ScramCredentials.unknown_user_key`), of the
+size and iteration count of the credentials neve makes. A user created through a client with other
+choices (kafka-configs' 4096 iterations) is told apart from an unknown name by its iterations, as
+on Kafka, which refuses unknown names at once."""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import re
 from scramp import ScramMechanism
 from scramp.utils import ScramException
 
-from .credentials import MIN_ITERATIONS, ScramCredentials
+from .credentials import DEFAULT_ITERATIONS, ScramCredentials
 from .exchange import AuthenticationFailed, SaslExchange
 
 # An extension attribute of the client-first message: a name longer than one letter (RFC 5802's
@@ -22,11 +26,10 @@ _EXTENSION = re.compile(r"^[A-Za-z]{2,}=")
 
 
 class ScramExchange(SaslExchange):
-    def __init__(self, mechanism: str, credentials: ScramCredentials, unknown_user_key: bytes, connections_max_reauth_ms: int = 0) -> None:
+    def __init__(self, mechanism: str, credentials: ScramCredentials, connections_max_reauth_ms: int = 0) -> None:
         super().__init__(connections_max_reauth_ms)
         self.mechanism = mechanism
         self._credentials = credentials
-        self._unknown_user_key = unknown_user_key
         self._server = ScramMechanism(mechanism).make_server(self._auth_info)
         self._user: str | None = None
         self._known = False
@@ -41,9 +44,10 @@ class ScramExchange(SaslExchange):
         credential = self._credentials.lookup(self.mechanism, user)
         self._known = credential is not None
         if credential is None:
-            # The same salt every time for the same name, as a real user's would be.
-            digest = hmac.digest(self._unknown_user_key, f"{self.mechanism}/{user}".encode(), "sha256")
-            return digest[:16], hashlib.sha256(digest).digest(), digest, MIN_ITERATIONS
+            # The same salt from every broker every time for the same name, of the size and with
+            # the iterations of the credentials neve makes (`ScramCredentials.bootstrap`).
+            digest = hmac.digest(self._credentials.unknown_user_key(), f"{self.mechanism}/{user}".encode(), "sha512")
+            return digest[:32], hashlib.sha256(digest).digest(), digest[32:], DEFAULT_ITERATIONS
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
     async def step(self, client: bytes) -> tuple[bytes, bool, str | None]:

@@ -253,6 +253,8 @@ class Node:
             if b.sasl_scram_users_file:
                 await bootstrap_scram_users(b.sasl_scram_users_file, credentials)
             sasl = sasl_mechanisms(b, credentials) if any(item.uses_sasl for item in listeners) else None
+            if sasl is not None and any(sasl.offers(m) for m in ("SCRAM-SHA-256", "SCRAM-SHA-512")):
+                await credentials.ensure_unknown_user_key()
             self._authorizer = authorizer(b, self.metadata)
         except (OSError, ValueError, MetadataError) as e:
             raise StartupError(f"authentication: {e}") from None

@@ -50,6 +50,35 @@ async def test_scram_refuses_a_wrong_password_and_an_unknown_user_alike(store, m
     assert str(refused.value) == f"Authentication failed during authentication due to invalid credentials with SASL mechanism {mechanism}"
 
 
+async def test_an_unknown_user_gets_the_same_made_up_salt_from_every_broker_shaped_as_a_real_one(store):
+    """Issue 43, finding 6: the made-up credential of an unknown name was a 16-byte salt at 4,096
+    iterations from a key each broker drew for itself: a name answered with another salt by two
+    brokers, or with a salt unlike the real ones, was unknown. Now two brokers over one store
+    (two credential views, two sets of mechanisms) give the same salt, as long as a real one
+    (32 bytes, 8,192 iterations), and the same again after a restart."""
+    import base64
+
+    async def first(sasl, user):
+        answer = (await sasl.start("SCRAM-SHA-512").step(f"n,,n={user},r=abcdefghijklmnop".encode()))[0].decode()
+        return {k: v for k, v in (item.split("=", 1) for item in answer.split(","))}
+
+    brokers = []
+    for _ in range(2):
+        creds = ScramCredentials(store)
+        await creds.ensure_unknown_user_key()
+        brokers.append(SaslMechanisms(["SCRAM-SHA-512"], creds))
+    await brokers[0].credentials.bootstrap("alice", "s3cret-pw", "SCRAM-SHA-512")
+    real = await first(brokers[0], "alice")
+    made_up = [await first(b, "mallory") for b in brokers]
+    assert made_up[0]["s"] == made_up[1]["s"] != real["s"]
+    assert len(base64.b64decode(made_up[0]["s"])) == len(base64.b64decode(real["s"])) == 32
+    assert made_up[0]["i"] == real["i"] == "8192"
+    assert (await first(brokers[1], "trudy"))["s"] != made_up[0]["s"]  # another name, another salt
+    restarted = ScramCredentials(store)
+    await restarted.ensure_unknown_user_key()  # the cluster's key is kept
+    assert (await first(SaslMechanisms(["SCRAM-SHA-512"], restarted), "mallory"))["s"] == made_up[0]["s"]
+
+
 async def test_scram_with_the_credential_a_client_salted(store):
     creds = ScramCredentials(store)
     salt = b"client-made-salt-0123"
