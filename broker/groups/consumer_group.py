@@ -63,6 +63,9 @@ class Heartbeat:
     client_id: str = ""
     client_host: str = ""
     version: int = 1
+    # whether the heartbeating principal may DESCRIBE a topic (None: no authorizer): the group's
+    # regexes take only such topics, as Kafka resolves them with the triggering request's rights
+    describable: Callable[[str], bool] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +180,7 @@ class ConsumerGroup:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self._on_change = on_change
+        self._describable: Callable[[str], bool] | None = None  # see Heartbeat.describable
 
     # -- queries ----------------------------------------------------------------------------------
 
@@ -207,6 +211,8 @@ class ConsumerGroup:
         names to TopicInfo (id, partitions)."""
         if self.deleted:
             return HeartbeatResult(ErrorCode.coordinator_not_available)
+        if hb.describable is not None:
+            self._describable = hb.describable  # the regexes' rights from the last heartbeat, for refreshes between them
         problem = self._invalid(hb)
         if problem is not None:
             return HeartbeatResult(*problem, member_id=hb.member_id or None)
@@ -344,7 +350,8 @@ class ConsumerGroup:
         names = {n for m in self.members.values() for n in m.topic_names}
         regexes = {m.topic_regex for m in self.members.values() if m.topic_regex}
         if regexes:
-            names |= {n for n in topics if any(re.fullmatch(r, n) for r in regexes)}
+            describable = self._describable or (lambda name: True)
+            names |= {n for n in topics if any(re.fullmatch(r, n) for r in regexes) and describable(n)}
         return {n: (topics[n].topic_id, topics[n].partitions) for n in sorted(names) if n in topics}
 
     def _chosen_assignor(self) -> str:

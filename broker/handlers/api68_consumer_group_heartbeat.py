@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 
-from ..authorization import GROUP, READ, allowed
+from ..authorization import DESCRIBE, GROUP, READ, TOPIC, allowed
 from ..codec import NO_THROTTLE, build, error
 from ..groups.consumer_group import Heartbeat, HeartbeatResult
 from ..groups.group import GROUP_AUTHORIZATION_FAILED, GroupError
@@ -51,6 +51,7 @@ async def consumer_group_heartbeat(ctx, request):
         client_id=ctx.client_id or "",
         client_host=str(ctx.peer[0]) if ctx.peer else "",
         version=ctx.api_version,
+        describable=None if ctx.services.authorizer is None else lambda name: allowed(ctx, DESCRIBE, TOPIC, name),
     )
     try:
         if not allowed(ctx, READ, GROUP, request.group_id):

@@ -386,3 +386,45 @@ async def test_groups_are_described_and_listed_only_with_describe(broker):
     ]
     assert [g.group_id for g in (await broker.call(16, 4, ListGroupsRequest(states_filter=()))).groups] == ["billing"]
     assert sorted(g.group_id for g in (await broker.call(16, 4, ListGroupsRequest(states_filter=()), principal=ADMIN)).groups) == ["billing", "shipping"]
+
+
+async def test_a_consumer_group_is_described_only_to_who_may_describe_every_topic_it_holds(broker):
+    """Issue 43, finding 4: a KIP-848 member subscribed by regex holds topics the describer may not
+    DESCRIBE; ConsumerGroupDescribe answered their names and ids. As Kafka: the group is refused,
+    TOPIC_AUTHORIZATION_FAILED, until the describer may describe them all."""
+    from kio.schema.consumer_group_describe.v0.request import ConsumerGroupDescribeRequest
+    from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+
+    beat = ConsumerGroupHeartbeatRequest(
+        group_id="watch", member_id="watcher-member-0001-abcdef", member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
+        subscribed_topic_names=(), subscribed_topic_regex=".*", server_assignor=None, topic_partitions=(),
+    )  # fmt: skip
+    joined = await broker.call(68, 1, beat, principal=ADMIN)
+    assert joined.error_code == ErrorCode.none and joined.assignment is not None
+    await broker.allow(ResourceType.GROUP, "watch", Operation.DESCRIBE)
+    await broker.allow(ResourceType.TOPIC, "orders-eu", Operation.DESCRIBE)
+    describe = ConsumerGroupDescribeRequest(group_ids=("watch",), include_authorized_operations=False)
+    (refused,) = (await broker.call(69, 0, describe)).groups
+    assert (refused.error_code, refused.error_message, refused.members) == (
+        ErrorCode.topic_authorization_failed, "The group has described topic(s) that the client is not authorized to describe.", ()
+    )  # fmt: skip
+    await broker.allow(ResourceType.TOPIC, "payments", Operation.DESCRIBE)
+    (described,) = (await broker.call(69, 0, describe)).groups
+    assert described.error_code == ErrorCode.none
+    assert sorted(t.topic_name for m in described.members for t in m.target_assignment.topic_partitions) == ["orders-eu", "payments"]
+
+
+async def test_a_regex_subscription_takes_only_the_topics_its_member_may_describe(broker):
+    """Issue 43, finding 4: a member's `.*` was assigned every topic of the cluster; as Kafka, a
+    regex resolves to the topics the heartbeating principal may DESCRIBE."""
+    from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
+
+    await broker.allow(ResourceType.GROUP, "everything", Operation.READ)
+    await broker.allow(ResourceType.TOPIC, "orders-eu", Operation.READ)  # READ implies DESCRIBE
+    beat = ConsumerGroupHeartbeatRequest(
+        group_id="everything", member_id="alice-member-0001-abcdef", member_epoch=0, instance_id=None, rack_id=None, rebalance_timeout=datetime.timedelta(seconds=30),
+        subscribed_topic_names=(), subscribed_topic_regex=".*", server_assignor=None, topic_partitions=(),
+    )  # fmt: skip
+    joined = await broker.call(68, 1, beat)
+    assert joined.error_code == ErrorCode.none
+    assert {t.topic_id for t in joined.assignment.topic_partitions} == {broker.store.topics()["orders-eu"].topic_id}
