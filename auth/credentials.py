@@ -2,7 +2,12 @@
 one key per mechanism and user: the salt, the iteration count, the stored key and the server key,
 never the password (RFC 5802). Every broker reads them from its store's view, so a user created
 through any broker authenticates on all of them; the password check behind PLAIN and the schema
-registry's Basic auth uses the same keys."""
+registry's Basic auth uses the same keys.
+
+Password checks (PBKDF2, a few milliseconds each) run on a pool of their own, HASH_THREADS
+threads, so that a flood of wrong passwords waits there instead of taking the default executor
+that other work (compacted-topic reads) shares; an unknown user's check hashes against a made-up
+credential, so that it takes as long as a known one's."""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import json
 import secrets
 from collections import OrderedDict
 from collections.abc import Collection, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +43,8 @@ MIN_SALT_BYTES = 12
 MAX_SALT_BYTES = 1024  # a credential stays a small item of the security family
 # The password check prefers the stronger hash when a user has both credentials.
 _CHECK_ORDER = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+HASH_THREADS = 2  # password checks at once, per process (see the module doc)
+_hashing = ThreadPoolExecutor(max_workers=HASH_THREADS, thread_name_prefix="password-hash")
 
 
 class SecurityItems(Protocol):
@@ -126,6 +134,8 @@ class ScramCredentials:
         self._hash_key = secrets.token_bytes(32)
         self._checked: OrderedDict[bytes, bytes] = OrderedDict()
         self._checked_max = checked_passwords
+        # what an unknown user's password is checked against (never matches: no stored key is zeros)
+        self._made_up = ScramCredential(secrets.token_bytes(32), DEFAULT_ITERATIONS, bytes(64), bytes(64))
 
     def _view(self) -> dict[tuple[str, str], ScramCredential]:
         version = self.store.security_version()
@@ -183,20 +193,21 @@ class ScramCredentials:
         credential stays the same."""
         view = self._view()
         found = next(((m, view[(m, user)]) for m in _CHECK_ORDER if (m, user) in view), None)
-        if found is None:
-            return False
+        known = found is not None
+        if found is None:  # hashed all the same, against a made-up credential: as slow as a known user's
+            found = ("SCRAM-SHA-512", self._made_up)
         mechanism, credential = found
         tag = hmac.digest(self._hash_key, b"\0".join(x.encode("utf-8", "surrogatepass") for x in (mechanism, user, password)), "sha256")
-        if hmac.compare_digest(self._checked.get(tag, b""), credential.stored_key):
+        if known and hmac.compare_digest(self._checked.get(tag, b""), credential.stored_key):
             self._checked.move_to_end(tag)
             return True
         try:
-            salted = await asyncio.to_thread(salted_password, mechanism, password, credential.salt, credential.iterations)
+            salted = await asyncio.get_running_loop().run_in_executor(_hashing, salted_password, mechanism, password, credential.salt, credential.iterations)
         except Exception:  # a password SASLprep refuses (prohibited characters) is no password of anyone's
             return False
         name = _HASHES[mechanism]
         stored_key = hashlib.new(name, hmac.digest(salted, b"Client Key", name)).digest()
-        if not hmac.compare_digest(stored_key, credential.stored_key):
+        if not known or not hmac.compare_digest(stored_key, credential.stored_key):
             return False
         self._checked[tag] = stored_key
         if len(self._checked) > self._checked_max:

@@ -3,6 +3,8 @@ with the mechanism its SaslHandshake chose."""
 
 from __future__ import annotations
 
+import time
+from collections import OrderedDict
 from collections.abc import Iterable
 
 from .credentials import MECHANISM_IDS, ScramCredentials
@@ -12,6 +14,9 @@ from .plain import PlainExchange, PlainUsersFile
 from .scram import ScramExchange
 
 SUPPORTED = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+FAILURE_WINDOW_S = 60.0  # failures from one address counted together (SaslMechanisms.failed_from)
+MAX_FAILED_DELAY_S = 5.0
+MAX_ADDRESSES = 10_000  # addresses whose failures are remembered (the least recent forgotten)
 
 __all__ = ["SUPPORTED", "AuthenticationFailed", "JwtValidation", "SaslExchange", "SaslMechanisms"]
 
@@ -20,7 +25,11 @@ class SaslMechanisms:
     """`enabled`: the mechanisms offered, by Kafka's names. `credentials`: the SCRAM store, needed
     by SCRAM and by PLAIN without `plain_users_file`. `jwt`: how OAUTHBEARER checks tokens.
     `connections_max_reauth_ms`: the longest an authenticated session lasts before the client
-    must re-authenticate (KIP-368); 0: no limit but an OAUTHBEARER token's own expiry."""
+    must re-authenticate (KIP-368); 0: no limit but an OAUTHBEARER token's own expiry.
+    `failed_delay_ms`: how long a failed authentication's answer waits (Kafka's
+    connection.failed.authentication.delay.ms), doubled for each other failure from the same
+    address within FAILURE_WINDOW_S, up to MAX_FAILED_DELAY_S: a password guesser from one address
+    slows down, and its connections wait, not the hashing pool."""
 
     def __init__(
         self,
@@ -30,8 +39,11 @@ class SaslMechanisms:
         plain_users_file: str | None = None,
         jwt: JwtValidation | None = None,
         connections_max_reauth_ms: int = 0,
+        failed_delay_ms: int = 100,
     ) -> None:
         self.enabled = tuple(dict.fromkeys(enabled))
+        self.failed_delay_ms = failed_delay_ms
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()  # address -> (failures, first in the window)
         unknown = [m for m in self.enabled if m not in SUPPORTED]
         if unknown:
             raise ValueError(f"unsupported SASL mechanisms {unknown}: neve offers {list(SUPPORTED)}")
@@ -45,6 +57,17 @@ class SaslMechanisms:
         self.connections_max_reauth_ms = connections_max_reauth_ms
         self._plain_file = PlainUsersFile(plain_users_file) if plain_users_file and "PLAIN" in self.enabled else None
         self._jwt = JwtValidator(jwt) if jwt is not None and "OAUTHBEARER" in self.enabled else None
+
+    def failed_from(self, host: str, now: float | None = None) -> float:
+        """Count a failed authentication from `host`: the seconds its answer waits."""
+        now = time.monotonic() if now is None else now
+        count, since = self._failures.pop(host, (0, now))
+        if now - since > FAILURE_WINDOW_S:
+            count, since = 0, now
+        self._failures[host] = (count + 1, since)
+        while len(self._failures) > MAX_ADDRESSES:
+            self._failures.popitem(last=False)
+        return min(self.failed_delay_ms / 1000 * 2 ** min(count, 16), MAX_FAILED_DELAY_S) if self.failed_delay_ms > 0 else 0.0
 
     def offers(self, mechanism: str) -> bool:
         return mechanism in self.enabled

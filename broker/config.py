@@ -28,6 +28,10 @@ class BrokerConfig:
     SaslHandshake and SaslAuthenticate are taken then, each only once its header has arrived."""
     authentication_timeout_ms: int = 30_000
     """How long a SASL listener's connection may take to authenticate before it is closed."""
+    failed_authentication_delay_ms: int = 100
+    """How long the answer to a failed authentication waits before the connection closes (Kafka's
+    connection.failed.authentication.delay.ms), doubled for each other failure from the same address
+    within a minute, up to 5 s. 0: no wait."""
     max_inflight_requests: int = 64
     """Pipelined requests other than Produce (Fetch, Metadata, ...) read ahead per connection
     before the reader waits (backpressure): each may hold a response of up to fetch_max_bytes."""

@@ -48,7 +48,12 @@ def sasl_mechanisms(settings: BrokerConfig, credentials: ScramCredentials) -> Sa
             clock_skew_s=settings.sasl_oauthbearer_clock_skew_s,
         )
     return SaslMechanisms(
-        names, credentials, plain_users_file=settings.sasl_plain_users_file or None, jwt=jwt, connections_max_reauth_ms=settings.connections_max_reauth_ms
+        names,
+        credentials,
+        plain_users_file=settings.sasl_plain_users_file or None,
+        jwt=jwt,
+        connections_max_reauth_ms=settings.connections_max_reauth_ms,
+        failed_delay_ms=settings.failed_authentication_delay_ms,
     )
 
 

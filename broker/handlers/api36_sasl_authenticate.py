@@ -7,6 +7,7 @@ prove the same principal; it moves the session's end."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import time
@@ -43,10 +44,13 @@ async def sasl_authenticate(ctx, request):
         session.authenticated = False  # nothing more is served on this connection, re-authenticating or not
         session.close_after_reply = True
         SASL_AUTHENTICATIONS.labels(exchange.mechanism, "failure").inc()
+        delay = ctx.services.sasl.failed_from(session.host)
         log.warning(
             "sasl_authentication_failed",
-            extra={"mechanism": exchange.mechanism, "host": session.host, "listener": session.listener, "reauthentication": reauthenticating, "reason": str(e)},
+            extra={"mechanism": exchange.mechanism, "host": session.host, "listener": session.listener, "reauthentication": reauthenticating, "reason": str(e), "answer_delay_s": delay},
         )
+        if delay:
+            await asyncio.sleep(delay)  # the connection reads nothing meanwhile (connection.py): one guess at a time
         return _answer(ctx, ErrorCode.sasl_authentication_failed, str(e))
     if not done:
         return _answer(ctx, ErrorCode.none, None, server_bytes)

@@ -150,3 +150,47 @@ async def test_only_enabled_mechanisms_start_and_settings_are_checked(store):
         SaslMechanisms(["SCRAM-SHA-256"])
     with pytest.raises(ValueError, match="OAUTHBEARER needs"):
         SaslMechanisms(["OAUTHBEARER"])
+
+
+async def test_password_checks_hash_on_their_own_pool_and_as_much_for_an_unknown_user(store, monkeypatch):
+    """Issue 43, finding 5: every failed password cost a PBKDF2 on the default executor (which
+    compacted-topic reads share), unbounded, and an unknown user's none at all (its name told by
+    the answer's speed). Now each check, a known user's or not, hashes once, on the
+    HASH_THREADS threads of the password pool, however many come at once."""
+    import asyncio
+    import threading
+
+    import auth.credentials as credentials
+
+    creds = ScramCredentials(store)
+    await creds.bootstrap("alice", "s3cret-pw", "SCRAM-SHA-512", 4096)
+    running, seen = [0, 0], []
+    lock = threading.Lock()
+    real = credentials.salted_password
+
+    def counted(*args):
+        with lock:
+            running[0] += 1
+            running[1] = max(running[1], running[0])
+            seen.append(threading.current_thread().name)
+        try:
+            return real(*args)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    monkeypatch.setattr(credentials, "salted_password", counted)
+    checks = [creds.check_password("alice", f"guess-{i}") for i in range(10)] + [creds.check_password(f"nobody-{i}", "guess") for i in range(10)]
+    assert await asyncio.gather(*checks) == [False] * 20
+    assert len(seen) == 20  # the unknown users' checks hashed too
+    assert all(name.startswith("password-hash") for name in seen) and running[1] <= credentials.HASH_THREADS
+    assert await creds.check_password("alice", "s3cret-pw") and len(seen) == 21
+
+
+def test_failed_authentications_from_one_address_wait_longer_each_time():
+    sasl = SaslMechanisms(["PLAIN"], plain_users_file=None, credentials=object(), failed_delay_ms=100)
+    waits = [sasl.failed_from("10.0.0.9", now=t) for t in range(8)]
+    assert waits == [0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    assert sasl.failed_from("10.0.0.10", now=8) == 0.1  # another address: its own count
+    assert sasl.failed_from("10.0.0.9", now=100) == 0.1  # a minute on: counted afresh
+    assert SaslMechanisms(["PLAIN"], credentials=object(), failed_delay_ms=0).failed_from("10.0.0.9") == 0.0
