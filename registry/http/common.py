@@ -61,6 +61,18 @@ def subject(request: web.Request) -> str:
     return request.match_info["subject"]
 
 
+def visible_schema(request: web.Request, data: dict) -> Schema:
+    """`schema_of` a request's body, its references limited to subjects the caller sees: one to a
+    subject its prefixes hide is answered as one to a subject that does not exist (so that neither
+    the other subject's schema nor its existence is learnt through it)."""
+    schema = schema_of(data)
+    grant: Grant | None = request.get(GRANT)
+    for ref in schema.references:
+        if grant is not None and grant.prefixes and not grant.sees(ref.subject):
+            raise InvalidSchema(f"Invalid schema: reference {ref.name} to subject '{ref.subject}' version {ref.version} not found")
+    return schema
+
+
 def schema_of(data: dict) -> Schema:
     """A registration's or lookup's body: {"schema", "schemaType"?, "references"?}."""
     text = data.get("schema")

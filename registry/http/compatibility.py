@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .common import body, flag, registry, reply, schema_of, subject
+from .common import body, flag, registry, reply, subject, visible_schema
 
 
 async def test(request: web.Request) -> web.Response:
-    result = await registry(request).test(subject(request), request.match_info.get("version"), schema_of(await body(request)))
+    result = await registry(request).test(subject(request), request.match_info.get("version"), visible_schema(request, await body(request)))
     out: dict = {"is_compatible": result.is_compatible}
     if flag(request, "verbose"):
         out["messages"] = result.messages

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .common import body, flag, registry, reply, schema_of, subject, visible
+from .common import body, flag, registry, reply, subject, visible, visible_schema
 
 
 async def list_subjects(request: web.Request) -> web.Response:
@@ -20,7 +20,7 @@ async def list_subjects(request: web.Request) -> web.Response:
 
 
 async def lookup(request: web.Request) -> web.Response:
-    found = await registry(request).lookup(subject(request), schema_of(await body(request)), flag(request, "deleted"))
+    found = await registry(request).lookup(subject(request), visible_schema(request, await body(request)), flag(request, "deleted"))
     return reply(found.to_json())
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .common import body, flag, registry, reply, schema_of, subject, text_reply
+from .common import body, flag, registry, reply, subject, text_reply, visible_schema
 
 
 def _version(request: web.Request) -> str:
@@ -28,7 +28,7 @@ async def list_versions(request: web.Request) -> web.Response:
 
 async def register(request: web.Request) -> web.Response:
     data = await body(request)
-    schema_id = await registry(request).register(subject(request), schema_of(data), _int(data.get("id")), _int(data.get("version")))
+    schema_id = await registry(request).register(subject(request), visible_schema(request, data), _int(data.get("id")), _int(data.get("version")))
     return reply({"id": schema_id})
 
 

@@ -174,6 +174,24 @@ async def test_subject_prefixes_limit_reads_writes_and_listings(serve, http):
     assert (await http(server, "GET", "/config", "reader:reader-pw"))[1] == {"compatibilityLevel": "BACKWARD"}
 
 
+async def test_a_reference_reaches_only_subjects_the_caller_sees(serve, http):
+    """Issue 43, finding 9: a schema registered, looked up or tested under a subject the caller may
+    write could reference a subject its prefixes hide: the registry resolved it, telling whether
+    it existed and taking its types. Such a reference is answered as one to no subject."""
+    server = await serve()
+    await server.registry.register("users-value", Schema(SchemaType.AVRO, USER))
+    await server.registry.register("orders-user", Schema(SchemaType.AVRO, USER))
+    order = json.dumps({"type": "record", "name": "Order", "fields": [{"name": "who", "type": "User"}]})
+    hidden = {"schema": order, "references": [{"name": "User", "subject": "users-value", "version": 1}]}
+    seen = {"schema": order, "references": [{"name": "User", "subject": "orders-user", "version": 1}]}
+    not_found = {"error_code": 42201, "message": "Invalid schema: reference User to subject 'users-value' version 1 not found"}
+    orders = "orders:orders-pw"
+    for method, path in (("POST", "/subjects/orders-value/versions"), ("POST", "/subjects/orders-value"), ("POST", "/compatibility/subjects/orders-value/versions/latest")):
+        assert (await http(server, method, path, orders, hidden))[:2] == (422, not_found), path
+    assert (await http(server, "POST", "/subjects/orders-value/versions", orders, seen))[0] == 200  # within its prefixes: resolved
+    assert (await http(server, "POST", "/subjects/orders-other/versions", "writer:writer-pw", hidden))[0] == 200  # a user without prefixes: as before
+
+
 async def test_scram_users_through_the_password_check_and_anonymous_roles(serve, http):
     scram = {"kafka-app": "scram-pw", "reader": "scram-reader-pw"}
     asked: list[str] = []
