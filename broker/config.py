@@ -28,6 +28,16 @@ class BrokerConfig:
     SaslHandshake and SaslAuthenticate are taken then, each only once its header has arrived."""
     authentication_timeout_ms: int = 30_000
     """How long a SASL listener's connection may take to authenticate before it is closed."""
+    max_connections: int = 0
+    """Client connections the broker holds at once (Kafka's max.connections); more are closed as
+    they are accepted. 0: the process's open-file limit less 1,000 (broker/connection_limits.py)."""
+    max_connections_per_ip: int = 0
+    """Connections from one address at once (Kafka's max.connections.per.ip); 0: no bound."""
+    max_connections_per_ip_overrides: str = ""
+    """Per-address bounds, `host:count` comma-separated (Kafka's max.connections.per.ip.overrides)."""
+    max_connection_creation_rate: int = 0
+    """New connections accepted a second (KIP-612's max.connection.creation.rate); more are closed.
+    0: no bound."""
     failed_authentication_delay_ms: int = 100
     """How long the answer to a failed authentication waits before the connection closes (Kafka's
     connection.failed.authentication.delay.ms), doubled for each other failure from the same address

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from auth.session import PROTOCOLS
 
 from .config import BrokerConfig
+from .connection_limits import parse_overrides
 
 
 class ListenerError(ValueError):
@@ -89,7 +90,12 @@ def is_loopback(host: str) -> bool:
 def check_listeners(listeners: list[Listener], settings: BrokerConfig, cluster: bool = True) -> None:
     """Refuse what would expose a broker without meaning to: a cluster's PLAINTEXT listener off
     loopback (unless allow_insecure_listeners; `neve dev`, one machine's product, may bind one,
-    in a container say), TLS without its files, SASL without a mechanism."""
+    in a container say), TLS without its files, SASL without a mechanism; and connection bounds
+    that do not parse."""
+    try:
+        parse_overrides(settings.max_connections_per_ip_overrides)
+    except ValueError as e:
+        raise ListenerError(str(e)) from None
     for listener in listeners:
         if cluster and listener.protocol == "PLAINTEXT" and not is_loopback(listener.host) and not settings.allow_insecure_listeners:
             raise ListenerError(

@@ -200,6 +200,11 @@ CONNECTIONS = Gauge(
     "Open client connections by listener and state: authenticating (a SASL listener's, not yet authenticated) or authenticated",
     ["listener", "state"],
 )
+CONNECTIONS_REFUSED = Counter(
+    "neve_connections_refused_total",
+    "Client connections closed as they were accepted, by listener and bound: max_connections, max_connections_per_ip, max_connection_creation_rate",
+    ["listener", "reason"],
+)
 SASL_AUTHENTICATIONS = Counter(
     "neve_sasl_authentications_total",
     "SASL authentications (and KIP-368 re-authentications) by mechanism and result: success, or failure (answered SASL_AUTHENTICATION_FAILED, then the connection closed)",

@@ -12,10 +12,12 @@ from collections.abc import Mapping
 from auth.tls import MappingRule, ReloadingServerContext
 
 from .connection import BEFORE_AUTHENTICATION, Connection
+from .connection_limits import ConnectionLimits
 from .context import Services
 from .forwarding import GroupForwarder
 from .framing import FrameStream, Gate
 from .listeners import Listener
+from .metrics import CONNECTIONS_REFUSED
 from .peer_dial import PeerDialer
 from .registry import load_handlers
 
@@ -45,6 +47,7 @@ class KafkaServer:
         # the listener other brokers relay group requests to: a relay mark is trusted there only
         named = s.inter_broker_listener_name.upper()
         self.inter_broker_listener = next((item.name for item in self.listeners if item.name == named), self.listeners[0].name)
+        self.limits = ConnectionLimits(s)  # ValueError for overrides that do not parse
         load_handlers()
 
     async def start(self) -> None:
@@ -74,9 +77,20 @@ class KafkaServer:
         return {name: server.sockets[0].getsockname()[1] for name, server in self._servers.items()}
 
     def _accept(self, stream: FrameStream, listener: Listener) -> None:
+        host = stream.peer[0] if isinstance(stream.peer, tuple) and stream.peer else ""
+        counted = not (listener.name == self.inter_broker_listener and len(self.listeners) > 1)  # other brokers' links are not bounded
+        if counted:
+            refused = self.limits.admit(host)
+            if refused is not None:
+                CONNECTIONS_REFUSED.labels(listener.name, refused).inc()
+                log.debug("connection_refused", extra={"peer": host, "listener": listener.name, "reason": refused})
+                stream.abort()
+                return
         task = asyncio.get_running_loop().create_task(self._serve(stream, listener))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        if counted:
+            task.add_done_callback(lambda _: self.limits.release(host))
 
     async def _serve(self, stream: FrameStream, listener: Listener) -> None:
         try:
