@@ -14,7 +14,16 @@ records, so a port anyone can reach and ask must not serve them.
 Each frame is length-prefixed like the chunk protocol's (peers.py). HELLO is not the chunk
 protocol's version byte, so a server of an older protocol closes on it at once. A client with a
 secret refuses a server that proves nothing (or the wrong thing): its chunks would not be
-trusted. The handshake is once per connection; chunk requests carry nothing more.
+trusted. The handshake is once per connection. With a secret, both ends then derive the
+connection's key, and every frame after the handshake carries a tag of its body under it
+(`FrameTags`): a byte changed on the way, or a frame of another connection, fails its check and
+closes the connection (the asker reads the object store instead).
+
+    session key = HMAC-SHA256(secret, "neve chunk session" 0 | client nonce | server nonce)
+    frame tag   = HMAC-SHA256(session key, direction | body)[:TAG_BYTES]
+
+A frame is not numbered: a response is matched to its request by its id, used once on a
+connection, so a frame played again answers nothing.
 
 Without a secret (`neve dev`: one node on loopback) the handshake still runs and proves nothing;
 a broker serving chunks on an address other than loopback must have a secret unless its
@@ -46,6 +55,45 @@ half-open strangers)."""
 LENGTH = struct.Struct(">I")
 SERVER_LABEL = b"neve chunk server\0"
 CLIENT_LABEL = b"neve chunk client\0"
+SESSION_LABEL = b"neve chunk session\0"
+TAG_BYTES = 16
+REQUEST_DIRECTION, RESPONSE_DIRECTION = b"q", b"r"
+TAG_OFF_LOOP_BYTES = 64 * 1024  # a body at least this large is tagged on a thread (hashlib lets go of the GIL)
+
+
+class FrameTags:
+    """A connection's frame tags (see the module doc); None where the deployment has no secret."""
+
+    def __init__(self, key: bytes) -> None:
+        self._key = key
+
+    def tag(self, direction: bytes, *pieces: bytes | memoryview) -> bytes:
+        mac = hmac.new(self._key, direction, hashlib.sha256)
+        for piece in pieces:
+            mac.update(piece)
+        return mac.digest()[:TAG_BYTES]
+
+    async def tag_async(self, direction: bytes, *pieces: bytes | memoryview) -> bytes:
+        if sum(len(p) for p in pieces) < TAG_OFF_LOOP_BYTES:
+            return self.tag(direction, *pieces)
+        return await asyncio.to_thread(self.tag, direction, *pieces)
+
+    async def opened(self, direction: bytes, frame_body: bytes) -> bytes:
+        """A received frame's body without its tag; FrameTagError if the tag does not match."""
+        if len(frame_body) < TAG_BYTES:
+            raise FrameTagError(f"a frame of {len(frame_body)} bytes holds no tag")
+        body, tag = memoryview(frame_body)[:-TAG_BYTES], frame_body[-TAG_BYTES:]
+        if not hmac.compare_digest(await self.tag_async(direction, body), tag):
+            raise FrameTagError("a frame's tag does not match its bytes")
+        return bytes(body)
+
+
+class FrameTagError(ValueError):
+    """A frame after the handshake whose tag does not match: changed on the way, or not this connection's."""
+
+
+def session_tags(secret: bytes | None, client_nonce: bytes, server_nonce: bytes) -> FrameTags | None:
+    return None if secret is None else FrameTags(proof(secret, SESSION_LABEL, client_nonce, server_nonce))
 
 
 class PeerSecurityError(ValueError):
@@ -81,9 +129,10 @@ async def read_handshake_frame(reader: asyncio.StreamReader) -> bytes:
         raise ConnectionResetError("connection closed during the chunk port's handshake") from None
 
 
-async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes | None) -> None:
-    """The chunk server's side: returns when the client may send requests; HandshakeRefused when
-    it must be closed (told so first if it got as far as a proof)."""
+async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes | None) -> FrameTags | None:
+    """The chunk server's side: returns when the client may send requests, with the connection's
+    frame tags (None without a secret); HandshakeRefused when it must be closed (told so first if
+    it got as far as a proof)."""
     hello = await read_handshake_frame(reader)
     if len(hello) != 1 + NONCE_BYTES or hello[0] != HELLO:
         raise HandshakeRefused("no_handshake", "no handshake: not a chunk client of this version")
@@ -100,11 +149,13 @@ async def server_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
         raise HandshakeRefused("wrong_secret", "the client proved another secret than this broker's")
     writer.write(frame(bytes([ACCEPTED])))
     await writer.drain()
+    return session_tags(secret, client_nonce, server_nonce)
 
 
-async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes | None) -> None:
+async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, secret: bytes | None) -> FrameTags | None:
     """The requesting side: returns once the server accepted this client and, when this client
-    has a secret, proved it has the same; HandshakeRefused otherwise. The client proves itself
+    has a secret, proved it has the same, with the connection's frame tags (None without a
+    secret); HandshakeRefused otherwise. The client proves itself
     before it checks the server, so a server with another secret counts the refusal too."""
     client_nonce = secrets.token_bytes(NONCE_BYTES)
     writer.write(frame(bytes([HELLO]) + client_nonce))
@@ -124,6 +175,7 @@ async def client_handshake(reader: asyncio.StreamReader, writer: asyncio.StreamW
             raise HandshakeRefused("peer_without_secret", "the peer has no secret: this broker does not trust its chunks")
         if not hmac.compare_digest(theirs, proof(secret, SERVER_LABEL, client_nonce, server_nonce)):
             raise HandshakeRefused("wrong_secret", "the peer proved another secret than this broker's")
+    return session_tags(secret, client_nonce, server_nonce)
 
 
 def load_peer_secret(config: CacheConfig) -> bytes | None:

@@ -12,7 +12,9 @@ one connection are pipelined and answered in any order, matched by a request id.
                 NOT_FOUND / FAILED: body is the reason, utf-8
 
 Each connection opens with the shared-secret handshake (peerauth.py), once: a client that does
-not prove the deployment's secret is refused before any request is read. A server that reads a
+not prove the deployment's secret is refused before any request is read. With a secret, every
+frame after it ends with its tag (peerauth.FrameTags): one that does not match closes the
+connection, as a malformed frame does. A server that reads a
 malformed or oversized frame closes that connection (and counts it); it never lets a peer's bytes
 raise out of the connection's task."""
 
@@ -27,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from wal.store import ObjectNotFound, ObjectStoreError
 
 from . import metrics
-from .peerauth import HANDSHAKE_TIMEOUT_S, HandshakeRefused, client_handshake, server_handshake
+from .peerauth import HANDSHAKE_TIMEOUT_S, REQUEST_DIRECTION, RESPONSE_DIRECTION, TAG_BYTES, FrameTagError, FrameTags, HandshakeRefused, client_handshake, server_handshake
 
 log = logging.getLogger("neve.cache.peers")
 
@@ -105,6 +107,14 @@ async def read_frame(reader: asyncio.StreamReader, max_bytes: int) -> bytes | No
         raise FrameError(f"stream ended inside a frame of {length} bytes") from None
 
 
+async def opened(tags: FrameTags, direction: bytes, body: bytes) -> bytes:
+    """A frame's body without its tag; FrameError if the tag does not match."""
+    try:
+        return await tags.opened(direction, body)
+    except FrameTagError as e:
+        raise FrameError(str(e)) from None
+
+
 class ChunkServer:
     """Serves this broker's chunks to the zone's other brokers on `host`:`port` (0: any free port),
     to those proving they know `secret` (None: to any that completes the handshake), over TLS
@@ -140,16 +150,18 @@ class ChunkServer:
         try:
             try:
                 async with asyncio.timeout(HANDSHAKE_TIMEOUT_S):
-                    await server_handshake(reader, writer, self._secret)
+                    tags = await server_handshake(reader, writer, self._secret)
             except TimeoutError:
                 raise HandshakeRefused("timeout", f"no handshake within {HANDSHAKE_TIMEOUT_S:.0f}s") from None
             while True:
-                body = await read_frame(reader, REQUEST_MAX_BYTES)
+                body = await read_frame(reader, REQUEST_MAX_BYTES + (TAG_BYTES if tags else 0))
                 if body is None:
                     break
+                if tags is not None:
+                    body = await opened(tags, REQUEST_DIRECTION, body)
                 request = decode_request(body, self.max_chunk_bytes)
                 await slots.acquire()
-                job = asyncio.create_task(self._answer(request, writer, slots))
+                job = asyncio.create_task(self._answer(request, writer, slots, tags))
                 working.add(job)
                 job.add_done_callback(working.discard)
         except HandshakeRefused as e:
@@ -168,7 +180,7 @@ class ChunkServer:
             writer.close()
             self._connections.discard(task)
 
-    async def _answer(self, request: tuple[int, str, int, int, int, int], writer: asyncio.StreamWriter, slots: asyncio.Semaphore) -> None:
+    async def _answer(self, request: tuple[int, str, int, int, int, int], writer: asyncio.StreamWriter, slots: asyncio.Semaphore, tags: FrameTags | None = None) -> None:
         request_id, key, chunk_start, chunk_size, lo, hi = request
         try:
             try:
@@ -181,10 +193,12 @@ class ChunkServer:
             except Exception as e:  # a bug here must not take the connection's other requests down
                 log.exception("chunk_serve_failed", extra={"key": key, "chunk_start": chunk_start})
                 data, head = repr(e).encode(), RESPONSE.pack(request_id, FAILED, 0)
+            tag = b"" if tags is None else await tags.tag_async(RESPONSE_DIRECTION, head, data)
             if writer.is_closing():
                 return
-            writer.write(LENGTH.pack(len(head) + len(data)) + head)
+            writer.write(LENGTH.pack(len(head) + len(data) + len(tag)) + head)  # the three writes are one frame: no await between
             writer.write(data)
+            writer.write(tag)
             if head[4] == OK:
                 metrics.PEER_BYTES_OUT.inc(len(data))
             await writer.drain()
@@ -211,6 +225,7 @@ class PeerClient:
         self.port = port
         self.max_response_bytes = RESPONSE.size + max(max_chunk_bytes, 4096)
         self._writer: asyncio.StreamWriter | None = None
+        self._tags: FrameTags | None = None  # the connection's frame tags (peerauth.py)
         self._reading: asyncio.Task | None = None
         self._pending: dict[int, asyncio.Future] = {}
         self._next_id = 0
@@ -226,13 +241,17 @@ class PeerClient:
         deadline = loop.time() + timeout
         try:
             async with asyncio.timeout_at(deadline):
-                writer = await self._connected()
+                writer, tags = await self._connected()
                 self._next_id = (self._next_id + 1) & 0xFFFFFFFF
                 request_id = self._next_id
                 fut = loop.create_future()
                 self._pending[request_id] = fut
                 try:
-                    writer.write(encode_request(request_id, key, chunk_start, chunk_size, lo, hi))
+                    request = encode_request(request_id, key, chunk_start, chunk_size, lo, hi)
+                    if tags is not None:
+                        body = request[LENGTH.size :]
+                        request = LENGTH.pack(len(body) + TAG_BYTES) + body + tags.tag(REQUEST_DIRECTION, body)
+                    writer.write(request)
                     await writer.drain()
                     status, flags, body = await fut
                 finally:
@@ -254,31 +273,33 @@ class PeerClient:
             raise ObjectNotFound(reason)
         raise ObjectStoreError(f"chunk owner {self.host}:{self.port}: {reason}")
 
-    async def _connected(self) -> asyncio.StreamWriter:
+    async def _connected(self) -> tuple[asyncio.StreamWriter, FrameTags | None]:
         async with self._connecting:
             if self._closed:
                 raise PeerError("closed")
             if self._writer is None or self._writer.is_closing():
                 reader, writer = await asyncio.open_connection(self.host, self.port, ssl=self._tls)
                 try:
-                    await client_handshake(reader, writer, self._secret)
+                    tags = await client_handshake(reader, writer, self._secret)
                 except HandshakeRefused as e:
                     writer.close()
                     raise PeerRefused(f"{self.host}:{self.port}: {e}") from None
                 except BaseException:  # lost, or the request's deadline passed mid-handshake
                     writer.close()
                     raise
-                self._writer = writer
-                self._reading = asyncio.create_task(self._read(reader, writer))
-            return self._writer
+                self._writer, self._tags = writer, tags
+                self._reading = asyncio.create_task(self._read(reader, writer, tags))
+            return self._writer, self._tags
 
-    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _read(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tags: FrameTags | None = None) -> None:
         error: PeerError = PeerError(f"{self.host}:{self.port} closed the connection")
         try:
             while True:
-                body = await read_frame(reader, self.max_response_bytes)
+                body = await read_frame(reader, self.max_response_bytes + (TAG_BYTES if tags else 0))
                 if body is None:
                     break
+                if tags is not None:
+                    body = await opened(tags, RESPONSE_DIRECTION, body)
                 if len(body) < RESPONSE.size:
                     raise FrameError(f"response of {len(body)} bytes is shorter than its header")
                 request_id, status, flags = RESPONSE.unpack_from(body)

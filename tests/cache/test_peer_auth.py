@@ -249,3 +249,67 @@ def test_tls_settings_are_all_or_nothing_and_must_load(tmp_path):
         peer_tls(CacheConfig(peer_tls_cert_file="/x.crt"))
     with pytest.raises(PeerSecurityError, match="TLS files"):
         peer_tls(CacheConfig(peer_tls_cert_file=str(tmp_path / "no.crt"), peer_tls_key_file=str(tmp_path / "no.key"), peer_tls_ca_file=str(tmp_path / "no-ca.crt")))
+
+
+class Tamperer:
+    """A proxy on loopback between a chunk client and its server that flips one byte of the
+    server's stream at `offset` (past the handshake: its challenge and verdict frames are 73 bytes)."""
+
+    def __init__(self, upstream_port: int, offset: int) -> None:
+        self.upstream_port, self.offset = upstream_port, offset
+        self.flipped = False
+
+    async def __aenter__(self) -> Tamperer:
+        self.server = await asyncio.start_server(self._proxy, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.server.close()
+
+    async def _proxy(self, client_reader, client_writer) -> None:
+        server_reader, server_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+
+        async def pump(reader, writer, tamper: bool) -> None:
+            seen = 0
+            try:
+                while data := await reader.read(65536):
+                    if tamper and not self.flipped and seen <= self.offset < seen + len(data):
+                        data = bytearray(data)
+                        data[self.offset - seen] ^= 0x01
+                        self.flipped = True
+                    seen += len(data)
+                    writer.write(bytes(data))
+                    await writer.drain()
+            except ConnectionError:
+                pass
+            finally:
+                writer.close()
+
+        await asyncio.gather(pump(client_reader, server_writer, False), pump(server_reader, client_writer, True))
+
+
+@pytest.mark.parametrize("offset", [73 + 4 + 3, 73 + 4 + 6 + 500, 73 + 4 + 6 + 1000 + 5], ids=["response-id", "chunk-bytes", "tag"])
+async def test_a_byte_changed_on_the_way_after_the_handshake_is_caught(offset):
+    """Issue 43, finding 10: past its handshake the chunk protocol carried no integrity without
+    peer TLS: whoever sat on the path could change a chunk's bytes, and the asking broker served
+    them to its consumers. Every frame now carries a tag under the connection's key: a changed
+    response fails its request (the broker then reads the object store) and ends the connection."""
+    async def serve(key, chunk_start, chunk_size, lo, hi):
+        return OBJECT[lo:hi], False
+
+    server = ChunkServer(serve, "127.0.0.1", 0, CHUNK, secret=SECRET)
+    await server.start()
+    try:
+        async with Tamperer(server.port, offset) as proxy:
+            client = PeerClient("127.0.0.1", proxy.port, CHUNK, secret=SECRET)
+            try:
+                with pytest.raises(PeerError, match="tag does not match"):
+                    await client.get("a", 0, CHUNK, 0, 1000, timeout=30)
+                assert proxy.flipped
+                # the proxy flips one byte only: a new connection serves exact bytes
+                assert (await client.get("a", 0, CHUNK, 0, 1000, timeout=30))[0] == OBJECT[:1000]
+            finally:
+                await client.close()
+    finally:
+        await server.stop()
