@@ -142,9 +142,7 @@ def slices_for(io, files: Iterable[CurrentFile], partition: int, first: int, las
         if f.partitions == (partition, partition) and f.offsets is not None and first <= f.offsets[0] and f.offsets[1] <= last:
             out.append(FileSlice(f.path, 0, f.record_count, f.offsets[0], f.offsets[1]))
             continue
-        if f.path not in columns:
-            columns[f.path] = kafka_columns(io, f.path)
-        partitions, offsets = columns[f.path]
+        partitions, offsets = cached_kafka_columns(io, f.path, columns)
         rows = np.flatnonzero((partitions == partition) & (offsets >= first) & (offsets <= last))
         if len(rows):
             held = offsets[rows]
@@ -298,7 +296,7 @@ async def _keep_tombstones(objects: ObjectStore, table, group: list[Stale], foun
         served = await kept_tombstones.served(objects, refs, run.first_offset, run.last_offset, now_ms)
         if not len(served):
             continue
-        missing = await asyncio.to_thread(kept_tombstones.missing, run.partition, served, found[run.partition], lambda path: _offsets_of(table.io, path, columns))
+        missing = await asyncio.to_thread(kept_tombstones.missing, run.partition, served, found[run.partition], lambda path: cached_kafka_columns(table.io, path, columns))
         if len(missing):
             wanted.append(kept_tombstones.Wanted(run.partition, missing, [s for part in run.parts for s in part.slices]))
     if not wanted:
@@ -307,7 +305,8 @@ async def _keep_tombstones(objects: ObjectStore, table, group: list[Stale], foun
     return await asyncio.to_thread(kept_tombstones.keep, table.io, data, wanted)
 
 
-def _offsets_of(io, path: str, columns: dict):
+def cached_kafka_columns(io, path: str, columns: dict):
+    """`kafka_columns` of `path`, read once per pass (`columns` holds them)."""
     if path not in columns:
         columns[path] = kafka_columns(io, path)
     return columns[path]
